@@ -1,0 +1,43 @@
+"""transformer_np — a pure-NumPy reference implementation of the Transformer encoder stack.
+
+Every sublayer is an explicit ``*_forward(...) -> (out, cache)`` with a hand-written
+``*_backward(dout, cache)``; they compose into an encoder layer (Post-LN and Pre-LN)
+and an N-layer stack. Quick start::
+
+    import numpy as np
+    import transformer_np as tnp
+
+    cfg = tnp.EncoderConfig(n_layers=2, d_model=4, n_heads=1, d_ff=16)
+    params = tnp.init_params(cfg, seed=0)                       # dict: dotted name -> array
+    H0 = np.random.default_rng(0).normal(size=(1, 3, 4))        # H^(0): (B, n, d_model)
+    H, cache = tnp.encoder_forward(params, cfg, inputs_embeds=H0)
+    grads = tnp.encoder_backward(np.ones_like(H), cache)        # same keys as params + "inputs_embeds"
+"""
+
+from .activations import (activation_backward, activation_forward, gelu_backward, gelu_forward,
+                          gelu_tanh_backward, gelu_tanh_forward, relu_backward, relu_forward)
+from .attention import (attention_backward, attention_forward, merge_heads, mha_backward, mha_forward,
+                        split_heads)
+from .config import EncoderConfig, count_parameters
+from .dropout import dropout_backward, dropout_forward
+from .embeddings import (embedding_backward, embedding_forward, embeddings_backward, embeddings_forward,
+                         sinusoidal_positional_encoding)
+from .encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
+from .erf import erf
+from .feedforward import ffn_backward, ffn_forward
+from .heads import (cls_classifier_backward, cls_classifier_forward, mean_pool_backward, mean_pool_forward,
+                    pooler_backward, pooler_forward, tagger_backward, tagger_forward)
+from .layernorm import layernorm_backward, layernorm_forward
+from .linear import linear_backward, linear_forward
+from .losses import cross_entropy_backward, cross_entropy_forward
+from .masks import causal_mask, combine_masks, padding_mask
+from .params import init_params, param_shapes, validate_params
+from .residual import residual_backward, residual_forward
+from .softmax import softmax, softmax_backward, softmax_forward
+
+__version__ = "0.1.0"
+
+import types as _types
+
+__all__ = [_n for _n, _v in list(globals().items())
+           if not _n.startswith("_") and not isinstance(_v, _types.ModuleType)]

@@ -1,0 +1,155 @@
+r"""Scaled dot-product attention and multi-head attention, vectorised over batch and heads.
+
+Scaled dot-product attention (one head; every leading axis is a batch axis):
+    S = Q Kᵀ / √d_k + M          (n_q, n_k)   M: additive mask (0 or very negative)
+    A = softmax(S)  (row-wise)   (n_q, n_k)   rows sum to 1
+    O = A V                      (n_q, d_v)
+Backward, given dO:
+    dV = Aᵀ dO,   dA = dO Vᵀ,   dS = A ⊙ (dA − rowsum(dA ⊙ A)),
+    dQ = dS K / √d_k,   dK = dSᵀ Q / √d_k          (the mask is a constant)
+
+Multi-head attention (h heads, d_k = d_model / h), for X of shape (B, n, d_model):
+    Q = X W_Q + b_Q,  K = X W_K + b_K,  V = X W_V + b_V          each (B, n, d_model)
+    split heads: (B, n, d_model) → (B, n, h, d_k) → (B, h, n, d_k)   (reshape + transpose)
+    O_h = Attention(Q_h, K_h, V_h)                                   (B, h, n, d_k)
+    merge heads: (B, h, n, d_k) → (B, n, h, d_k) → (B, n, d_model)   (= Concat(head_1..head_h))
+    MHA(X) = Concat(O_1, …, O_h) W_O + b_O                          (B, n, d_model)
+
+Splitting by reshape is exactly the article's per-head W_Q[h]: head i owns columns
+i·d_k … (i+1)·d_k − 1 of W_Q. The three projections are done as one matmul with the
+column-concatenated [W_Q | W_K | W_V] (d_model, 3·d_model) — the same math, one pass
+over X instead of three.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._validate import as_float_array, check_cache, check_dout, check_float, check_int
+from .dropout import dropout_backward, dropout_forward
+from .linear import linear_backward, linear_forward
+from .softmax import softmax_backward, softmax_forward
+
+__all__ = ["attention_forward", "attention_backward", "mha_forward", "mha_backward",
+           "MHA_PARAM_NAMES", "split_heads", "merge_heads"]
+
+MHA_PARAM_NAMES = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
+
+
+def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
+                      dropout_p: float = 0.0, training: bool = False,
+                      rng: np.random.Generator | None = None) -> tuple[np.ndarray, dict]:
+    """softmax(Q Kᵀ/√d_k + mask) V over the last two axes.
+
+    Q (..., n_q, d_k), K (..., n_k, d_k), V (..., n_k, d_v); ``mask`` additive,
+    broadcastable to (..., n_q, n_k). Dropout (if any) acts on the attention weights.
+    Returns ``(O, cache)``; ``cache["weights"]`` holds A (before dropout).
+    """
+    as_float_array(Q, "Q", finite=False)
+    as_float_array(K, "K", dtype=Q.dtype, finite=False)
+    as_float_array(V, "V", dtype=Q.dtype, finite=False)
+    if Q.ndim < 2 or K.ndim != Q.ndim or V.ndim != Q.ndim:
+        raise ValueError(f"Q, K, V must have the same rank >= 2, got shapes {Q.shape}, {K.shape}, {V.shape}")
+    if K.shape[-1] != Q.shape[-1]:
+        raise ValueError(f"K must have last dimension d_k = {Q.shape[-1]} like Q, got shape {K.shape}")
+    if V.shape[-2] != K.shape[-2]:
+        raise ValueError(f"V must have n_k = {K.shape[-2]} rows like K, got shape {V.shape}")
+    scale = 1.0 / math.sqrt(Q.shape[-1])
+    S = (Q @ K.swapaxes(-1, -2)) * scale                     # (..., n_q, n_k)
+    if mask is not None:
+        as_float_array(mask, "mask", dtype=Q.dtype, finite=False)
+        try:
+            S = S + mask
+        except ValueError:
+            raise ValueError(f"mask must broadcast to the score shape {S.shape}, got shape {mask.shape}") from None
+        if S.shape != Q.shape[:-1] + (K.shape[-2],):
+            raise ValueError(f"mask must broadcast to the score shape {Q.shape[:-1] + (K.shape[-2],)} "
+                             f"without enlarging it, got shape {mask.shape}")
+    A, sm_cache = softmax_forward(S)                         # (..., n_q, n_k)
+    A_drop, drop_cache = dropout_forward(A, dropout_p, training, rng)
+    O = A_drop @ V                                           # (..., n_q, d_v)
+    cache = {"kind": "attention", "Q": Q, "K": K, "V": V, "scale": scale,
+             "weights": A, "A_drop": A_drop, "softmax": sm_cache, "dropout": drop_cache}
+    return O, cache
+
+
+def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns ``(dQ, dK, dV)``; see the module docstring."""
+    check_cache(cache, "cache", "attention")
+    Q, K, V, scale = cache["Q"], cache["K"], cache["V"], cache["scale"]
+    check_dout(dO, "dO", Q.shape[:-1] + (V.shape[-1],))
+    dV = cache["A_drop"].swapaxes(-1, -2) @ dO               # (..., n_k, d_v)
+    dA = dropout_backward(dO @ V.swapaxes(-1, -2), cache["dropout"])   # (..., n_q, n_k)
+    dS = softmax_backward(dA, cache["softmax"])              # (..., n_q, n_k)
+    dS *= scale                                              # fold 1/√d_k once
+    dQ = dS @ K                                              # (..., n_q, d_k)
+    dK = dS.swapaxes(-1, -2) @ Q                             # (..., n_k, d_k)
+    return dQ, dK, dV
+
+
+def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
+    """(B, n, d_model) → (B, h, n, d_k): a view when possible, never a loop over heads."""
+    B, n, d = x.shape
+    return x.reshape(B, n, n_heads, d // n_heads).transpose(0, 2, 1, 3)   # (B, h, n, d_k)
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    """(B, h, n, d_k) → (B, n, h·d_k): the concatenation of the heads along features."""
+    B, h, n, dk = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(B, n, h * dk)     # (B, n, d_model)
+
+
+def _check_mha_params(p: dict, d: int, dtype) -> None:
+    for name in MHA_PARAM_NAMES:
+        if name not in p:
+            raise ValueError(f"params is missing the multi-head attention parameter {name!r}")
+        shape = (d, d) if name.startswith("W") else (d,)
+        as_float_array(p[name], name, dtype=dtype, finite=False)
+        if p[name].shape != shape:
+            raise ValueError(f"{name} must have shape {shape} for d_model = {d}, got shape {p[name].shape}")
+
+
+def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = None,
+                dropout_p: float = 0.0, training: bool = False,
+                rng: np.random.Generator | None = None) -> tuple[np.ndarray, dict]:
+    """Multi-head self-attention MHA(X) for X (B, n, d_model).
+
+    ``p`` holds W_Q, b_Q, W_K, b_K, W_V, b_V (projections, (d, d) and (d,)), W_O, b_O.
+    ``mask`` is additive, broadcastable to (B, h, n, n): use :func:`padding_mask`.
+    Returns ``(out, cache)``; ``cache["attn"]["weights"]`` is A of shape (B, h, n, n).
+    """
+    as_float_array(x, "x", ndim=3, finite=False)
+    check_int(n_heads, "n_heads", minimum=1)
+    B, n, d = x.shape
+    if d % n_heads:
+        raise ValueError(f"d_model = {d} must be divisible by n_heads = {n_heads}")
+    check_float(dropout_p, "dropout_p", 0.0, 1.0, max_inclusive=False)
+    _check_mha_params(p, d, x.dtype)
+    W_qkv = np.concatenate([p["W_Q"], p["W_K"], p["W_V"]], axis=1)   # (d, 3d)
+    b_qkv = np.concatenate([p["b_Q"], p["b_K"], p["b_V"]])           # (3d,)
+    qkv, qkv_cache = linear_forward(x, W_qkv, b_qkv)                 # (B, n, 3d)
+    dk = d // n_heads
+    qkv = qkv.reshape(B, n, 3, n_heads, dk).transpose(2, 0, 3, 1, 4)  # (3, B, h, n, d_k) view
+    O, attn_cache = attention_forward(qkv[0], qkv[1], qkv[2], mask, dropout_p, training, rng)
+    ctx = merge_heads(O)                                             # (B, n, d)
+    out, o_cache = linear_forward(ctx, p["W_O"], p["b_O"])           # (B, n, d)
+    return out, {"kind": "mha", "n_heads": n_heads, "qkv": qkv_cache, "attn": attn_cache, "o": o_cache}
+
+
+def mha_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, dict]:
+    """Returns ``(dx, grads)`` with grads keyed W_Q, b_Q, …, b_O (same shapes as the params)."""
+    check_cache(cache, "cache", "mha")
+    dctx, dW_O, db_O = linear_backward(dout, cache["o"])             # (B, n, d)
+    B, n, d = dctx.shape
+    h = cache["n_heads"]
+    dO = split_heads(dctx, h)                                        # (B, h, n, d_k)
+    dQ, dK, dV = attention_backward(dO, cache["attn"])               # each (B, h, n, d_k)
+    dqkv = np.stack([dQ, dK, dV])                                    # (3, B, h, n, d_k)
+    dqkv = dqkv.transpose(1, 3, 0, 2, 4).reshape(B, n, 3 * d)        # (B, n, 3d)
+    dx, dW_qkv, db_qkv = linear_backward(dqkv, cache["qkv"])
+    grads = {"W_Q": dW_qkv[:, :d], "W_K": dW_qkv[:, d:2 * d], "W_V": dW_qkv[:, 2 * d:],
+             "b_Q": db_qkv[:d], "b_K": db_qkv[d:2 * d], "b_V": db_qkv[2 * d:],
+             "W_O": dW_O, "b_O": db_O}
+    return dx, grads
