@@ -121,8 +121,11 @@ def check_rng(rng: Any, name: str = "rng") -> np.random.Generator:
 def check_cache(cache: Any, name: str, kind: str) -> dict:
     """Backward functions take the cache their forward returned; catch mix-ups early."""
     if not isinstance(cache, dict) or cache.get("kind") != kind:
-        got = cache.get("kind") if isinstance(cache, dict) else describe(cache)
-        raise TypeError(f"{name} must be the cache returned by {kind}_forward, got {got!r}")
+        if isinstance(cache, dict) and "kind" in cache:
+            got = f"the cache of {cache['kind']}_forward"
+        else:
+            got = describe(cache)
+        raise TypeError(f"{name} must be the cache returned by {kind}_forward, got {got}")
     return cache
 
 
