@@ -50,7 +50,7 @@ from .params import init_params, layer_prefix, sub_params
 from .residual import residual_forward
 
 __all__ = ["TOKENS", "H0_TABLE", "LN_EPS", "SEED", "ARTICLE_FIGURES", "trace_config", "trace_params",
-           "walk_layer", "window_mask", "hidden_jacobian", "jacobian_norms", "compare_figure",
+           "walk_layer", "window_mask", "format_matrix", "hidden_jacobian", "jacobian_norms", "compare_figure",
            "run_trace", "trace_to_json", "format_trace", "plot_attention", "plot_jacobian_norms",
            "save_figures", "add_arguments", "run"]
 
@@ -421,6 +421,14 @@ def _table(M: np.ndarray, rows, cols, decimals: int | None, indent: str = "  ") 
     return lines
 
 
+def format_matrix(M, rows, cols, decimals: int | None = 2) -> str:
+    """A labelled text table of the 2-D array ``M`` (``decimals=None``: full precision)."""
+    M = np.atleast_2d(np.asarray(M, dtype=float))
+    if M.shape != (len(rows), len(cols)):
+        raise ValueError(f"M must have shape (len(rows), len(cols)) = {(len(rows), len(cols))}, got shape {M.shape}")
+    return "\n".join(_table(M, rows, cols, decimals, indent=""))
+
+
 def _article_line(trace, key, decimals) -> list[str]:
     c = next(c for c in trace["comparisons"] if c["quantity"] == key)
     art = c["article"]
@@ -518,7 +526,7 @@ def plot_attention(trace: dict, layer: int = 1):
     tok = trace["tokens"]
     mats = {"bidirectional (encoder, no mask)": trace["layers"][layer - 1]["attention_weights"],
             "causal mask (a decoder)": trace["causal"]["layers"][layer - 1]["attention_weights"]}
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6), dpi=100)
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6), dpi=100, layout="constrained")
     for ax, (title, A) in zip(axes, mats.items()):
         im = ax.imshow(A, vmin=0, vmax=1, cmap="Blues")
         for i in range(A.shape[0]):
@@ -528,8 +536,8 @@ def plot_attention(trace: dict, layer: int = 1):
         ax.set_xticks(range(len(tok)), tok)
         ax.set_yticks(range(len(tok)), tok)
         ax.set_xlabel("key j (attended to)")
-        ax.set_ylabel("query i")
         ax.set_title(title, fontsize=10)
+    axes[0].set_ylabel("query i")
     fig.colorbar(im, ax=axes, shrink=0.8, label="attention weight")
     fig.suptitle(f"Layer {layer} attention weights, 'the cat sat'", fontsize=11)
     return fig
@@ -539,20 +547,20 @@ def plot_jacobian_norms(trace: dict):
     """Bars of |∂H^(ℓ)_the/∂H^(0)_j| for ℓ = 1, 2 under full, causal and ±1-window attention."""
     plt = _pyplot()
     tok = trace["tokens"]
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), dpi=100, sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.6), dpi=100, sharey=True, layout="constrained")
     x = np.arange(len(tok))
     titles = {"full": "full attention (encoder)", "causal": "causal mask", "window": "+/-1 window mask"}
     for ax, (mask, title) in zip(axes, titles.items()):
         for off, k in ((-0.2, "H1"), (0.2, "H2")):
             ax.bar(x + off, trace["jacobian_norms"][mask][k], width=0.4,
-                   label=f"layer {k[1]}: dH^({k[1]})_the/dH^(0)_j")
+                   label=rf"layer {k[1]}: $\|\partial H^{{({k[1]})}}_{{the}} / \partial H^{{(0)}}_j\|_F$")
         ax.set_xticks(x, tok)
         ax.set_xlabel("input token j")
         ax.set_title(title, fontsize=10)
     axes[0].set_ylabel("Frobenius norm")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("How much H_the depends on each input token", fontsize=11)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=9)
+    fig.suptitle("How much the output for 'the' depends on each input token", fontsize=11)
     return fig
 
 
