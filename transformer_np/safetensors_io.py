@@ -1,0 +1,286 @@
+r"""A strict NumPy reader (and a small writer) for the safetensors format — no pickle, no torch.
+
+The format (https://github.com/huggingface/safetensors):
+
+    bytes [0, 8)          N, the header length: an unsigned 64-bit little-endian integer
+    bytes [8, 8 + N)      the header: UTF-8 JSON, an object
+                              {"__metadata__": {str: str},                   (optional)
+                               name: {"dtype": "F32", "shape": [d0, d1, …],
+                                      "data_offsets": [begin, end]}, …}
+                          (it may be padded with trailing spaces)
+    bytes [8 + N, EOF)    the data buffer: every tensor's raw little-endian, C-order bytes at
+                          [begin, end) relative to the start of the buffer
+
+Everything is validated before a single tensor byte is interpreted, because a weight
+file is untrusted input: the header length is bounded (≤ 100 MB, as in the reference
+implementation) and must fit in the file; the JSON must be UTF-8, an object, without
+duplicate keys or NaN constants; every entry needs exactly ``dtype``, ``shape`` and
+``data_offsets``; ``end − begin`` must equal prod(shape) · itemsize; sorted by offset
+the tensors must tile the buffer exactly (first begin = 0, each begin = the previous
+end, last end = the buffer length) — so offsets are in range and never overlap. Every
+failure is a ``ValueError`` naming the file and the tensor.
+
+Arrays are built with ``np.frombuffer`` on exactly the validated byte range (never
+reading past it) and returned in native byte order. BF16 has no NumPy dtype: it is
+widened exactly to float32 (a bf16 is the top 16 bits of a float32).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Iterable, Mapping
+
+import numpy as np
+
+__all__ = ["load_safetensors", "loads_safetensors", "read_safetensors_header",
+           "save_safetensors", "dumps_safetensors", "SAFETENSORS_DTYPES", "MAX_HEADER_SIZE"]
+
+MAX_HEADER_SIZE = 100_000_000  # the reference implementation's bound (bytes)
+
+# safetensors dtype name -> (little-endian NumPy dtype of the stored bytes, itemsize).
+# "BF16" is stored as uint16 and widened to float32 on load.
+SAFETENSORS_DTYPES: dict[str, np.dtype] = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
+    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+# Defined by the format but not decodable here (no NumPy dtype): rejected with a clear message.
+_KNOWN_UNSUPPORTED = ("F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64")
+
+_NUMPY_TO_SAFETENSORS = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32",
+                         np.dtype(np.float16): "F16", np.dtype(np.int64): "I64",
+                         np.dtype(np.int32): "I32", np.dtype(np.int16): "I16", np.dtype(np.int8): "I8",
+                         np.dtype(np.uint64): "U64", np.dtype(np.uint32): "U32",
+                         np.dtype(np.uint16): "U16", np.dtype(np.uint8): "U8", np.dtype(bool): "BOOL"}
+
+
+# ----------------------------------------------------------------------------- header
+def _reject_duplicates(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def _reject_constant(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_entry(name: str, entry, where: str) -> tuple[str, tuple[int, ...], int, int]:
+    """Validate one header entry; return (dtype name, shape, begin, end)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: tensor {name!r}: header entry must be an object, got {type(entry).__name__}")
+    keys = set(entry)
+    if keys != {"dtype", "shape", "data_offsets"}:
+        missing = sorted({"dtype", "shape", "data_offsets"} - keys)
+        extra = sorted(keys - {"dtype", "shape", "data_offsets"})
+        raise ValueError(f"{where}: tensor {name!r}: header entry must have exactly the keys dtype, shape, "
+                         f"data_offsets (missing {missing}, unexpected {extra})")
+    dt = entry["dtype"]
+    if not isinstance(dt, str):
+        raise ValueError(f"{where}: tensor {name!r}: dtype must be a string, got {dt!r}")
+    if dt not in SAFETENSORS_DTYPES:
+        if dt in _KNOWN_UNSUPPORTED:
+            raise ValueError(f"{where}: tensor {name!r}: dtype {dt} is valid safetensors but has no NumPy "
+                             f"equivalent; supported: {sorted(SAFETENSORS_DTYPES)}")
+        raise ValueError(f"{where}: tensor {name!r}: unknown dtype {dt!r}; supported: {sorted(SAFETENSORS_DTYPES)}")
+    shape = entry["shape"]
+    if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
+        raise ValueError(f"{where}: tensor {name!r}: shape must be a list of non-negative integers, got {shape!r}")
+    offs = entry["data_offsets"]
+    if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) and o >= 0 for o in offs)):
+        raise ValueError(f"{where}: tensor {name!r}: data_offsets must be [begin, end] with non-negative "
+                         f"integers, got {offs!r}")
+    begin, end = offs
+    if end < begin:
+        raise ValueError(f"{where}: tensor {name!r}: data_offsets end {end} < begin {begin}")
+    nbytes = math.prod(shape) * SAFETENSORS_DTYPES[dt].itemsize
+    if end - begin != nbytes:
+        raise ValueError(f"{where}: tensor {name!r}: shape {tuple(shape)} of {dt} needs {nbytes} bytes, "
+                         f"but data_offsets [{begin}, {end}] span {end - begin}")
+    return dt, tuple(shape), begin, end
+
+
+def _parse_header(raw: bytes, data_len: int, where: str) -> tuple[dict, dict]:
+    """Decode and validate the JSON header against a data buffer of ``data_len`` bytes.
+
+    Returns ``(tensors, metadata)``: tensors maps name -> (dtype, shape, begin, end) in
+    file order of their offsets.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where}: the header is not valid UTF-8 ({e})") from None
+    if not text.startswith("{"):
+        raise ValueError(f"{where}: the header must be a JSON object starting with '{{', got {text[:20]!r}")
+    try:
+        header = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+    except ValueError as e:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"{where}: the header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{where}: the header must be a JSON object, got {type(header).__name__}")
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError(f"{where}: __metadata__ must be an object of string -> string, got {metadata!r:.80}")
+    tensors = {name: _parse_entry(name, entry, where) for name, entry in header.items()}
+    # The tensors must tile [0, data_len) exactly: in range, no overlap, no gap.
+    expected = 0
+    for name, (_, _, begin, end) in sorted(tensors.items(), key=lambda kv: (kv[1][2], kv[1][3])):
+        if begin != expected:
+            kind = "overlaps the previous tensor" if begin < expected else "leaves a gap after the previous tensor"
+            raise ValueError(f"{where}: tensor {name!r}: data_offsets [{begin}, {end}] {kind} "
+                             f"(expected begin = {expected})")
+        if end > data_len:
+            raise ValueError(f"{where}: tensor {name!r}: data_offsets [{begin}, {end}] run past the end of the "
+                             f"data buffer ({data_len} bytes): the file is truncated or corrupt")
+        expected = end
+    if expected != data_len:
+        raise ValueError(f"{where}: the data buffer has {data_len} bytes but the tensors cover {expected}: "
+                         f"trailing bytes or a corrupt header")
+    return tensors, metadata
+
+
+def _header_length(prefix: bytes, total: int, where: str) -> int:
+    if len(prefix) < 8:
+        raise ValueError(f"{where}: the file is {total} bytes, too short for the 8-byte header length")
+    n = int.from_bytes(prefix[:8], "little")
+    if n > MAX_HEADER_SIZE:
+        raise ValueError(f"{where}: header length {n} exceeds the limit of {MAX_HEADER_SIZE} bytes")
+    if n < 2:
+        raise ValueError(f"{where}: header length {n} is too small for a JSON object")
+    if 8 + n > total:
+        raise ValueError(f"{where}: header length {n} runs past the end of the {total}-byte file "
+                         f"(truncated or corrupt)")
+    return n
+
+
+def _decode(buf, dt: str, shape: tuple[int, ...], offset: int, name: str) -> np.ndarray:
+    """np.frombuffer on exactly [offset, offset + nbytes) of ``buf``, native byte order."""
+    stored = SAFETENSORS_DTYPES[dt]
+    count = math.prod(shape)
+    a = np.frombuffer(buf, dtype=stored, count=count, offset=offset).reshape(shape)
+    if dt == "BF16":                      # bf16 = the high half of a float32: widen exactly
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    if dt == "BOOL":                      # only the bytes 0 and 1 are booleans
+        u8 = np.frombuffer(buf, dtype=np.uint8, count=count, offset=offset)
+        if u8.size and u8.max() > 1:
+            raise ValueError(f"tensor {name!r}: BOOL data must be bytes 0 or 1, got {int(u8.max())}")
+    return a.astype(stored.newbyteorder("="), copy=True)   # a writable, native-order copy
+
+
+def _check_names(names, tensors: dict, where: str) -> list[str]:
+    if names is None:
+        return list(tensors)
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise TypeError(f"names must be an iterable of tensor names or None, got {type(names).__name__}")
+    names = list(names)
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise ValueError(f"{where}: no tensor named {missing[:5]} (the file has {len(tensors)} tensors)")
+    return names
+
+
+# ----------------------------------------------------------------------------- public API
+def read_safetensors_header(path) -> tuple[dict[str, tuple[str, tuple[int, ...]]], dict[str, str]]:
+    """Validate a file's header and return ``({name: (dtype, shape)}, metadata)`` without
+    reading any tensor data."""
+    path = os.fspath(path)
+    total = os.path.getsize(path)
+    with open(path, "rb") as f:
+        n = _header_length(f.read(8), total, path)
+        tensors, metadata = _parse_header(f.read(n), total - 8 - n, path)
+    return {k: (dt, shape) for k, (dt, shape, _, _) in tensors.items()}, metadata
+
+
+def load_safetensors(path, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Read tensors from a ``.safetensors`` file into NumPy arrays.
+
+    Args:
+        path: the file.
+        names: only these tensors (all when None); a name absent from the file is a ValueError.
+
+    Returns:
+        ``{name: array}`` in native byte order (BF16 widened to float32).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"path {path!r} is not a file")
+    total = os.path.getsize(path)
+    out = {}
+    with open(path, "rb") as f:
+        n = _header_length(f.read(8), total, path)
+        tensors, _ = _parse_header(f.read(n), total - 8 - n, path)
+        for name in _check_names(names, tensors, path):
+            dt, shape, begin, end = tensors[name]
+            f.seek(8 + n + begin)
+            raw = f.read(end - begin)
+            if len(raw) != end - begin:   # the file shrank under us
+                raise ValueError(f"{path}: tensor {name!r}: read {len(raw)} of {end - begin} bytes (truncated)")
+            out[name] = _decode(raw, dt, shape, 0, name)
+    return out
+
+
+def loads_safetensors(data: bytes, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Like :func:`load_safetensors`, from the bytes of a whole file."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    data = bytes(data)
+    where = "<bytes>"
+    n = _header_length(data[:8], len(data), where)
+    tensors, _ = _parse_header(data[8:8 + n], len(data) - 8 - n, where)
+    return {name: _decode(data, tensors[name][0], tensors[name][1], 8 + n + tensors[name][2], name)
+            for name in _check_names(names, tensors, where)}
+
+
+def dumps_safetensors(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bytes:
+    """Serialise ``{name: array}`` (float16/32/64, integer or bool) to safetensors bytes.
+
+    Tensors are laid out in sorted-name order; the header is padded with spaces to a
+    multiple of 8 bytes (as the reference writer does) so every buffer is aligned.
+    """
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"tensors must be a mapping of name -> numpy array, got {type(tensors).__name__}")
+    header: dict = {}
+    if metadata:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise TypeError("metadata must map str -> str")
+        header["__metadata__"] = dict(metadata)
+    chunks, offset = [], 0
+    for name in sorted(tensors):
+        a = tensors[name]
+        if not isinstance(name, str) or name == "__metadata__":
+            raise ValueError(f"tensor names must be strings other than '__metadata__', got {name!r}")
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"tensors[{name!r}] must be a numpy array, got {type(a).__name__}")
+        key = a.dtype.newbyteorder("=")
+        if key not in _NUMPY_TO_SAFETENSORS:
+            raise TypeError(f"tensors[{name!r}] has dtype {a.dtype}, which safetensors cannot store here; "
+                            f"supported: {sorted(str(d) for d in _NUMPY_TO_SAFETENSORS)}")
+        raw = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": _NUMPY_TO_SAFETENSORS[key], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-(8 + len(text)) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(chunks)
+
+
+def save_safetensors(path, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:
+    """Write ``{name: array}`` to ``path`` in the safetensors format (see :func:`dumps_safetensors`)."""
+    data = dumps_safetensors(tensors, metadata)
+    with open(os.fspath(path), "wb") as f:
+        f.write(data)
