@@ -508,13 +508,11 @@ def format_trace(trace: dict, precision: int | None = None, full: bool = False) 
 # ----------------------------------------------------------------------------- figures
 def _pyplot():
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("the trace figures need matplotlib: pip install 'transformer_np[plot]' "
                           "(or pip install matplotlib)") from e
-    if os.environ.get("MPLBACKEND") is None and "matplotlib.pyplot" not in __import__("sys").modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt   # the backend is the caller's (headless machines fall back to Agg)
     return plt
 
 
