@@ -99,9 +99,8 @@ def test_huge_and_tiny_inputs_embeds(dtype, scale, norm):
     if scale > 1:
         # the last LayerNorm (post: LN_2; pre: the final LN) brings a large scale back to O(1)
         assert 0.1 < rms < 10
-    else:
-        # below √ε the ε in √(σ² + ε) dominates: LN shrinks rather than normalises (β = 0 here)
-        assert rms < 1e-3
+    # (below √ε the ε in √(σ² + ε) dominates and LN shrinks rather than normalises, while
+    # each Pre-LN residual branch amplifies by up to 1/√ε: tiny inputs promise finiteness only)
 
 
 def test_layernorm_constant_rows_and_large_offsets():
