@@ -53,7 +53,8 @@ from .residual import residual_backward, residual_forward
 __all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "layer_forward", "layer_backward",
            "identity_backward", "sublayers", "stack_forward", "backprop_hidden", "measure", "sweep",
            "jacobian_from_vjp", "layer_jacobian_terms", "stack_jacobian", "expansion_by_order",
-           "jacobian_view", "singular_values_by_depth", "save_figures", "add_arguments", "run"]
+           "jacobian_view", "singular_values_by_depth", "numerical_rank", "stable_rank", "probe_table",
+           "finite_difference_jacobian", "compute_all", "save_figures", "add_arguments", "run"]
 
 VARIANTS = ("pre", "post", "no-residual", "no-layernorm")
 INITS = ("xavier", "bert")
@@ -426,6 +427,38 @@ def singular_values_by_depth(variant: str, depth: int, init: str = "xavier", see
     return out
 
 
+def numerical_rank(sigma: np.ndarray, rtol: float = 1e-6) -> int:
+    """Number of singular values above rtol · σ_max (how many input directions still reach the output)."""
+    sigma = np.asarray(sigma)
+    return int(np.sum(sigma > rtol * sigma[0])) if sigma.size and sigma[0] > 0 else 0
+
+
+def stable_rank(sigma: np.ndarray) -> float:
+    """Σ σ² / σ_max²: 1 when one direction dominates, the dimension for an isometry."""
+    sigma = np.asarray(sigma, dtype=float)
+    return float(np.sum(sigma ** 2) / sigma[0] ** 2) if sigma.size and sigma[0] > 0 else 0.0
+
+
+@single_thread_blas
+def probe_table(depth: int = 96, probe_layer: int = 50, seeds=(0, 1, 2), variants=("pre", "post"),
+                inits=INITS, **dims) -> list[dict]:
+    """The layer-``probe_layer``-of-``depth`` numbers for several seeds: one row per
+    (variant, init, seed) with the full and identity-path ratios, the last-layer and
+    probe-layer ‖∂L/∂W_2‖, RMS of H^(L) and the token cosine at the probe layer."""
+    rows = []
+    for variant in variants:
+        for init in inits:
+            for seed in seeds:
+                r = measure(variant, depth, init, seed, probe_layer, **dims)
+                w2 = r["w2_grad_norm_by_layer"]
+                rows.append({"variant": variant, "init": init, "seed": seed,
+                             "full_ratio": r["probe_full_ratio"], "identity_ratio": r["probe_identity_ratio"],
+                             "w2_probe": w2[probe_layer - 1] if probe_layer >= 1 else None,
+                             "w2_last": w2[-1], "rms_last": r["rms_by_layer"][-1],
+                             "cos_probe": r["token_cosine_by_layer"][probe_layer]})
+    return rows
+
+
 @single_thread_blas
 def jacobian_view(variant: str, depth: int, init: str = "xavier", seed: int = 0, dims: dict | None = None) -> dict:
     """The small-stack Jacobian ∂H^(L)/∂H^(0), its identity path and the ∏(I + J) expansion.
@@ -485,9 +518,17 @@ def _arr(xs):
     return np.array([np.nan if x is None else x for x in xs], dtype=float)
 
 
-def plot_profile(results: dict, depth: int = 96, probe: int = 50, key: str = "grad_norm_by_layer"):
-    """‖∂L/∂H^(ℓ)‖ / ‖∂L/∂H^(L)‖ against ℓ at one depth, every variant and init, layer ``probe`` marked."""
+def _deepest(results: dict, depth: int | None, probe: int | None = None):
+    """Default the plotted depth to the deepest run and the probe to min(probe, depth)."""
+    depth = max(L for (_, _, L) in results) if depth is None else depth
+    return depth, (None if probe is None else min(probe, depth))
+
+
+def plot_profile(results: dict, depth: int | None = None, probe: int = 50, key: str = "grad_norm_by_layer"):
+    """‖∂L/∂H^(ℓ)‖ / ‖∂L/∂H^(L)‖ against ℓ at one depth (default: the deepest), every variant
+    and init, layer ``probe`` marked."""
     plt = _plt()
+    depth, probe = _deepest(results, depth, probe)
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for (variant, init, L), r in results.items():
         if L != depth:
@@ -547,8 +588,10 @@ def plot_last_w2_vs_depth(results: dict):
     return fig
 
 
-def plot_by_layer(results: dict, key: str, ylabel: str, title: str, depth: int = 96, log: bool = True):
+def plot_by_layer(results: dict, key: str, ylabel: str, title: str, depth: int | None = None, log: bool = True):
+    """One per-layer quantity (``key`` of :func:`measure`) against ℓ at one depth (default: the deepest)."""
     plt = _plt()
+    depth, _ = _deepest(results, depth)
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for (variant, init, L), r in results.items():
         if L == depth:
@@ -557,15 +600,16 @@ def plot_by_layer(results: dict, key: str, ylabel: str, title: str, depth: int =
         ax.set_yscale("log")
     ax.set_xlabel("layer ℓ")
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set_title(f"{title}, L = {depth}")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
 
 
-def plot_identity_vs_full(results: dict, depth: int = 96, probe: int = 50, init: str = "xavier"):
-    """Full gradient vs identity path alone, Pre-LN and Post-LN, at one depth."""
+def plot_identity_vs_full(results: dict, depth: int | None = None, probe: int = 50, init: str = "xavier"):
+    """Full gradient vs identity path alone, Pre-LN and Post-LN, at one depth (default: the deepest)."""
     plt = _plt()
+    depth, probe = _deepest(results, depth, probe)
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for variant in ("pre", "post"):
         r = results.get((variant, init, depth))
@@ -650,9 +694,9 @@ def save_figures(outdir: str = "figures", data: dict | None = None) -> list[str]
         "gradflow_profile_L96.png": plot_profile(res),
         "gradflow_ratio_vs_depth.png": plot_ratio_vs_depth(res),
         "gradflow_last_w2_vs_depth.png": plot_last_w2_vs_depth(res),
-        "gradflow_rms_L96.png": plot_by_layer(res, "rms_by_layer", "RMS of H^(ℓ)", "Activation scale, L = 96"),
+        "gradflow_rms_L96.png": plot_by_layer(res, "rms_by_layer", "RMS of H^(ℓ)", "Activation scale"),
         "gradflow_token_cosine_L96.png": plot_by_layer(res, "token_cosine_by_layer", "mean token cosine",
-                                                       "Token similarity, L = 96", log=False),
+                                                       "Token similarity", log=False),
         "gradflow_identity_vs_full.png": plot_identity_vs_full(res),
         "gradflow_jacobian_spectra.png": plot_spectra(data["spectra"]),
         "gradflow_expansion.png": plot_expansion(data["views"]),
@@ -704,7 +748,7 @@ def run(args: argparse.Namespace) -> int:
     r = measure(args.variant, args.depth, args.init, args.seed, args.probe_layer, d_model=args.d_model,
                 n_heads=args.heads, d_ff=args.d_ff, n=args.n, batch=args.batch)
     if args.json:
-        print(json.dumps(r, indent=1, allow_nan=False))
+        print(json.dumps(r, allow_nan=False))
         return 0
     L = r["depth"]
     print(f"gradflow: variant={r['variant']} depth={L} init={r['init']} seed={r['seed']} "
