@@ -276,7 +276,8 @@ def params_from_hf_state_dict(state: Mapping[str, np.ndarray], config: EncoderCo
     inner, _ = _strip_prefix(state, prefix)
     shapes = dict(param_shapes(config), **{"pooler.W": (config.d_model, config.d_model),
                                            "pooler.b": (config.d_model,)})
-    return _import(inner, _hf_table(config), _HF_POOLER, _HF_BUFFERS, shapes, dtype, "Hugging Face BERT")
+    params = _import(inner, _hf_table(config), _HF_POOLER, _HF_BUFFERS, shapes, dtype, "Hugging Face BERT")
+    return {k: params[k] for k in shapes if k in params}           # our canonical order, pooler last
 
 
 def _export(tree: Mapping, table, optional, shapes: dict, what: str) -> dict[str, np.ndarray]:
