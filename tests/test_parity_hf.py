@@ -232,7 +232,6 @@ def test_model_built_here_runs_in_hf(activation):
     config = config_from_hf_dict(hf_cfg.to_dict()).replace(activation=activation)
     params = random_params(config, seed=10)
     kwargs = hf_dict_from_config(config)
-    kwargs.pop("model_type")
     model = transformers.BertModel(transformers.BertConfig(**kwargs, pad_token_id=PAD, attn_implementation="eager"),
                                    add_pooling_layer=False).double()
     model.load_state_dict(to_hf_state_dict(params, config), strict=True)
@@ -260,3 +259,19 @@ def test_rejects_unknown_activation():
 def test_rejects_non_bert():
     with pytest.raises(TypeError, match="BertModel"):
         from_hf_bert(torch.nn.Linear(2, 2))
+
+
+def test_default_sdpa_attention_matches_too():
+    """transformers' default attention (SDPA) gives the same numbers as eager here, padded
+    positions included."""
+    model = build("gelu", seed=12, attn_implementation="sdpa")
+    assert model.config._attn_implementation == "sdpa"
+    config, params = from_hf_bert(model)
+    ids, tt, am = batch(13)
+    H, _ = encoder_forward(params, config, input_ids=ids, attention_mask=am, token_type_ids=tt)
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(am), token_type_ids=torch.tensor(tt))
+    real = am.astype(bool)
+    hf_H = out.last_hidden_state.numpy()
+    assert nrel(H[real], hf_H[real]) <= TOL64
+    assert nrel(H[~real], hf_H[~real]) <= TOL64

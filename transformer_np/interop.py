@@ -142,13 +142,14 @@ def _check_bert_like(config: EncoderConfig, what: str) -> None:
 
 
 def hf_dict_from_config(config: EncoderConfig) -> dict:
-    """The reverse of :func:`config_from_hf_dict`: keyword arguments for ``transformers.BertConfig``.
+    """The reverse of :func:`config_from_hf_dict`: keyword arguments for ``transformers.BertConfig``
+    (``BertConfig(**hf_dict_from_config(config))``).
 
     Both dropout fields get ``config.dropout``. Exact GELU maps to "gelu", the tanh
     approximation to "gelu_new".
     """
     _check_bert_like(config, "hf_dict_from_config")
-    return {"model_type": "bert", "vocab_size": config.vocab_size, "hidden_size": config.d_model,
+    return {"vocab_size": config.vocab_size, "hidden_size": config.d_model,
             "num_hidden_layers": config.n_layers, "num_attention_heads": config.n_heads,
             "intermediate_size": config.d_ff, "hidden_act": _HF_ACT_OUT[config.activation],
             "hidden_dropout_prob": config.dropout, "attention_probs_dropout_prob": config.dropout,
