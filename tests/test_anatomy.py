@@ -266,3 +266,31 @@ def test_fit_recovers_a_known_cost_model():
 def test_time_layer_runs():
     t = anatomy.time_layer(EncoderConfig(n_layers=1, d_model=16, n_heads=2, d_ff=64), 1, 8, repeats=1)
     assert 0.0 < t < 5.0
+
+
+def test_space_attention_maps_vs_ffn_activations():
+    """The cached attention maps are (B, h, n, n) per layer — h·n², not n² — and outgrow the FFN's
+    (B, n, d_ff) activation only for n > d_ff / h (256 for BERT-base)."""
+    cfg = EncoderConfig.bert_base(n_layers=1, vocab_size=None, type_vocab_size=0, dropout=0.0)
+    p = {k[len("layers.0."):]: v for k, v in init_params(cfg, dtype=np.float32).items()}
+    sizes = {}
+    for n in (128, 512):
+        x = np.random.default_rng(0).normal(size=(1, n, 768)).astype(np.float32)
+        _, c = tnp.encoder_layer_forward(x, p, cfg)
+        sizes[n] = (c["attn"]["attn"]["weights"].size, c["ffn"]["act"]["grad"].size)
+    assert sizes[128] == (12 * 128 ** 2, 128 * 3072)
+    assert sizes[128][0] < sizes[128][1] and sizes[512][0] > sizes[512][1]
+    assert cfg.d_ff / cfg.n_heads == 256
+
+
+def test_lesson_W1_is_the_transpose_of_ours():
+    """Lesson: W_1 ∈ R^{d_ff×d} acting on column vectors; the library stores (d, d_ff) for rows."""
+    cfg = EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=32)
+    p = init_params(cfg, seed=0, init="xavier")
+    assert p["layers.0.ffn.W_1"].shape == (8, 32) and p["layers.0.ffn.W_2"].shape == (32, 8)
+    z = np.random.default_rng(0).normal(size=(8,))
+    W1_lesson, W2_lesson = p["layers.0.ffn.W_1"].T, p["layers.0.ffn.W_2"].T        # (d_ff, d), (d, d_ff)
+    ffn = {k[len("layers.0.ffn."):]: v for k, v in p.items() if k.startswith("layers.0.ffn.")}
+    ours, _ = tnp.ffn_forward(z[None, None], ffn)
+    lesson = W2_lesson @ tnp.gelu_forward(W1_lesson @ z + ffn["b_1"])[0] + ffn["b_2"]
+    np.testing.assert_allclose(ours[0, 0], lesson, rtol=1e-12, atol=1e-14)

@@ -112,3 +112,12 @@ def test_bad_input():
         layer_flops(cfg, 1.5, 3)
     with pytest.raises(ValueError, match="against"):
         crossover_n(cfg, "attention")
+
+
+def test_ffn_cost_and_parameters_are_linear_in_d_ff():
+    from transformer_np import count_parameters
+    cfgs = [EncoderConfig(n_layers=1, d_model=64, n_heads=4, d_ff=f) for f in (128, 256, 384)]
+    ffn = [layer_flops(c, 1, 32)["ffn"] for c in cfgs]
+    params = [count_parameters(c) for c in cfgs]
+    assert ffn[2] - ffn[1] == ffn[1] - ffn[0] and ffn[0] == 4 * 32 * 64 * 128
+    assert params[2] - params[1] == params[1] - params[0] == 128 * (2 * 64 + 1)
