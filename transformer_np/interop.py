@@ -364,7 +364,7 @@ def _torch_table(config: EncoderConfig, single_layer: bool) -> list[tuple[str, s
     return rows
 
 
-def _in_proj_names(config: EncoderConfig, single_layer: bool) -> list[tuple[str, str, str]]:
+def _in_proj_names(config: EncoderConfig, single_layer: bool) -> list[tuple[str, str]]:
     """(torch prefix, our prefix) for each layer's fused Q/K/V projection."""
     return [("" if single_layer else f"layers.{i}.", f"layers.{i}.attn.") for i in range(config.n_layers)]
 
