@@ -668,11 +668,12 @@ def draw_complexity_model(plt, configs: dict):
         ax.loglog(ns, att, "-", color=color, label=f"{name}: attention 4n²d")
         ax.loglog(ns, lin, "--", color=color, label=f"{name}: proj+FFN 8nd²+4nd·d_ff")
         ax.axvline(crossover_n(cfg), color=color, ls=":", lw=0.8)
-        ax.text(crossover_n(cfg), att.max() / 30, f" n*={crossover_n(cfg):.0f}", color=color, fontsize=7)
+        ax.text(crossover_n(cfg), 0.05 + 0.08 * i, f" n* = {crossover_n(cfg):.0f}", color=color, fontsize=8,
+                transform=ax.get_xaxis_transform())                  # x in data, y in axes fraction
     ax.set_xlabel("sequence length n")
     ax.set_ylabel("forward FLOPs per layer")
     ax.set_title("O(n²d + nd²): the quadratic term takes over at n* = 2d + d_ff")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     return fig
 
