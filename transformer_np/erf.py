@@ -126,5 +126,6 @@ def erf(x: np.ndarray) -> np.ndarray:
     out[small] = _small(flat_x[small])
     # erf(x) = sign(x) · (1 − erfc(|x|)) outside the first range.
     out[mid] = np.copysign(1.0 - _mid(y[mid]), flat_x[mid])
-    out[large] = np.copysign(1.0 - _large(np.minimum(y[large], 30.0)), flat_x[large])
+    if large.size:  # rare (|x| > 4); skipping it saves ~30 calls on small blocks
+        out[large] = np.copysign(1.0 - _large(np.minimum(y[large], 30.0)), flat_x[large])
     return out.reshape(x.shape)
