@@ -112,3 +112,21 @@ def test_wrong_rows_of_the_worked_example_are_errata(tables, claim_rows):
     numeric_wrong = {r[0] for r in claim_rows if r[4] == "wrong" and r[2].startswith("Worked example")
                      and re.search(r"\d\.\d", r[1])}
     assert numeric_wrong == errata_rows
+
+
+@pytest.mark.parametrize("topic,pattern", [
+    ("worked example softmax", r"softmax\(1\.0, 0\.0, 0\.5\)"),
+    ("residual mean", r"mean ≈ 0\.75"),
+    ("complexity", r"O\(n²d \+ nd²\)"),
+    ("crossover", r"n\* = 2d \+ d_ff"),
+    ("12d² per layer", r"12d²"),
+    ("BERT-base/large configurations", r"N = 24, d = 1024, h = 16"),
+    ("gradient flow", r"∏\(I \+ ∂Sublayer/∂X\)"),
+    ("permutation equivariance", r"permutation-equivariant"),
+    ("PE added once", r"injected only once"),
+    ("reach after one layer", r"After one layer, H\^\(1\)_i depends on every input token"),
+    ("padding mask the only surviving mask", r"only surviving mask is the padding mask"),
+])
+def test_the_issue_topics_are_covered(claim_rows, topic, pattern):
+    assert any(re.search(pattern, r[1]) or re.search(pattern, r[3]) for r in claim_rows), \
+        f"no ledger row covers {topic}"
