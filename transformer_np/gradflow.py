@@ -500,9 +500,7 @@ def finite_difference_jacobian(x0: np.ndarray, params: dict, config: EncoderConf
 
 # ----------------------------------------------------------------------------- figures
 def _plt():
-    try:
-        import matplotlib
-        matplotlib.use("Agg", force=False)
+    try:  # no matplotlib.use(): keep the notebook's inline backend; headless runs fall back to Agg
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("the gradflow figures need matplotlib: pip install 'transformer_np[plot]' "
@@ -525,23 +523,25 @@ def _deepest(results: dict, depth: int | None, probe: int | None = None):
 
 
 def plot_profile(results: dict, depth: int | None = None, probe: int = 50, key: str = "grad_norm_by_layer"):
-    """‖∂L/∂H^(ℓ)‖ / ‖∂L/∂H^(L)‖ against ℓ at one depth (default: the deepest), every variant
-    and init, layer ``probe`` marked."""
+    """‖∂L/∂H^(ℓ)‖ / ‖∂L/∂H^(L)‖ against ℓ at one depth (default: the deepest), layer ``probe``
+    marked: every variant and init on the left, Pre-LN vs Post-LN alone on the right."""
     plt = _plt()
     depth, probe = _deepest(results, depth, probe)
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for (variant, init, L), r in results.items():
-        if L != depth:
-            continue
-        g = _arr(r[key])
-        ax.plot(range(L + 1), g / g[-1], STYLES[init], color=COLORS[variant], label=f"{variant}, {init}")
-    ax.axvline(probe, color="k", lw=0.8, ls=":")
-    ax.text(probe + 1, 0.02, f"layer {probe}", transform=ax.get_xaxis_transform())
-    ax.set_yscale("log")
-    ax.set_xlabel("layer ℓ (H^(ℓ), 0 = input)")
-    ax.set_ylabel("‖∂L/∂H^(ℓ)‖ / ‖∂L/∂H^(L)‖")
-    ax.set_title(f"Gradient reaching each layer, L = {depth}, at initialisation")
-    ax.legend(fontsize=7, ncol=2)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, keep in zip(axes, (VARIANTS, ("pre", "post"))):
+        for (variant, init, L), r in results.items():
+            if L != depth or variant not in keep:
+                continue
+            g = _arr(r[key])
+            ax.plot(range(L + 1), g / g[-1], STYLES[init], color=COLORS[variant], label=f"{variant}, {init}")
+        ax.axvline(probe, color="k", lw=0.8, ls=":")
+        ax.text(probe + 1, 0.03, f"layer {probe}", transform=ax.get_xaxis_transform())
+        ax.set_yscale("log")
+        ax.set_xlabel("layer ℓ (H^(ℓ), 0 = input)")
+        ax.set_ylabel("‖∂L/∂H^(ℓ)‖ / ‖∂L/∂H^(L)‖")
+        ax.legend(fontsize=7, ncol=2)
+    axes[0].set_title(f"Gradient reaching each layer, L = {depth}")
+    axes[1].set_title("Pre-LN vs Post-LN only")
     fig.tight_layout()
     return fig
 
