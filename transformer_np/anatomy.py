@@ -491,11 +491,11 @@ def _arrow(ax, x0, y0, x1, y1, **kw):
 
 def _draw_stack(ax, title, steps, skips):
     """steps: list of (label, color), drawn bottom-up; skips: (from_index, to_index) residual arcs."""
+    from matplotlib.patches import Circle
     ys = [0.6 + 0.75 * k for k in range(len(steps))]
     for (label, color), y in zip(steps, ys):
         if label == "+":
-            ax.add_patch(__import__("matplotlib.patches", fromlist=["Circle"]).Circle(
-                (1.0, y), 0.17, fc="white", ec="black", lw=0.8))
+            ax.add_patch(Circle((1.0, y), 0.17, fc="white", ec="black", lw=0.8))
             ax.text(1.0, y, "+", ha="center", va="center", fontsize=11)
         else:
             _box(ax, 1.0, y, label, color)
