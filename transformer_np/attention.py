@@ -56,17 +56,16 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
         raise ValueError(f"K must have last dimension d_k = {Q.shape[-1]} like Q, got shape {K.shape}")
     if V.shape[-2] != K.shape[-2]:
         raise ValueError(f"V must have n_k = {K.shape[-2]} rows like K, got shape {V.shape}")
-    scale = 1.0 / math.sqrt(Q.shape[-1])
-    S = (Q @ K.swapaxes(-1, -2)) * scale                     # (..., n_q, n_k)
+    scale = 1.0 / math.sqrt(Q.shape[-1])                   # a Python float: keeps float32 float32
+    S = Q @ K.swapaxes(-1, -2)                               # (..., n_q, n_k)
+    S *= scale                                               # in place: S is ours, no second (n_q, n_k) array
     if mask is not None:
         as_float_array(mask, "mask", dtype=Q.dtype, finite=False)
         try:
-            S = S + mask
+            S += mask                                        # in place; refuses a mask that would enlarge S
         except ValueError:
-            raise ValueError(f"mask must broadcast to the score shape {S.shape}, got shape {mask.shape}") from None
-        if S.shape != Q.shape[:-1] + (K.shape[-2],):
-            raise ValueError(f"mask must broadcast to the score shape {Q.shape[:-1] + (K.shape[-2],)} "
-                             f"without enlarging it, got shape {mask.shape}")
+            raise ValueError(f"mask must broadcast to the score shape {S.shape} without enlarging it, "
+                             f"got shape {mask.shape}") from None
     A, sm_cache = softmax_forward(S)                         # (..., n_q, n_k)
     A_drop, drop_cache = dropout_forward(A, dropout_p, training, rng)
     O = A_drop @ V                                           # (..., n_q, d_v)
@@ -146,8 +145,12 @@ def mha_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, dict]:
     h = cache["n_heads"]
     dO = split_heads(dctx, h)                                        # (B, h, n, d_k)
     dQ, dK, dV = attention_backward(dO, cache["attn"])               # each (B, h, n, d_k)
-    dqkv = np.stack([dQ, dK, dV])                                    # (3, B, h, n, d_k)
-    dqkv = dqkv.transpose(1, 3, 0, 2, 4).reshape(B, n, 3 * d)        # (B, n, 3d)
+    # Write the three head gradients straight into the (B, n, 3, h, d_k) layout of qkv
+    # (one copy, instead of np.stack followed by a transposing reshape: two).
+    dqkv = np.empty((B, n, 3, h, d // h), dtype=dctx.dtype)          # (B, n, 3, h, d_k)
+    dqkv_heads = dqkv.transpose(2, 0, 3, 1, 4)                       # (3, B, h, n, d_k) view
+    dqkv_heads[0], dqkv_heads[1], dqkv_heads[2] = dQ, dK, dV
+    dqkv = dqkv.reshape(B, n, 3 * d)                                 # (B, n, 3d) view
     dx, dW_qkv, db_qkv = linear_backward(dqkv, cache["qkv"])
     grads = {"W_Q": dW_qkv[:, :d], "W_K": dW_qkv[:, d:2 * d], "W_V": dW_qkv[:, 2 * d:],
              "b_Q": db_qkv[:d], "b_K": db_qkv[d:2 * d], "b_V": db_qkv[2 * d:],

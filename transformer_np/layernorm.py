@@ -40,8 +40,10 @@ def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
     xc = x - mu                                             # (..., d)
     var = np.mean(xc * xc, axis=-1, keepdims=True)          # (..., 1)
     rstd = 1.0 / np.sqrt(var + float(eps))                  # (..., 1)
-    xhat = xc * rstd                                        # (..., d)
-    y = xhat * gamma + beta
+    xhat = xc
+    xhat *= rstd                                            # (..., d) in place: xc is not needed again
+    y = xhat * gamma
+    y += beta
     return y, {"kind": "layernorm", "xhat": xhat, "rstd": rstd, "gamma": gamma}
 
 
@@ -57,5 +59,8 @@ def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     g = dy * gamma                                          # (..., d)
     mean_g = g.sum(axis=-1, keepdims=True) / d              # (..., 1)
     mean_gx = (g * xhat).sum(axis=-1, keepdims=True) / d    # (..., 1)
-    dx = rstd * (g - mean_g - xhat * mean_gx)
+    dx = g                                                  # reuse g's buffer (g is ours)
+    dx -= mean_g
+    dx -= xhat * mean_gx
+    dx *= rstd                                              # dx = r (g − mean(g) − x̂ mean(g x̂))
     return dx, dgamma, dbeta

@@ -21,7 +21,8 @@ __all__ = ["softmax_forward", "softmax_backward", "softmax"]
 
 def softmax(x: np.ndarray) -> np.ndarray:
     """Stable softmax over the last axis (no cache)."""
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    e = x - x.max(axis=-1, keepdims=True)                   # the one new array
+    np.exp(e, out=e)                                        # in place: no second temporary
     e /= e.sum(axis=-1, keepdims=True)
     return e
 
@@ -40,4 +41,6 @@ def softmax_backward(ds: np.ndarray, cache: dict) -> np.ndarray:
     check_cache(cache, "cache", "softmax")
     s = cache["s"]
     check_dout(ds, "ds", s.shape)
-    return s * (ds - (ds * s).sum(axis=-1, keepdims=True))
+    dx = ds - (ds * s).sum(axis=-1, keepdims=True)          # ds − ⟨ds, s⟩
+    dx *= s                                                 # in place: ⊙ s
+    return dx
