@@ -103,6 +103,7 @@ def test_layer_shapes_from_a_real_forward():
     assert shapes["scores QKᵀ/√d_k"] == (2, 3, 5, 5)
     assert shapes["· W_1 + b_1 → GELU"] == (2, 5, 40)
     assert shapes["· W_2 + b_2 → FFN"] == (2, 5, 12)
+    assert shapes["concat heads"] == (2, 5, 12)                      # h · d_k = d: W_O maps d → d
     # d stays constant through the layer: every residual is well-typed
     assert anatomy.layer_shapes(cfg, 2, 5)[-1][1] == (2, 5, 12)
 
@@ -294,3 +295,42 @@ def test_lesson_W1_is_the_transpose_of_ours():
     ours, _ = tnp.ffn_forward(z[None, None], ffn)
     lesson = W2_lesson @ tnp.gelu_forward(W1_lesson @ z + ffn["b_1"])[0] + ffn["b_2"]
     np.testing.assert_allclose(ours[0, 0], lesson, rtol=1e-12, atol=1e-14)
+
+
+def _silenced(cfg):
+    p = init_params(cfg, seed=0, init="xavier")
+    for ell in range(cfg.n_layers):
+        for k in ("attn.W_O", "attn.b_O", "ffn.W_2", "ffn.b_2"):
+            p[f"layers.{ell}.{k}"] = np.zeros_like(p[f"layers.{ell}.{k}"])
+    return p
+
+
+def test_a_layer_can_be_the_identity():
+    """FAQ: "each layer can learn to approximate an identity function (the residual path makes this
+    trivial)". Pre-LN: zero output projections give exactly the identity. Post-LN: the layer becomes
+    LN(LN(x)) — the identity only on inputs that are already normalised."""
+    x = np.random.default_rng(0).normal(size=(1, 5, 8)) * 3.0 + 1.0
+    pre = EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=32, norm_position="pre", final_layer_norm=False)
+    H, _ = tnp.encoder_forward(_silenced(pre), pre, inputs_embeds=x)
+    np.testing.assert_array_equal(H, x)
+    post = pre.replace(norm_position="post")
+    H, _ = tnp.encoder_forward(_silenced(post), post, inputs_embeds=x)
+    assert np.abs(H - x).max() > 1.0                                 # a raw input is not preserved
+    xn = (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)   # an LN-normalised input is
+    H, _ = tnp.encoder_forward(_silenced(post), post, inputs_embeds=xn)
+    np.testing.assert_allclose(H, xn, atol=1e-9)
+
+
+@pytest.mark.parametrize("init", ["bert", "xavier"])
+def test_no_residual_stack_collapses_tokens_rather_than_vanishing(init):
+    """FAQ: "removing residuals from normalized stacks reintroduces the vanishing-gradient problem at
+    depth". Measured at depth 24 (LayerNorm kept, skips removed): the gradient reaching H^(0) is not
+    small, but every token's representation has collapsed onto the same direction."""
+    gf = pytest.importorskip("transformer_np.gradflow", reason="gradflow (issue 5) not present")
+    dims = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n": 4, "batch": 2}
+    r = gf.measure("no-residual", 24, init, 0, **dims)
+    g = r["grad_norm_by_layer"]
+    assert g[0] / g[-1] > 0.5                                        # no vanishing …
+    assert r["token_cosine_by_layer"][-1] > 0.999                    # … but the tokens are one vector
+    pre = gf.measure("pre", 24, init, 0, **dims)
+    assert pre["token_cosine_by_layer"][-1] < 0.95

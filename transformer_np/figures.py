@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"--only must name one of {', '.join(m.split('.')[-1] for m in FIGURE_MODULES)}; "
                              f"got {', '.join(unknown)}")
-        modules = tuple(wanted)
+        modules = tuple(m for m in FIGURE_MODULES if m in wanted)     # always the canonical order
     try:
         done = generate(args.out, modules, timings=args.timings)
     except FigureError as e:
