@@ -46,7 +46,7 @@ from ._validate import check_int, describe
 __all__ = ["worked_example_layer1", "compare_norm_positions", "layer_shapes", "band_mask", "dependency_maps",
            "reach", "cls_attention", "cls_gradient_map", "pitfall_causal_mask", "pitfall_no_positional",
            "pitfall_pe_every_layer", "pitfall_residual_width", "pitfall_no_layernorm", "pitfall_dropout_at_eval",
-           "parameter_budget", "time_layer", "fit_complexity", "measure_complexity", "residual_only_forward",
+           "parameter_budget", "layer_activation_floats", "time_layer", "fit_complexity", "measure_complexity", "residual_only_forward",
            "save_figures", "demo_config", "demo_params"]
 
 # The article's H^(0) for "the", "cat", "sat".
@@ -421,6 +421,53 @@ def time_layer(config: EncoderConfig, batch: int, n: int, repeats: int = 3, seed
         encoder_layer_forward(x, p, cfg)
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def _arrays(tree):
+    if isinstance(tree, np.ndarray):
+        yield tree
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            if k != "W":                    # linear caches keep their weight (MHA: the fused [W_Q|W_K|W_V])
+                yield from _arrays(v)
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            yield from _arrays(v)
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):                            # views share their base's memory
+        a = a.base
+    return a
+
+
+def layer_activation_floats(config: EncoderConfig, batch: int, n: int) -> dict:
+    r"""Floats one layer's forward cache keeps for the backward (parameters — including the fused
+    [W_Q|W_K|W_V] copy — excluded, shared memory counted once), split into the n × n attention maps
+    and everything else (activations of O(n·d) and O(n·d_ff)).
+
+    Measured on a real float32 forward, not from a formula. Returns ``attention_maps`` (arrays whose
+    last two axes are (n, n): B·h·n² each), ``other`` and ``total``.
+    """
+    _check_config(config)
+    check_int(batch, "batch", minimum=1)
+    check_int(n, "n", minimum=2)
+    cfg = config.replace(n_layers=1, vocab_size=None, type_vocab_size=0, dropout=0.0, max_len=max(n, 1))
+    p = {k[len("layers.0."):]: np.zeros(s, dtype=np.float32)         # values are irrelevant to sizes
+         for k, s in param_shapes(cfg).items() if k.startswith("layers.0.")}
+    x = np.zeros((batch, n, cfg.d_model), dtype=np.float32)
+    _, cache = encoder_layer_forward(x, p, cfg)
+    params = {id(_owner(a)) for a in p.values()}
+    seen, out = set(), {"attention_maps": 0, "other": 0}
+    for a in _arrays(cache):
+        o = _owner(a)
+        if id(o) in seen or id(o) in params or o is x:
+            continue
+        seen.add(id(o))
+        key = "attention_maps" if o.ndim >= 2 and o.shape[-2:] == (n, n) else "other"
+        out[key] += int(o.size)
+    out["total"] = out["attention_maps"] + out["other"]
+    return out
 
 
 def fit_complexity(configs_n: list[tuple[EncoderConfig, int]], times: list[float]) -> dict:
