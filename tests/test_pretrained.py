@@ -329,3 +329,46 @@ def test_cli_bad_model(tmp_path, capsys):
     assert cli_main(["embed", "--model", str(tmp_path / "nope"), "hi"]) == 2
     err = capsys.readouterr().err
     assert "error" in err and "nope" in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- notebook helpers
+def test_measurement_helpers_on_hand_made_data():
+    # nearest-centroid LOO: two clean clusters → 1.0; identical twins across classes → 0.0
+    X = np.array([[1, 0.1], [1, -0.1], [1, 0.0], [-0.1, 1], [0.1, 1], [0, 1]])
+    assert P.nearest_centroid_loo_accuracy(X, [0, 0, 0, 1, 1, 1]) == 1.0
+    twins = np.array([[1.0, 0], [1.0, 0], [0, 1.0], [0, 1.0]])
+    assert P.nearest_centroid_loo_accuracy(twins, [0, 1, 0, 1]) == 0.0
+    # within/across cosine: orthogonal classes → within 1, across 0
+    V = np.array([[[1.0, 0], [2.0, 0], [0, 1.0], [0, 3.0]]])
+    r = P.sense_similarity_by_layer(V, ["a", "a", "b", "b"])
+    assert r["within"].tolist() == [1.0] and r["across"].tolist() == [0.0]
+    # attention distance: a pure previous-token head on words 1..3 ([CLS]=0, [SEP]=4 dropped)
+    A = np.zeros((1, 1, 5, 5))
+    for i in range(1, 5):
+        A[0, 0, i, i - 1] = 1.0
+    A[0, 0, 0, 0] = 1.0
+    d = P.mean_attention_distance([A], np.ones((1, 5), dtype=int))
+    # word 1 attends only to [CLS] (a sink: its mass is left out), words 2, 3 at distance 1
+    assert d.shape == (1, 1) and abs(d[0, 0] - 1.0) < 1e-12
+    A[0, 0, 3] = [0, 0.5, 0, 0, 0.5]          # half to word 1 (distance 2), half to [SEP] (left out)
+    d = P.mean_attention_distance([A], np.ones((1, 5), dtype=int))
+    assert abs(d[0, 0] - (1 * 1 + 0.5 * 2) / 1.5) < 1e-12
+    # pooling modes
+    H = np.arange(12, dtype=np.float64).reshape(1, 3, 4)
+    m = np.array([[1, 1, 0]])
+    np.testing.assert_array_equal(P.pool(H, m, "mean"), H[:, :2].mean(1))
+    np.testing.assert_array_equal(P.pool(H, m, "max"), H[:, 1])
+    np.testing.assert_array_equal(P.pool(H, m, "cls"), H[:, 0])
+    np.testing.assert_allclose(P.pool(H, m, "mean_sqrt_len"), H[:, :2].sum(1) / np.sqrt(2))
+
+
+def test_bank_vectors_and_labels(model):
+    S = P.BANK_SENTENCES["river"][:1] + P.BANK_SENTENCES["money"][:1]
+    V = P.word_vectors_by_layer(model, S, "bank")
+    assert V.shape == (8, 2, 384)
+    assert P.layer_labels(6) == ["E_tok", "H^(0)", "H^(1)", "H^(2)", "H^(3)", "H^(4)", "H^(5)", "H^(6)"]
+    np.testing.assert_array_equal(V[0, 0], model.params_as(np.float64)["embeddings.word"][model.tokenizer.vocab["bank"]])
+    with pytest.raises(ValueError, match="not a token of the sentence"):
+        P.word_vectors_by_layer(model, ["no such word here"], "bank")
+    with pytest.raises(ValueError, match="not a single piece"):
+        P.word_vectors_by_layer(model, ["x"], "antidisestablishmentarianism")

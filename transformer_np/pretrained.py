@@ -425,22 +425,21 @@ def nearest_centroid_loo_accuracy(X: np.ndarray, labels) -> float:
 
 
 def mean_attention_distance(attentions, attention_mask: np.ndarray) -> np.ndarray:
-    """Σ_j A_ij |i − j| averaged over real query tokens i, per layer and head, with
-    [CLS] and [SEP] left out as queries and keys (they act as attention "sinks").
-    attentions: N arrays (B, h, T, T) → (N, h)."""
+    """The average distance |i − j| travelled by the attention mass that goes from a real word
+    to a real word, per layer and head: Σ_ij A_ij |i − j| / Σ_ij A_ij over word positions i, j,
+    with [CLS] and [SEP] left out as queries and keys (they act as attention "sinks"; mass
+    sent to them has no meaningful distance). attentions: N arrays (B, h, T, T) → (N, h)."""
     m = np.asarray(attention_mask).astype(bool).copy()                    # (B, T)
     lengths = m.sum(1)
     m[:, 0] = False
     m[np.arange(len(m)), lengths - 1] = False                             # drop [CLS] and [SEP]
     T = m.shape[1]
     dist = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])           # (T, T)
+    pair = (m[:, :, None] & m[:, None, :])[:, None]                       # (B, 1, T, T) word → word
     out = []
     for A in attentions:
-        A = A * m[:, None, None, :]                                        # keys: real words only
-        A = A / np.maximum(A.sum(-1, keepdims=True), 1e-12)                # renormalise over them
-        d = (A * dist).sum(-1)                                             # (B, h, T)
-        w = m[:, None, :]
-        out.append((d * w).sum((0, 2)) / w.sum((0, 2)))                    # (h,)
+        Aw = A * pair                                                      # (B, h, T, T)
+        out.append((Aw * dist).sum((0, 2, 3)) / np.maximum(Aw.sum((0, 2, 3)), 1e-300))   # (h,)
     return np.stack(out)
 
 
