@@ -121,3 +121,16 @@ def test_ffn_cost_and_parameters_are_linear_in_d_ff():
     params = [count_parameters(c) for c in cfgs]
     assert ffn[2] - ffn[1] == ffn[1] - ffn[0] and ffn[0] == 4 * 32 * 64 * 128
     assert params[2] - params[1] == params[1] - params[0] == 128 * (2 * 64 + 1)
+
+
+def test_softmax_is_h_n2_work_not_n2d():
+    """Article: "plus the softmax and weighted sum over values, also O(n²d)". The weighted sum A·V is
+    2·B·n²·d FLOPs; the softmax touches B·h·n² scores — d_k times fewer than the QKᵀ product's n²·d."""
+    cfg = EncoderConfig(n_layers=1, d_model=32, n_heads=4, d_ff=128, dropout=0.0)
+    B, n = 2, 9
+    p = sub_params(init_params(cfg, seed=0), "layers.0.")
+    _, cache = encoder_layer_forward(np.zeros((B, n, 32)), p, cfg)
+    sm = [c for c in _walk(cache) if c.get("kind") == "softmax"]
+    assert len(sm) == 1 and sm[0]["s"].size == B * cfg.n_heads * n * n
+    assert layer_flops(cfg, B, n)["attention_scores"] == 2 * (2 * B * n * n * cfg.d_model)   # QKᵀ + AV
+    assert (B * n * n * cfg.d_model) // sm[0]["s"].size == cfg.d_k
