@@ -130,3 +130,15 @@ def test_wrong_rows_of_the_worked_example_are_errata(tables, claim_rows):
 def test_the_issue_topics_are_covered(claim_rows, topic, pattern):
     assert any(re.search(pattern, r[1]) or re.search(pattern, r[3]) for r in claim_rows), \
         f"no ledger row covers {topic}"
+
+
+def test_summary_counts_match_the_rows(claim_rows):
+    m = re.search(r"\*\*Summary:\*\* (\d+) claims checked \((\d+) from the article, (\d+) from the lesson\): "
+                  r"(\d+) hold, (\d+) are wrong, (\d+) hold with a qualification\.", LEDGER.read_text(encoding="utf-8"))
+    assert m, "the summary line is missing or reworded"
+    total, art, les, ok, wrong, qual = map(int, m.groups())
+    verdicts = [r[4] for r in claim_rows]
+    assert total == len(claim_rows)
+    assert art == sum(r[0].startswith("A") for r in claim_rows) and les == sum(r[0].startswith("L") for r in claim_rows)
+    assert (ok, wrong, qual) == (verdicts.count("holds"), verdicts.count("wrong"),
+                                 verdicts.count("holds with a qualification"))
