@@ -47,7 +47,9 @@ __all__ = ["worked_example_layer1", "compare_norm_positions", "layer_shapes", "b
            "reach", "cls_attention", "cls_gradient_map", "pitfall_causal_mask", "pitfall_no_positional",
            "pitfall_pe_every_layer", "pitfall_residual_width", "pitfall_no_layernorm", "pitfall_dropout_at_eval",
            "parameter_budget", "layer_activation_floats", "time_layer", "fit_complexity", "measure_complexity", "residual_only_forward",
-           "save_figures", "demo_config", "demo_params"]
+           "save_figures", "demo_config", "demo_params", "figure2_maps", "draw_wiring", "draw_norm_comparison",
+           "draw_layer_dataflow", "draw_dependency_maps", "draw_cls", "draw_no_layernorm", "draw_param_budget",
+           "draw_complexity_model", "draw_complexity_measured"]
 
 # The article's H^(0) for "the", "cat", "sat".
 CAT_SAT_TOKENS = ("the", "cat", "sat")
