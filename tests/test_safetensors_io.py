@@ -157,6 +157,9 @@ def test_header_level_corruption():
     nan = b'{"a":{"dtype":"F32","shape":[NaN],"data_offsets":[0,0]}}'
     with pytest.raises(ValueError, match="not valid JSON"):
         loads_safetensors(struct.pack("<Q", len(nan)) + nan)
+    deep = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(ValueError, match="header"):
+        loads_safetensors(struct.pack("<Q", len(deep)) + deep)
     bad_bool = {"f": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}}
     with pytest.raises(ValueError, match="tensor 'f'.*BOOL"):
         loads_safetensors(_file(bad_bool, b"\x01\x05"))

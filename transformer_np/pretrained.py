@@ -46,6 +46,7 @@ import numpy as np
 from ._validate import FLOAT_DTYPES, as_int_array, check_int, describe
 from .config import EncoderConfig
 from .encoder import encoder_forward
+from .interop import config_from_hf_dict, params_from_hf_state_dict
 from .safetensors_io import SAFETENSORS_DTYPES, load_safetensors, read_safetensors_header
 from .tokenizer import WordPieceTokenizer
 
@@ -121,8 +122,6 @@ def _sentence_transformers_setup(folder: Path) -> tuple[str, bool, int | None]:
 
 def _load_weights(folder: Path, config: EncoderConfig) -> dict[str, np.ndarray]:
     """model.safetensors → our params (float32, or float64 if the file is all float64)."""
-    from .interop import params_from_hf_state_dict
-
     path = folder / "model.safetensors"
     if not path.is_file():
         extra = " (pytorch_model.bin is pickle, which is never read)" if (folder / "pytorch_model.bin").exists() else ""
@@ -306,17 +305,13 @@ def load_pretrained(path_or_name) -> PretrainedEncoder:
     safetensors file, missing/unexpected/misshapen tensors; ImportError with the pip
     command when the packaged model is not installed.
     """
-    from .interop import config_from_hf_dict
-
     folder = model_folder(path_or_name)
     hf = _read_json(folder / "config.json")
     config = config_from_hf_dict(hf)
     params = _load_weights(folder, config)
     mode, normalize, st_max = _sentence_transformers_setup(folder)
-    max_seq = st_max if st_max is not None else None
     tok = WordPieceTokenizer.from_folder(folder)
-    if max_seq is None:
-        max_seq = min(tok.max_length, config.max_len)
+    max_seq = st_max if st_max is not None else min(tok.max_length, config.max_len)
     if max_seq > config.max_len:
         raise ValueError(f"max_seq_length {max_seq} exceeds the model's max_position_embeddings {config.max_len}")
     tok.max_length = max_seq

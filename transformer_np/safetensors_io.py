@@ -126,6 +126,8 @@ def _parse_header(raw: bytes, data_len: int, where: str) -> tuple[dict, dict]:
         header = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
     except ValueError as e:  # json.JSONDecodeError is a ValueError
         raise ValueError(f"{where}: the header is not valid JSON ({e})") from None
+    except RecursionError:   # e.g. {"a": [[[[… nested thousands deep
+        raise ValueError(f"{where}: the header is nested too deeply to be a safetensors header") from None
     if not isinstance(header, dict):
         raise ValueError(f"{where}: the header must be a JSON object, got {type(header).__name__}")
     metadata = header.pop("__metadata__", None)
