@@ -189,6 +189,17 @@ def test_truncation_matches_sentence_transformers(model, st_model):
     np.testing.assert_array_equal(ours["input_ids"], ref["input_ids"].numpy())
 
 
+def test_other_truncation_lengths_match_autotokenizer(model):
+    _, transformers = _torch_transformers()
+    ref = transformers.AutoTokenizer.from_pretrained(str(model.folder))
+    texts = [LONG, "short one", "bank " * 600]
+    for n in (128, 512):
+        r = ref(texts, padding=True, truncation=True, max_length=n, return_tensors="np")
+        np.testing.assert_array_equal(model.tokenize(texts, max_length=n)["input_ids"], r["input_ids"])
+    with pytest.raises(ValueError, match="max_length"):
+        model.tokenize("x", max_length=513)
+
+
 def test_bank_is_contextual(model):
     """The article's claim, measured: same static row, different H^(N)."""
     s = ["the river bank was muddy .", "the savings bank was closed ."]

@@ -230,10 +230,14 @@ class PretrainedEncoder:
             self._by_dtype[dt] = {k: v.astype(dt) for k, v in self.params.items()}
         return self._by_dtype[dt]
 
-    def tokenize(self, sentences) -> dict[str, np.ndarray]:
+    def tokenize(self, sentences, max_length: int | None = None) -> dict[str, np.ndarray]:
         """``{"input_ids", "attention_mask", "token_type_ids"}``: int64 arrays (B, T), right-padded
-        to the longest sentence, truncated at ``max_seq_length``."""
-        return self.tokenizer(_check_sentences(sentences), max_length=self.max_seq_length)
+        to the longest sentence, truncated at ``max_seq_length`` (or at ``max_length`` tokens,
+        [CLS] and [SEP] included, when given — e.g. 128 to mimic tokenizer.json's built-in limit)."""
+        if max_length is not None:
+            check_int(max_length, "max_length", minimum=2, maximum=self.config.max_len)
+        return self.tokenizer(_check_sentences(sentences),
+                              max_length=self.max_seq_length if max_length is None else max_length)
 
     def _check_batch(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if not isinstance(batch, dict) or "input_ids" not in batch:
