@@ -47,7 +47,7 @@ from ._validate import FLOAT_DTYPES, as_int_array, check_int, describe
 from .config import EncoderConfig
 from .encoder import encoder_forward
 from .interop import config_from_hf_dict, params_from_hf_state_dict
-from .safetensors_io import SAFETENSORS_DTYPES, load_safetensors, read_safetensors_header
+from .safetensors_io import load_safetensors, read_safetensors_header
 from .tokenizer import WordPieceTokenizer
 
 __all__ = ["load_pretrained", "PretrainedEncoder", "model_folder", "pool", "l2_normalize",
