@@ -71,6 +71,8 @@ def as_int_array(x: Any, name: str, ndim: int | None = None) -> np.ndarray:
         raise TypeError(f"{name} must have an integer dtype, got dtype {x.dtype}")
     if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {x.shape}")
+    if x.dtype.kind == "u" and x.size and x.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} has values too large for an index, got {int(x.max())}")
     return x.astype(np.int64, copy=False)
 
 

@@ -55,8 +55,22 @@ def _scatter_cls(dcls: np.ndarray, shape) -> np.ndarray:
     return dH
 
 
+def _check_head(H: np.ndarray, W, b, square: bool = False) -> None:
+    """The head's W must read H's width d: (d, C), and b must be (C,)."""
+    as_float_array(H, "H", ndim=3, finite=False)
+    as_float_array(W, "W", ndim=2, dtype=H.dtype, finite=False)
+    as_float_array(b, "b", ndim=1, dtype=H.dtype, finite=False)
+    d = H.shape[-1]
+    if W.shape[0] != d or (square and W.shape[1] != d):
+        want = f"({d}, {d})" if square else f"({d}, C)"
+        raise ValueError(f"W must have shape {want} to read H of width d = {d}, got shape {W.shape}")
+    if b.shape != (W.shape[1],):
+        raise ValueError(f"b must have shape ({W.shape[1]},) to match W {W.shape}, got shape {b.shape}")
+
+
 def cls_classifier_forward(H: np.ndarray, W: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, dict]:
     """logits = H[:, 0] W + b: a linear classifier on the [CLS] position. W (d, C), b (C,)."""
+    _check_head(H, W, b)
     logits, lc = linear_forward(_cls(H), W, b)                       # (B, C)
     return logits, {"kind": "cls_classifier", "lin": lc, "shape": H.shape}
 
@@ -70,6 +84,7 @@ def cls_classifier_backward(dlogits: np.ndarray, cache: dict) -> tuple[np.ndarra
 
 def pooler_forward(H: np.ndarray, W: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, dict]:
     """BERT's pooler: tanh(H[:, 0] W + b), (B, d)."""
+    _check_head(H, W, b, square=True)
     z, lc = linear_forward(_cls(H), W, b)
     t = np.tanh(z)
     return t, {"kind": "pooler", "lin": lc, "t": t, "shape": H.shape}
@@ -86,7 +101,7 @@ def pooler_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarr
 
 def tagger_forward(H: np.ndarray, W: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, dict]:
     """Per-token logits H W + b: (B, n, d) → (B, n, C)."""
-    as_float_array(H, "H", ndim=3, finite=False)
+    _check_head(H, W, b)
     logits, lc = linear_forward(H, W, b)
     return logits, {"kind": "tagger", "lin": lc}
 

@@ -23,7 +23,7 @@ __all__ = ["cross_entropy_forward", "cross_entropy_backward"]
 def cross_entropy_forward(logits: np.ndarray, labels: np.ndarray, ignore_index: int = -100
                           ) -> tuple[float, dict]:
     """Mean cross-entropy over non-ignored positions. logits (..., C), labels (...)."""
-    as_float_array(logits, "logits", finite=False)
+    as_float_array(logits, "logits")  # NaN/inf logits would give a NaN loss: refuse them here
     labels = as_int_array(labels, "labels")
     check_int(ignore_index, "ignore_index")
     if logits.ndim < 1 or labels.shape != logits.shape[:-1]:
@@ -51,7 +51,11 @@ def cross_entropy_backward(dloss: float = 1.0, cache: dict | None = None) -> np.
     if isinstance(dloss, np.ndarray):
         if dloss.size != 1:
             raise ValueError(f"dloss must be a scalar, got shape {dloss.shape}")
-        dloss = float(dloss)
+        dloss = float(dloss.reshape(()))
+    if isinstance(dloss, bool) or not isinstance(dloss, (int, float, np.integer, np.floating)):
+        raise TypeError(f"dloss must be a number (the upstream gradient of the scalar loss), got {dloss!r}")
+    if not np.isfinite(dloss):
+        raise ValueError(f"dloss must be finite, got {dloss}")
     logits, labels, keep, K = cache["logits"], cache["labels"], cache["keep"], cache["K"]
     if K == 0:
         return np.zeros_like(logits)
