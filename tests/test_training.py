@@ -255,3 +255,17 @@ def test_cli_resume_and_bad_input(tmp_path, capsys):
     assert "layers" in capsys.readouterr().err
     assert cli_main(["train", "--resume", "--out", str(tmp_path / "none")]) == 2
     assert "checkpoint" in capsys.readouterr().err
+
+
+def test_save_figures_is_deterministic(tmp_path):
+    pytest.importorskip("matplotlib", reason="figures need matplotlib (pip install matplotlib)")
+    from transformer_np.train import STABILITY_JSON, save_figures
+
+    first = save_figures(tmp_path / "a")
+    second = save_figures(tmp_path / "b")
+    names = sorted(p.split("/")[-1] for p in first)
+    assert "training_loss_curve.png" in names
+    if STABILITY_JSON.is_file():                                     # a source checkout ships the stored run
+        assert "training_stability.png" in names and "training_layer_grad_norms.png" in names
+    for a, b in zip(sorted(first), sorted(second)):
+        assert open(a, "rb").read() == open(b, "rb").read()

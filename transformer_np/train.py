@@ -36,12 +36,15 @@ from .tasks import TASKS, Task, accuracy, get_task, init_model, model_backward, 
 
 __all__ = ["RunConfig", "TrainState", "build", "train_step", "evaluate", "train", "layer_grad_norms",
            "save_checkpoint", "load_checkpoint", "save_loss_curve", "plot_loss_curve", "save_figures",
+           "stability_grid", "run_stability", "run_stability_one", "stability_table", "plot_stability",
+           "plot_layer_grad_norms",
            "add_arguments", "run"]
 
 SCHEDULES = ("constant", "linear", "cosine")
 CHECKPOINT = "checkpoint.npz"
 CURVE_JSON = "loss_curve.json"
 CURVE_PNG = "loss_curve.png"
+STABILITY_JSON = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "training_stability.json"
 
 
 @dataclass(frozen=True)
@@ -156,21 +159,32 @@ def layer_grad_norms(grads: dict, n_layers: int) -> list[float]:
     return [math.sqrt(s) for s in sq]
 
 
+def _finite_or_none(fn):
+    """Run ``fn()``; None when the core refuses non-finite values (a diverged run), warnings muted."""
+    try:
+        with np.errstate(all="ignore"):   # a diverging run overflows; the caller records it
+            return fn()
+    except ValueError as e:
+        if "finite" not in str(e):
+            raise
+        return None
+
+
+def _loss_and_grads(state: TrainState, batch: dict, drng) -> tuple[float, dict | None]:
+    out = _finite_or_none(lambda: model_forward(state.params, state.model_config, state.task, batch,
+                                                training=True, rng=drng))
+    if out is None or not math.isfinite(out[0]):
+        return float("nan") if out is None else float(out[0]), None
+    return out[0], _finite_or_none(lambda: model_backward(out[1]))
+
+
 def train_step(state: TrainState) -> float:
     """One optimisation step on batch ``state.step``; returns the training loss (before the update)."""
     cfg, t = state.cfg, state.step
     batch = state.task.make_batch(np.random.default_rng([cfg.seed, 2, t]), cfg.batch_size)
     drng = np.random.default_rng([cfg.seed, 3, t]) if cfg.dropout > 0 else None
     h = state.history
-    with np.errstate(all="ignore"):      # a diverging run overflows; it is detected below, not warned about
-        loss, cache = model_forward(state.params, state.model_config, state.task, batch, training=True, rng=drng)
-    grads = None
-    if math.isfinite(loss):
-        try:
-            grads = model_backward(cache)
-        except ValueError as e:           # the core refuses non-finite upstream gradients: overflow
-            if "finite" not in str(e):
-                raise
+    loss, grads = _loss_and_grads(state, batch, drng)
     if grads is None:                     # diverged: log the step, do not update
         h["step"].append(t)
         h["loss"].append(float(loss))
@@ -198,10 +212,11 @@ def evaluate(state: TrainState) -> tuple[float, float]:
     """Mean loss and accuracy over the fixed held-out batches (no dropout)."""
     losses, accs = [], []
     for batch in state.eval_batches:
-        with np.errstate(all="ignore"):
-            loss, cache = model_forward(state.params, state.model_config, state.task, batch)
-        losses.append(loss)
-        accs.append(accuracy(cache["logits"], batch["labels"]))
+        out = _finite_or_none(lambda: model_forward(state.params, state.model_config, state.task, batch))
+        if out is None:
+            return float("nan"), float("nan")
+        losses.append(out[0])
+        accs.append(accuracy(out[1]["logits"], batch["labels"]))
     return float(np.mean(losses)), float(np.mean(accs))
 
 
@@ -312,40 +327,54 @@ def save_loss_curve(path: str | Path, state: TrainState) -> None:
         json.dump({"config": state.cfg.to_dict(), **state.history}, f, indent=1)
 
 
-def plot_loss_curve(history: dict, path: str | Path, title: str = "") -> str | None:
-    """Training loss (and eval loss) against step as a PNG; None (with a message) without matplotlib."""
+def _figure(figsize):
+    """A matplotlib Figure that does not touch pyplot's global state or backend (None if not installed)."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
-        print("matplotlib is not installed: skipping the PNG (pip install matplotlib)", file=sys.stderr)
+        print("matplotlib is not installed: skipping the figure (pip install matplotlib)", file=sys.stderr)
         return None
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    return Figure(figsize=figsize, dpi=100)
+
+
+def _save(fig, path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})       # no version/timestamp: byte-stable PNGs
+    return str(path)
+
+
+def plot_loss_curve(history: dict, path: str | Path | None = None, title: str = ""):
+    """Training loss per step (and eval loss) as a Figure; saved as PNG when ``path`` is given
+    (then the path is returned). None, with a message, when matplotlib is missing."""
+    fig = _figure((6, 3.6))
+    if fig is None:
+        return None
+    ax = fig.add_subplot()
     ax.plot(history["step"], history["loss"], lw=0.8, label="train (per batch)")
     if history["eval"]["step"]:
         ax.plot(history["eval"]["step"], history["eval"]["loss"], "o-", ms=3, label="eval")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
-    return str(path)
+    return _save(fig, path) if path is not None else fig
 
 
 def save_figures(outdir: str | Path = "figures") -> list[str]:
-    """figures/training_stability.png from the stored full run (docs/data/training_stability.json),
-    and figures/training_loss_curve.png from a short live run (deterministic)."""
+    """figures/training_stability*.png and training_layer_grad_norms.png from the stored full run
+    (notebooks/data/training_stability.json, when present) and figures/training_loss_curve.png from
+    a short live run (deterministic)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     written = []
-    stored = Path(__file__).resolve().parents[1] / "docs" / "data" / "training_stability.json"
-    if stored.is_file():
-        p = plot_stability(json.loads(stored.read_text()), outdir / "training_stability.png")
-        if p:
-            written.append(p)
+    stored = STABILITY_JSON
+    if stored.is_file():                      # a source checkout: the stored full run of the experiment
+        results = json.loads(stored.read_text())["runs"]
+        for p in (plot_stability(results, outdir / "training_stability.png", layers=12, lr=1e-3),
+                  plot_stability(results, outdir / "training_stability_lr1e-2.png", layers=12, lr=1e-2),
+                  plot_layer_grad_norms(results, outdir / "training_layer_grad_norms.png", layers=12, lr=1e-2)):
+            if p:
+                written.append(p)
     state = train(RunConfig(task="sort", layers=2, d_model=32, steps=150, warmup=20, lr=3e-3, seed=0,
                             eval_every=25))
     p = plot_loss_curve(state.history, outdir / "training_loss_curve.png",
@@ -425,10 +454,11 @@ STABILITY_BASE = dict(task="sort", d_model=64, heads=4, batch_size=16, eval_ever
 def stability_grid(full: bool = True) -> list[dict]:
     """The runs of the warm-up experiment, as RunConfig keyword dicts (sort task, d = 64, Adam, fixed lr).
 
-    full=True (the stored run, ~5,000 12-layer-step equivalents):
+    full=True (the stored run, ~5,500 12-layer-step equivalents):
       A. N = 12, lr = 1e-3: {post, pre} × {warm-up 0, 100} × seeds {0, 1}, 300 steps;
-      B. N = 12, lr ∈ {3e-3, 1e-2}: {post, pre} × {0, 100}, seed 0 (1e-2 also seed 1), 200 steps;
-      C. N ∈ {2, 6}, lr = 1e-2, Post-LN: warm-up {0, 100}, seed 0, 200 steps.
+      B. N = 12, {post, pre} × {0, 100}: lr = 3e-3 seed 0, 150 steps; lr = 1e-2 seeds {0, 1}, 200 steps;
+      C. N ∈ {2, 6}, lr = 1e-2, Post-LN: warm-up {0, 100} × seeds {0, 1}, 200 steps;
+      D. N = 12, lr = 1e-2, Post-LN, a long warm-up (300 steps of 400), seed 0.
     full=False (the notebook's live check): N = 12, lr = 1e-2, {post, pre} × {0, 100}, seed 0, 60 steps,
       warm-up 30 — enough to see whether an unwarmed Post-LN stack stalls.
     """
@@ -443,15 +473,18 @@ def stability_grid(full: bool = True) -> list[dict]:
         for norm in ("post", "pre"):
             for warmup in (0, 100):
                 runs.append(dict(STABILITY_BASE, layers=12, lr=1e-3, norm=norm, warmup=warmup, seed=seed, steps=300))
-    for lr, seeds in ((3e-3, (0,)), (1e-2, (0, 1))):
+    for lr, seeds, steps in ((3e-3, (0,), 150), (1e-2, (0, 1), 200)):
         for seed in seeds:
             for norm in ("post", "pre"):
                 for warmup in (0, 100):
                     runs.append(dict(STABILITY_BASE, layers=12, lr=lr, norm=norm, warmup=warmup, seed=seed,
-                                     steps=200))
+                                     steps=steps))
     for layers in (2, 6):
-        for warmup in (0, 100):
-            runs.append(dict(STABILITY_BASE, layers=layers, lr=1e-2, norm="post", warmup=warmup, seed=0, steps=200))
+        for seed in (0, 1):
+            for warmup in (0, 100):
+                runs.append(dict(STABILITY_BASE, layers=layers, lr=1e-2, norm="post", warmup=warmup, seed=seed,
+                                 steps=200))
+    runs.append(dict(STABILITY_BASE, layers=12, lr=1e-2, norm="post", warmup=300, seed=0, steps=400))
     return runs
 
 
@@ -497,44 +530,64 @@ def stability_table(results: list[dict]) -> list[dict]:
     return list(rows.values())
 
 
-def plot_stability(results: list[dict], path: str | Path, layers: int = 12, lr: float = 1e-3,
-                   title: str = "") -> str | None:
+_COLORS = {("post", False): "tab:red", ("post", True): "tab:orange", ("pre", False): "tab:blue",
+           ("pre", True): "tab:cyan"}
+
+
+def _label(c: dict) -> str:
+    return f"{c['norm']}-LN, " + (f"warm-up {c['warmup']}" if c["warmup"] else "no warm-up")
+
+
+def plot_stability(results: list[dict], path: str | Path | None = None, layers: int = 12, lr: float = 1e-3,
+                   warmups=(0, 100)):
     """Loss curves (left) and per-layer gradient norms at step 0 (right) of the runs with the given
-    depth and lr: Post-LN vs Pre-LN, with/without warm-up, every seed."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: skipping the figure (pip install matplotlib)", file=sys.stderr)
+    depth, lr and warm-up lengths — Post-LN vs Pre-LN, with/without warm-up, every seed. Returns the
+    Figure (or the path when saved; None without matplotlib)."""
+    fig = _figure((11, 3.8))
+    if fig is None:
         return None
-    sel = [r for r in results if r["config"]["layers"] == layers and r["config"]["lr"] == lr]
-    colors = {("post", False): "tab:red", ("post", True): "tab:orange", ("pre", False): "tab:blue",
-              ("pre", True): "tab:cyan"}
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8), dpi=100)
-    seen = set()
+    ax1, ax2 = fig.subplots(1, 2)
+    sel = [r for r in results if r["config"]["layers"] == layers and r["config"]["lr"] == lr
+           and r["config"]["warmup"] in warmups]
+    seen, seen_norm = set(), set()
     for r in sel:
         c = r["config"]
         key = (c["norm"], c["warmup"] > 0)
-        label = f"{c['norm']}-LN, " + (f"warm-up {c['warmup']}" if c["warmup"] else "no warm-up")
         loss = np.array([np.nan if x is None else x for x in r["loss"]])
-        ax1.plot(np.arange(loss.size), loss, color=colors[key], lw=0.7, alpha=0.8,
-                 label=None if key in seen else label)
-        if key not in seen and r["layer_grad_norms"]:
-            ax2.semilogy(np.arange(1, layers + 1), r["layer_grad_norms"][0], "o-", color=colors[key],
-                         ms=3, label=f"{c['norm']}-LN (seed {c['seed']})")
+        ax1.plot(np.arange(loss.size), loss, color=_COLORS[key], lw=0.7, alpha=0.8,
+                 label=None if key in seen else _label(c))
         seen.add(key)
+        if c["norm"] not in seen_norm and r["layer_grad_norms"]:    # step 0 is the same with or without warm-up
+            ax2.semilogy(np.arange(1, layers + 1), r["layer_grad_norms"][0], "o-", color=_COLORS[(c["norm"], False)],
+                         ms=3, label=f"{c['norm']}-LN (seed {c['seed']})")
+            seen_norm.add(c["norm"])
     ax1.set_xlabel("step")
     ax1.set_ylabel("training cross-entropy")
-    ax1.set_title(f"{layers} layers, d = 64, Adam lr {lr:g}")
+    ax1.set_title(f"sort task, {layers} layers, d = 64, Adam lr {lr:g}")
     ax1.legend(fontsize=8)
     ax2.set_xlabel("layer ℓ")
     ax2.set_ylabel("‖∂L/∂θ_ℓ‖ at step 0")
     ax2.set_title("per-layer gradient norm at initialisation")
     ax2.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
-    return str(path)
+    return _save(fig, path) if path is not None else fig
+
+
+def plot_layer_grad_norms(results: list[dict], path: str | Path | None = None, layers: int = 12,
+                          lr: float = 1e-2, seed: int = 0, steps=(0, 5, 10, 19)):
+    """‖∂L/∂θ_ℓ‖ against layer ℓ at a few early steps, one panel per (norm, warm-up) condition."""
+    sel = [r for r in results if r["config"]["layers"] == layers and r["config"]["lr"] == lr
+           and r["config"]["seed"] == seed and r["config"]["warmup"] in (0, 100)]
+    fig = _figure((3.0 * max(1, len(sel)), 3.2))
+    if fig is None:
+        return None
+    axes = np.atleast_1d(fig.subplots(1, max(1, len(sel)), sharey=True))
+    for ax, r in zip(axes, sel):
+        g = r["layer_grad_norms"]
+        for t in steps:
+            if t < len(g) and all(x is not None for x in g[t]):
+                ax.semilogy(np.arange(1, layers + 1), g[t], "o-", ms=2, label=f"step {t}")
+        ax.set_title(_label(r["config"]), fontsize=9)
+        ax.set_xlabel("layer ℓ")
+    axes[0].set_ylabel(f"‖∂L/∂θ_ℓ‖  (lr {lr:g})")
+    axes[0].legend(fontsize=7)
+    return _save(fig, path) if path is not None else fig
