@@ -161,7 +161,7 @@ def test_measure_memory_reports_both_sides_on_a_tiny_shape():
     mem = bench.measure_memory((2, 8, 16, 2, 32), "float32", threads=1)
     assert mem["numpy_rss_bytes"] >= 0 and mem["torch_rss_bytes"] >= 0
     assert mem["numpy_tracemalloc_bytes"] > 0          # at least the gradients are allocated
-    assert "ru_maxrss" in mem["method"]
+    assert "VmHWM" in mem["method"]
 
 
 # ----------------------------------------------------------------------------- complexity fit

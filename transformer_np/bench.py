@@ -24,12 +24,14 @@ this machine's measured matmul peak: the best of a few large square ``np.matmul`
 the same dtype and thread count.
 
 Memory: the peak of one forward+backward, each side in a fresh Python process that imports
-the same modules and builds the same inputs first. Measured as the growth of the process's
-peak resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) across the one call,
-so parameters and inputs (allocated before) are excluded and the gradients (alive at the
-end) are included — the same rule for both sides. A third process traces NumPy's own
-allocations with :mod:`tracemalloc` (NumPy reports its buffers to it) as a cross-check;
-torch has no equivalent hook, so RSS growth is the like-for-like number.
+the same modules, builds the same inputs and runs one warm-up call first (Linux only). Measured as the growth of the
+process's resident set size across the one call: free heap memory is handed back to the OS
+first (``malloc_trim``), the high-water mark is reset (``/proc/self/clear_refs`` ← 5), and the
+result is ``VmHWM`` after the call minus ``VmRSS`` before it. So parameters and inputs
+(allocated before) are excluded and the gradients (alive at the end) are included — the same
+rule for both sides (torch's CPU tensors come from the same malloc). A third process traces
+NumPy's own allocations with :mod:`tracemalloc` (NumPy reports its buffers to it) as a
+cross-check; torch has no equivalent hook, so RSS growth is the like-for-like number.
 """
 
 from __future__ import annotations
@@ -211,23 +213,32 @@ def _cpu_model() -> str:
 
 # ----------------------------------------------------------------------------- memory
 _CHILD = r"""
-import gc, json, resource, sys, numpy as np, torch
+import ctypes, gc, json, sys, numpy as np, torch
 from transformer_np.bench import build_pair
 side, dims, dtype, threads = sys.argv[1], tuple(json.loads(sys.argv[2])), sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(threads)
 np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd")
 np.ones((64, 64)) @ np.ones((64, 64)); torch.ones(64, 64) @ torch.ones(64, 64)   # start both thread pools
+
+def status(key):   # VmRSS / VmHWM of /proc/self/status, in bytes
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return 1024 * int(line.split()[1])
+
+(np_call if side.startswith("numpy") else torch_call)()   # warm-up: one-time inits (autograd engine) excluded
 gc.collect()
+ctypes.CDLL("libc.so.6").malloc_trim(0)        # hand freed heap back to the OS: the peak must be new pages
 if side == "numpy-tracemalloc":
     import tracemalloc
     tracemalloc.start()
     out = np_call()
     print(json.dumps({"peak_bytes": tracemalloc.get_traced_memory()[1]}))
 else:
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")                             # reset the high-water mark VmHWM to the current RSS
+    before = status("VmRSS")
     out = np_call() if side == "numpy" else torch_call()
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_bytes": 1024 * (after - before)}))   # ru_maxrss is in KiB on Linux
+    print(json.dumps({"peak_bytes": status("VmHWM") - before}))
 """
 
 
@@ -245,8 +256,9 @@ def measure_memory(dims, dtype: str, threads: int) -> dict:
     return {"numpy_rss_bytes": out["numpy"], "torch_rss_bytes": out["torch"],
             "numpy_tracemalloc_bytes": out["numpy-tracemalloc"],
             "ratio_vs_torch": out["numpy"] / out["torch"] if out["torch"] else None,
-            "method": "growth of ru_maxrss across one fwd+bwd in a fresh process per side; "
-                      "tracemalloc peak of NumPy's allocations as a cross-check"}
+            "method": "VmHWM after minus VmRSS before one fwd+bwd, in a fresh process per side, after "
+                      "malloc_trim(0) and a high-water-mark reset (clear_refs 5); tracemalloc peak of "
+                      "NumPy's allocations as a cross-check"}
 
 
 def cache_report(dims, dtype: str) -> dict:
