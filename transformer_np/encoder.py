@@ -229,6 +229,7 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
     """
     check_cache(cache, "cache", "encoder")
     config: EncoderConfig = cache["config"]
+    check_bool(return_hidden_grads, "return_hidden_grads")
     dH = check_dout(dH, "dH", cache["out_shape"])
     if dH.dtype != cache["dtype"]:
         raise TypeError(f"dH must have the forward's dtype {cache['dtype']}, got {dH.dtype}")
