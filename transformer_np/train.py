@@ -1,4 +1,6 @@
-r"""Train a small encoder in NumPy: ``python -m transformer_np train --task sort --layers 2 …``.
+r"""Train a small encoder in NumPy (AdamW, warm-up, a synthetic task or masked language modelling), with checkpoints.
+
+``python -m transformer_np train --task sort --layers 2 --norm post --lr 1e-3 --warmup 50 --steps 500 --out runs/a``
 
 The loop, per step t = 0, 1, …, S − 1:
     batch_t   = task.make_batch(default_rng([seed, 2, t]))          data depends only on (seed, t)
