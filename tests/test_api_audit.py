@@ -130,3 +130,51 @@ def test_pretrained_errors(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="config.json"):
         pretrained.load_pretrained(str(tmp_path))
+
+
+# ---------------------------------------------------------------- optimisers
+def test_optimiser_errors():
+    from transformer_np import optim
+
+    p = {"w": np.zeros((2, 2)), "b": np.zeros(2)}
+    with pytest.raises(TypeError, match="params"):
+        optim.AdamW([np.zeros(2)], lr=1e-3)
+    with pytest.raises(ValueError, match="lr"):
+        optim.AdamW(p, lr=-1)
+    with pytest.raises(ValueError, match="betas"):
+        optim.AdamW(p, lr=1e-3, betas=(1.0, 0.9))
+    with pytest.raises(ValueError, match="weight_decay"):
+        optim.AdamW(p, lr=1e-3, weight_decay=-1)
+    opt = optim.AdamW(p, lr=1e-3)
+    with pytest.raises(ValueError, match=r"grads\['w'\]"):
+        opt.step({"w": np.zeros(3)})
+    with pytest.raises(ValueError, match="zz"):
+        opt.step({"zz": np.zeros(3)})
+    before = p["w"].copy()
+    with pytest.raises(ValueError, match=r"grads\['w'\].*NaN"):
+        opt.step({"w": np.full((2, 2), np.nan)})
+    np.testing.assert_array_equal(p["w"], before)          # nothing was updated
+    with pytest.raises(ValueError, match="max_norm"):
+        optim.clip_grad_norm({"w": np.ones(2)}, 0)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        optim.WarmupLinearSchedule(1e-3, -1, 10)
+    with pytest.raises(ValueError, match="step"):
+        optim.WarmupLinearSchedule(1e-3, 1, 10)(-1)
+
+
+# ---------------------------------------------------------------- the CLI: one line, exit status 2
+@pytest.mark.parametrize("argv", [
+    ["train", "--layers", "0"], ["train", "--task", "nope"], ["trace", "--precision", "-3"],
+    ["gradflow", "--depth", "0"], ["gradflow", "--variant", "pre", "--depth", "4", "--probe-layer", "5"],
+    ["embed", "--model", "/nonexistent", "x"], ["figures", "--out", "/proc/not-writable"],
+    ["gradcheck", "--max-coords", "0"], ["bench", "--shape", "nope"],
+])
+def test_cli_errors_are_one_line_with_status_2(argv):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "transformer_np", *argv], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2, (argv, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "error" in lines[0] and "Traceback" not in r.stderr, r.stderr

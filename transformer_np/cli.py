@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError) as e:
         print(f"transformer-np {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except ImportError as e:
+    except (ImportError, OSError) as e:  # a missing optional package, an unwritable --out
         print(f"transformer-np {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -78,6 +78,7 @@ class WarmupLinearSchedule:
         return max(0.0, (T - step) / max(1, T - w))
 
     def __call__(self, step: int) -> float:
+        check_int(step, "step", minimum=0)
         return self.peak_lr * self.factor(step)
 
     def to_dict(self) -> dict:
@@ -123,6 +124,7 @@ class InverseSqrtSchedule:
         self.peak_lr, self.warmup_steps = float(peak_lr), warmup_steps
 
     def __call__(self, step: int) -> float:
+        check_int(step, "step", minimum=0)
         s, w = step + 1, self.warmup_steps
         return self.peak_lr * min(s / w, math.sqrt(w / s))
 
@@ -215,6 +217,10 @@ class _Optimizer:
             if g.shape != self.params[k].shape:
                 raise ValueError(f"grads[{k!r}] must have the parameter's shape {self.params[k].shape}, "
                                  f"got shape {g.shape}")
+            if not np.all(np.isfinite(g)):
+                # one NaN would silently poison the parameter and its Adam moments forever
+                raise ValueError(f"grads[{k!r}] contains NaN/inf values: refusing to update (the run has "
+                                 f"diverged; lower the lr, add warm-up or clip gradients)")
 
     def step(self, grads: dict) -> float:
         """One update of every parameter that has a gradient; returns the lr used."""

@@ -177,7 +177,10 @@ def _loss_and_grads(state: TrainState, batch: dict, drng) -> tuple[float, dict |
                                                 training=True, rng=drng))
     if out is None or not math.isfinite(out[0]):
         return float("nan") if out is None else float(out[0]), None
-    return out[0], _finite_or_none(lambda: model_backward(out[1]))
+    grads = _finite_or_none(lambda: model_backward(out[1]))
+    if grads is not None and not all(np.all(np.isfinite(g)) for g in grads.values()):
+        return out[0], None               # finite loss, overflowing gradients: diverged as well
+    return out[0], grads
 
 
 def train_step(state: TrainState) -> float:
