@@ -190,3 +190,21 @@ def test_complexity_figure_from_stored_measurements(tmp_path):
     first = open(paths[0], "rb").read()
     cx.save_figures(str(tmp_path))
     assert open(paths[0], "rb").read() == first               # deterministic bytes
+
+
+def test_float32_layer_stays_float32_everywhere():
+    """No float64 scalar or constant upcasts a float32 computation (NumPy 2, NEP 50): every
+    cached array and every gradient of a float32 layer is float32."""
+    cfg = EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
+    p = sub_params(init_params(cfg, seed=0, dtype=np.float32), "layers.0.")
+    x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    out, cache = encoder_layer_forward(x, p, cfg)
+    assert out.dtype == np.float32
+    arrays = []
+    from transformer_np.memory import _walk
+    _walk(cache, "", arrays)
+    assert arrays and all(a.dtype == np.float32 for _, a in arrays), \
+        [(path, a.dtype) for path, a in arrays if a.dtype != np.float32]
+    from transformer_np.encoder import encoder_layer_backward
+    dx, grads = encoder_layer_backward(np.ones_like(out), cache)
+    assert dx.dtype == np.float32 and all(g.dtype == np.float32 for g in grads.values())
