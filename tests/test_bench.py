@@ -208,3 +208,14 @@ def test_float32_layer_stays_float32_everywhere():
     from transformer_np.encoder import encoder_layer_backward
     dx, grads = encoder_layer_backward(np.ones_like(out), cache)
     assert dx.dtype == np.float32 and all(g.dtype == np.float32 for g in grads.values())
+
+
+def test_torch_saved_bytes_counts_activations_like_our_cache():
+    """torch's saved tensors for one forward: at least the GELU input and output (B, n, d_ff)
+    each; the same order of magnitude as our cache, which also keeps A (B, h, n, n)."""
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    dims = (2, 8, 16, 2, 32)
+    saved = bench.torch_saved_nbytes(dims, "float32")
+    assert saved >= 2 * 2 * 8 * 32 * 4
+    ours = bench.cache_report(dims, "float32")["total"]
+    assert saved / 2 < ours < saved * 2

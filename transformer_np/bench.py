@@ -51,7 +51,7 @@ import numpy as np
 from .flops import layer_flops
 
 __all__ = ["SHAPES", "DTYPES", "MODES", "build_pair", "interleaved", "matmul_peak", "machine_info",
-           "run_benchmark", "measure_memory", "format_table", "minilm_throughput", "add_arguments", "run"]
+           "run_benchmark", "measure_memory", "torch_saved_nbytes", "cache_report", "format_table", "minilm_throughput", "add_arguments", "run"]
 
 #: name -> (batch B, sequence length n, d_model, heads h, d_ff)
 SHAPES = {
@@ -242,6 +242,29 @@ else:
 """
 
 
+def torch_saved_nbytes(dims, dtype: str) -> int:
+    """Bytes of the tensors torch's autograd saves for backward in one forward of the layer
+    (distinct storages, read with ``saved_tensors_hooks``; parameters excluded) — torch's
+    counterpart of our cache."""
+    torch = _import_torch()
+    B, n, d, h, f = dims
+    layer = torch.nn.TransformerEncoderLayer(d, h, f, dropout=0.0, activation="gelu", batch_first=True,
+                                             dtype={"float32": torch.float32, "float64": torch.float64}[dtype])
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    seen: dict = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    x = torch.zeros((B, n, d), dtype=layer.linear1.weight.dtype, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x)
+    return int(sum(seen.values()))
+
+
 def measure_memory(dims, dtype: str, threads: int) -> dict:
     """Peak memory of one fwd+bwd, each side in a fresh process (see the module docstring)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -311,7 +334,10 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
             for dtype in dtypes:
                 key = f"{name}/{dtype}"
                 mem[key] = measure_memory(dims, dtype, threads)
-                mem[key]["numpy_cache_bytes"] = cache_report(dims, dtype)["total"]
+                cache = cache_report(dims, dtype)
+                mem[key]["numpy_cache_bytes"] = cache["total"]
+                mem[key]["numpy_cache_bytes_by_sublayer"] = cache["groups"]
+                mem[key]["torch_saved_bytes"] = torch_saved_nbytes(dims, dtype)
                 if log:
                     log(f"memory {key}: numpy {mem[key]['numpy_rss_bytes'] / 2**20:.1f} MiB, "
                         f"torch {mem[key]['torch_rss_bytes'] / 2**20:.1f} MiB")
@@ -367,12 +393,13 @@ def format_table(doc: dict) -> str:
                      f"{r['torch_gflops']:.1f} |")
     if doc.get("memory"):
         lines += ["", "| shape/dtype | NumPy peak (RSS growth) | torch peak (RSS growth) | NumPy/torch | "
-                      "NumPy tracemalloc peak | NumPy cache |", "|---|---:|---:|---:|---:|---:|"]
+                      "NumPy tracemalloc peak | NumPy cache | torch saved tensors |", "|---|---:|---:|---:|---:|---:|---:|"]
         for key, m in doc["memory"].items():
             ratio = "n/a" if m["ratio_vs_torch"] is None else f"{m['ratio_vs_torch']:.2f}×"
             lines.append(f"| {key} | {m['numpy_rss_bytes'] / 2**20:.1f} MiB | {m['torch_rss_bytes'] / 2**20:.1f} MiB "
                          f"| {ratio} | {m['numpy_tracemalloc_bytes'] / 2**20:.1f} MiB | "
-                         f"{m['numpy_cache_bytes'] / 2**20:.1f} MiB |")
+                         f"{m['numpy_cache_bytes'] / 2**20:.1f} MiB | "
+                         f"{m.get('torch_saved_bytes', float('nan')) / 2**20:.1f} MiB |")
     mach = doc["machine"]
     lines += ["", f"Measured {mach['date']} on {mach['cpu']} ({mach['cpu_count']} cores), {mach['threads']} threads "
                   f"each side ({mach['threads_source']}), NumPy {mach['numpy']}, torch {mach['torch']}, "
