@@ -119,3 +119,28 @@ def test_gelu_extreme_inputs():
         assert _all_finite(a, c["grad"])
         np.testing.assert_allclose(a[-1], 1e4)
         assert abs(a[0]) < 1e-300 or a[0] == 0
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_overflow_is_a_clear_error_not_a_silent_nan(norm):
+    """float32 cannot hold the squares of 1e30: the forward says so, naming the layer."""
+    cfg = tnp.EncoderConfig(n_layers=2, d_model=8, n_heads=2, d_ff=16, norm_position=norm, dropout=0.0)
+    params = tnp.init_params(cfg, seed=0, dtype=np.float32, std=1.0)
+    x = (1e30 * np.random.default_rng(0).standard_normal((1, 3, 8))).astype(np.float32)
+    # post-LN overflows in the attention scores of layer 1 (the stack names the layer); pre-LN in the
+    # variance of its first LayerNorm (which would otherwise return y = β: finite and wrong)
+    with pytest.raises(ValueError, match=r"overflowed float32 in layer \d.*not finite|variance of x is not finite"):
+        tnp.encoder_forward(params, cfg, inputs_embeds=x)
+    # the same input in float64 is fine
+    H, _ = tnp.encoder_forward({k: v.astype(np.float64) for k, v in params.items()}, cfg,
+                               inputs_embeds=x.astype(np.float64))
+    assert np.all(np.isfinite(H))
+
+
+def test_backward_overflow_is_a_clear_error():
+    cfg = tnp.EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
+    params = tnp.init_params(cfg, seed=0, dtype=np.float32, std=1.0)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8)).astype(np.float32)
+    H, cache = tnp.encoder_forward(params, cfg, inputs_embeds=x)
+    with pytest.raises(ValueError, match="backward pass overflowed float32.*not finite"):
+        tnp.encoder_backward(np.full(H.shape, 3e38, dtype=np.float32), cache)

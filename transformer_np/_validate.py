@@ -43,10 +43,23 @@ def as_float_array(x: Any, name: str, ndim: int | Sequence[int] | None = None,
         if x.ndim not in allowed:
             want = " or ".join(str(a) for a in allowed)
             raise ValueError(f"{name} must have {want} dimensions, got shape {x.shape}")
-    if finite and not np.all(np.isfinite(x)):
+    if finite and not all_finite(x):
         bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
         raise ValueError(f"{name} must contain only finite values, got {bad} NaN/inf entries")
     return x
+
+
+def all_finite(x: np.ndarray) -> bool:
+    """True when no entry is NaN or ±inf.
+
+    Fast path: NaN and inf propagate through a sum (inf − inf = NaN), so a finite sum proves
+    every entry finite in one read-only pass; only a sum that overflows (huge but finite
+    entries) or is non-finite needs the elementwise check.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.sum(x)):
+            return True
+    return bool(np.all(np.isfinite(x)))
 
 
 def check_shape(x: np.ndarray, name: str, shape: Sequence[int | None]) -> None:
@@ -131,9 +144,13 @@ def check_cache(cache: Any, name: str, kind: str) -> dict:
     return cache
 
 
-def check_dout(dout: Any, name: str, like: tuple[int, ...], dtype: np.dtype | None = None) -> np.ndarray:
-    """Upstream gradients must match the forward output's shape exactly: no broadcasting."""
-    x = as_float_array(dout, name)
+def check_dout(dout: Any, name: str, like: tuple[int, ...], finite: bool = False) -> np.ndarray:
+    """Upstream gradients must match the forward output's shape exactly: no broadcasting.
+
+    Finiteness is checked where the gradient enters from outside (``finite=True``, e.g. the
+    stack's dH); inside the stack each op would otherwise re-scan every intermediate
+    gradient, and an overflow there is reported once, by the stack, with its cause."""
+    x = as_float_array(dout, name, finite=finite)
     if x.shape != tuple(like):
         raise ValueError(f"{name} must have the shape of the forward output {tuple(like)}, "
                          f"got shape {x.shape}")

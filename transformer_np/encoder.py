@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import (as_float_array, as_int_array, check_bool, check_cache, check_dout,
+from ._validate import (all_finite, as_float_array, as_int_array, check_bool, check_cache, check_dout,
                         check_rng, describe)
 from .attention import mha_backward, mha_forward
 from .config import EncoderConfig
@@ -204,18 +204,33 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
         as_float_array(extra_mask, "extra_mask", dtype=dtype, finite=False)
         mask = combine_masks(mask, extra_mask)
     hidden, attns, layer_caches = [H], [], []
-    for layer in range(config.n_layers):
-        p = sub_params(params, layer_prefix(config, layer))
-        H, lc = encoder_layer_forward(H, p, config, mask, training, rng)          # (B, n, d)
-        hidden.append(H)
-        attns.append(lc["attn"]["attn"]["weights"])                                # (B, h, n, n)
-        layer_caches.append(lc)
-    if config.use_final_layer_norm:
-        H, cache["final_ln"] = layernorm_forward(H, params["final_ln.gamma"], params["final_ln.beta"],
-                                                 config.layer_norm_eps)
+    # Overflow is detected once, after the stack, and reported as an error (below) rather than
+    # as a stream of RuntimeWarnings followed by a NaN output.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for layer in range(config.n_layers):
+            p = sub_params(params, layer_prefix(config, layer))
+            H, lc = encoder_layer_forward(H, p, config, mask, training, rng)      # (B, n, d)
+            hidden.append(H)
+            attns.append(lc["attn"]["attn"]["weights"])                            # (B, h, n, n)
+            layer_caches.append(lc)
+        if config.use_final_layer_norm:
+            H, cache["final_ln"] = layernorm_forward(H, params["final_ln.gamma"], params["final_ln.beta"],
+                                                     config.layer_norm_eps)
+    if not all_finite(H):
+        _raise_overflow("forward", hidden, dtype)
     cache.update(layers=layer_caches, hidden_states=hidden, attentions=attns, out_shape=H.shape,
                  dtype=dtype)
     return H, cache
+
+
+def _raise_overflow(where: str, hidden: list, dtype) -> None:
+    """Name the first layer whose output stopped being finite (the input was checked finite)."""
+    first = next((i for i, h in enumerate(hidden) if not all_finite(h)), len(hidden))
+    at = f"in layer {first}" if first < len(hidden) else "in the final LayerNorm"
+    scale = float(np.max(np.abs(hidden[0])))
+    raise ValueError(f"the {where} pass overflowed {dtype} {at}: its output is not finite although the input "
+                     f"was (max |H^(0)| = {scale:.3g}); the input or weight scale is too large for this dtype "
+                     f"(rescale inputs_embeds / the weights, or use float64)")
 
 
 def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = False):
@@ -230,24 +245,30 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
     check_cache(cache, "cache", "encoder")
     config: EncoderConfig = cache["config"]
     check_bool(return_hidden_grads, "return_hidden_grads")
-    dH = check_dout(dH, "dH", cache["out_shape"])
+    dH = check_dout(dH, "dH", cache["out_shape"], finite=True)
     if dH.dtype != cache["dtype"]:
         raise TypeError(f"dH must have the forward's dtype {cache['dtype']}, got {dH.dtype}")
     grads: dict = {}
-    if "final_ln" in cache:
-        dH, grads["final_ln.gamma"], grads["final_ln.beta"] = layernorm_backward(dH, cache["final_ln"])
-    dhidden = [dH]
-    for layer in reversed(range(config.n_layers)):
-        dH, g = encoder_layer_backward(dH, cache["layers"][layer])
-        prefix = layer_prefix(config, layer)
-        for k, v in g.items():
-            key = prefix + k
-            grads[key] = grads[key] + v if key in grads else v      # shared layers: sum over depth
-        dhidden.append(dH)
-    dhidden.reverse()
-    if cache["from_ids"]:
-        de = dropout_backward(dH, cache["emb_drop"])
-        grads.update(_prefixed("embeddings.", embeddings_backward(de, cache["embeddings"])))
-    else:
-        grads["inputs_embeds"] = dH
+    with np.errstate(over="ignore", invalid="ignore"):
+        if "final_ln" in cache:
+            dH, grads["final_ln.gamma"], grads["final_ln.beta"] = layernorm_backward(dH, cache["final_ln"])
+        dhidden = [dH]
+        for layer in reversed(range(config.n_layers)):
+            dH, g = encoder_layer_backward(dH, cache["layers"][layer])
+            prefix = layer_prefix(config, layer)
+            for k, v in g.items():
+                key = prefix + k
+                grads[key] = grads[key] + v if key in grads else v  # shared layers: sum over depth
+            dhidden.append(dH)
+        dhidden.reverse()
+        if cache["from_ids"]:
+            de = dropout_backward(dH, cache["emb_drop"])
+            grads.update(_prefixed("embeddings.", embeddings_backward(de, cache["embeddings"])))
+        else:
+            grads["inputs_embeds"] = dH
+    bad = [k for k, g in grads.items() if not all_finite(g)]
+    if bad:
+        raise ValueError(f"the backward pass overflowed {cache['dtype']}: the gradients of {bad[:4]} are not "
+                         f"finite although dH was; the upstream gradient or the activations are too large "
+                         f"for this dtype (scale dH down, or use float64)")
     return (grads, dhidden) if return_hidden_grads else grads

@@ -39,6 +39,12 @@ def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
     mu = x.mean(axis=-1, keepdims=True)                     # (..., 1)
     xc = x - mu                                             # (..., d)
     var = np.mean(xc * xc, axis=-1, keepdims=True)          # (..., 1)
+    if not np.all(np.isfinite(var)):
+        # (x − μ)² overflowed (or x held NaN/inf): r would be 0 and y = β — finite, silently wrong.
+        # The check costs one pass over the (..., 1) variances only.
+        raise ValueError(f"layernorm: the variance of x is not finite ({x.dtype} overflow: |x − mean| "
+                         f"reaches {float(np.nanmax(np.abs(np.where(np.isfinite(xc), xc, 0)))):.3g}, whose "
+                         f"square exceeds {x.dtype}'s range); rescale x or use float64")
     rstd = 1.0 / np.sqrt(var + float(eps))                  # (..., 1)
     xhat = xc
     xhat *= rstd                                            # (..., d) in place: xc is not needed again
