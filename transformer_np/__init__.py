@@ -32,6 +32,7 @@ from .linear import linear_backward, linear_forward
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .masks import causal_mask, combine_masks, padding_mask
 from .params import init_params, param_shapes, validate_params
+from .pretrained import load_pretrained
 from .residual import residual_backward, residual_forward
 from .softmax import softmax, softmax_backward, softmax_forward
 
