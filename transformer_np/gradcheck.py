@@ -35,6 +35,7 @@ import numpy as np
 
 from . import activations as act
 from .attention import attention_backward, attention_forward, mha_backward, mha_forward
+from ._validate import check_int
 from .config import EncoderConfig
 from .dropout import dropout_backward, dropout_forward
 from .embeddings import embedding_backward, embedding_forward, embeddings_backward, embeddings_forward
@@ -326,6 +327,8 @@ def _cases(seed: int):
 
 def run_all(seed: int = 0, max_coords: int = 24) -> list[CheckResult]:
     """Run every check of the suite (float64); returns one result per case."""
+    check_int(seed, "seed", minimum=0)
+    check_int(max_coords, "max_coords", minimum=1)
     return [check_op(name, run, back, arrays, seed=seed + i, max_coords=max_coords)
             for i, (name, run, back, arrays) in enumerate(_cases(seed))]
 

@@ -72,6 +72,8 @@ def basic_normalize(text: str, lowercase: bool = True, strip_accents: bool | Non
                     clean_text: bool = True, handle_chinese_chars: bool = True) -> str:
     """BERT's normaliser (step 2 of the module docstring). ``strip_accents=None`` follows
     ``lowercase``, as in BERT."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     if clean_text:
         text = "".join(" " if _is_whitespace(c) else c for c in text
                        if not (c == "\x00" or c == "\ufffd" or _is_control(c)))
@@ -86,6 +88,8 @@ def basic_normalize(text: str, lowercase: bool = True, strip_accents: bool | Non
 
 def pre_tokenize(text: str) -> list[str]:
     """Split normalised text into words: on whitespace, and around every punctuation mark."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     words, cur = [], []
     for c in text:
         if _is_whitespace(c):
@@ -111,6 +115,10 @@ def wordpiece(word: str, vocab: dict[str, int], unk_token: str = "[UNK]", prefix
     Returns ``[unk_token]`` when the word is longer than ``max_chars`` or some position
     has no matching piece (BERT discards partial matches for the whole word).
     """
+    if not isinstance(word, str):
+        raise TypeError(f"word must be a str, got {type(word).__name__}")
+    if not isinstance(vocab, dict):
+        raise TypeError(f"vocab must be a dict of piece -> id, got {type(vocab).__name__}")
     if len(word) > max_chars:
         return [unk_token]
     pieces, start = [], 0
