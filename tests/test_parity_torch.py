@@ -159,8 +159,15 @@ def test_eval_fast_path_zeros_padded_positions():
     config, params = from_torch(enc)
     x, am = inputs(True)
     H, _ = encoder_forward(params, config, inputs_embeds=x, attention_mask=am)
-    with torch.no_grad():
-        out_t, _ = run_torch(enc, x, am, True)
+    # the fast path is a global torch switch (the benchmark turns it off to time the eager
+    # layer): make sure it is on here, and leave it as we found it
+    was_enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(True)
+    try:
+        with torch.no_grad():
+            out_t, _ = run_torch(enc, x, am, True)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(was_enabled)
     real = am.astype(bool)
     assert nrel(H[real], out_t[real]) <= TOL64
     assert np.all(out_t[~real] == 0.0)                    # the fast path's zeros …
