@@ -30,6 +30,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+from helpers import nrel  # noqa: E402
 import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
@@ -47,13 +48,6 @@ VOCAB, PAD = 30, 0
 B, N_POS = 3, 7
 
 
-def nrel(ours, ref) -> float:
-    ours = np.asarray(ours, dtype=np.float64)
-    ref = np.asarray(ref.detach().numpy() if hasattr(ref, "detach") else ref, dtype=np.float64)
-    assert ours.shape == ref.shape, (ours.shape, ref.shape)
-    den = np.linalg.norm(ref)
-    assert den > 0, "reference is exactly zero: the relative error is undefined"
-    return float(np.linalg.norm(ours - ref) / den)
 
 
 def bert_config(hidden_act="gelu", **kw):

@@ -9,6 +9,7 @@ and every gradient); ≤ 1e-5 for float32 outputs.
 from __future__ import annotations
 
 import numpy as np
+from helpers import nrel
 import pytest
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
@@ -23,14 +24,6 @@ TOL = {np.float64: 1e-10, np.float32: 1e-5}
 TORCH_DTYPE = {np.float64: torch.float64, np.float32: torch.float32}
 
 
-def nrel(ours, ref) -> float:
-    """‖ours − ref‖ / ‖ref‖ (Frobenius), in float64."""
-    ours = np.asarray(ours, dtype=np.float64)
-    ref = np.asarray(ref.detach().numpy() if hasattr(ref, "detach") else ref, dtype=np.float64)
-    assert ours.shape == ref.shape, (ours.shape, ref.shape)
-    den = np.linalg.norm(ref)
-    assert den > 0, "reference is exactly zero: the relative error is undefined"
-    return float(np.linalg.norm(ours - ref) / den)
 
 
 def leaf(a: np.ndarray) -> "torch.Tensor":

@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from helpers import nrel
 import pytest
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
@@ -33,13 +34,6 @@ TOL64, TOL32 = 1e-10, 1e-5
 B, N_POS, D, N_HEADS, D_FF, EPS = 3, 5, 8, 2, 16, 1e-6
 
 
-def nrel(ours, ref) -> float:
-    ours = np.asarray(ours, dtype=np.float64)
-    ref = np.asarray(ref.detach().numpy() if hasattr(ref, "detach") else ref, dtype=np.float64)
-    assert ours.shape == ref.shape, (ours.shape, ref.shape)
-    den = np.linalg.norm(ref)
-    assert den > 0, "reference is exactly zero: the relative error is undefined"
-    return float(np.linalg.norm(ours - ref) / den)
 
 
 def randomise_(module, seed: int) -> None:

@@ -121,6 +121,17 @@ def check_choice(x: Any, name: str, choices: Iterable[Any]) -> None:
         raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}; got {x!r}")
 
 
+def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """``dtype`` must name float32 or float64; returns it as a ``np.dtype``."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{name} must be float32 or float64, got {dtype!r}") from e
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float32 or float64, got {dt}")
+    return dt
+
+
 def check_bool(x: Any, name: str) -> None:
     if not isinstance(x, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool, got {describe(x)}")

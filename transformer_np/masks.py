@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import FLOAT_DTYPES, as_int_array, check_int, describe
+from ._validate import as_int_array, check_float_dtype, check_int, describe
 
 __all__ = ["padding_mask", "causal_mask", "combine_masks", "mask_value", "validate_attention_mask"]
 
@@ -26,16 +26,6 @@ __all__ = ["padding_mask", "causal_mask", "combine_masks", "mask_value", "valida
 def mask_value(dtype) -> float:
     """The additive value used for a masked position: the dtype's most negative finite number."""
     return float(np.finfo(dtype).min)
-
-
-def _check_dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError as e:
-        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from e
-    if dt not in FLOAT_DTYPES:
-        raise TypeError(f"dtype must be float32 or float64, got {dt}")
-    return dt
 
 
 def validate_attention_mask(attention_mask, batch_shape: tuple[int, int] | None = None,
@@ -65,7 +55,7 @@ def padding_mask(attention_mask: np.ndarray, dtype=np.float64) -> np.ndarray:
     The two singleton axes broadcast over heads and query positions: a padding key is
     hidden from every query in every head.
     """
-    dt = _check_dtype(dtype)
+    dt = check_float_dtype(dtype)
     m = validate_attention_mask(attention_mask)
     add = np.where(m == 1, 0.0, mask_value(dt)).astype(dt)   # (B, n)
     return add[:, None, None, :]                             # (B, 1, 1, n)
@@ -74,7 +64,7 @@ def padding_mask(attention_mask: np.ndarray, dtype=np.float64) -> np.ndarray:
 def causal_mask(n: int, dtype=np.float64) -> np.ndarray:
     """(n, n) additive mask with the "future" (j > i) hidden: a decoder's mask, for contrast."""
     check_int(n, "n", minimum=1)
-    dt = _check_dtype(dtype)
+    dt = check_float_dtype(dtype)
     future = np.triu(np.ones((n, n), dtype=bool), k=1)       # (n, n)
     return np.where(future, mask_value(dt), 0.0).astype(dt)
 

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ._validate import FLOAT_DTYPES, check_choice, check_int, describe
+from ._validate import FLOAT_DTYPES, check_choice, check_float_dtype, check_int, describe
 from .attention import MHA_PARAM_NAMES
 from .config import EncoderConfig
 from .feedforward import FFN_PARAM_NAMES
@@ -78,16 +78,6 @@ def param_shapes(config: EncoderConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _check_dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError as e:
-        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from e
-    if dt not in FLOAT_DTYPES:
-        raise TypeError(f"dtype must be float32 or float64, got {dt}")
-    return dt
-
-
 def init_params(config: EncoderConfig, seed: int = 0, dtype=np.float64, init: str = "bert",
                 std: float = 0.02) -> dict[str, np.ndarray]:
     """Deterministic initial parameters.
@@ -104,7 +94,7 @@ def init_params(config: EncoderConfig, seed: int = 0, dtype=np.float64, init: st
     if not isinstance(config, EncoderConfig):
         raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
     check_int(seed, "seed", minimum=0)
-    dt = _check_dtype(dtype)
+    dt = check_float_dtype(dtype)
     check_choice(init, "init", INITS)
     if not (isinstance(std, (int, float)) and std > 0):
         raise ValueError(f"std must be a positive number, got {std!r}")
