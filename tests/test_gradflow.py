@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from transformer_np import EncoderConfig, encoder_backward, encoder_forward
+from transformer_np import encoder_backward, encoder_forward
 from transformer_np import gradflow as gf
 from transformer_np.cli import main
 

@@ -10,7 +10,6 @@ Example counts are bounded so the file runs in well under a minute.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

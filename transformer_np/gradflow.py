@@ -40,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._validate import check_choice, check_int, describe
+from ._validate import check_choice, check_int
 from .attention import mha_backward, mha_forward
 from .config import EncoderConfig
 from .dropout import dropout_backward

@@ -60,7 +60,7 @@ import numpy as np
 
 from ._validate import FLOAT_DTYPES, describe
 from .config import EncoderConfig
-from .params import OPTIONAL_PARAMS, param_shapes
+from .params import param_shapes
 
 __all__ = ["config_from_hf_dict", "hf_dict_from_config", "params_from_hf_state_dict",
            "hf_state_dict_from_params", "params_from_torch_state_dict", "torch_state_dict_from_params",
