@@ -159,7 +159,7 @@ def test_bench_bad_arguments_exit_2():
 def test_measure_memory_reports_both_sides_on_a_tiny_shape():
     pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
     mem = bench.measure_memory((2, 8, 16, 2, 32), "float32", threads=1)
-    assert mem["numpy_rss_bytes"] >= 0 and mem["torch_rss_bytes"] >= 0
+    assert mem["numpy_rss_bytes"] >= 0 and mem["torch_rss_bytes"] >= 0 and mem["numpy_default_rss_bytes"] >= 0
     assert mem["numpy_tracemalloc_bytes"] > 0          # at least the gradients are allocated
     assert "VmHWM" in mem["method"]
 

@@ -137,21 +137,27 @@ def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = 
     return out, {"kind": "mha", "n_heads": n_heads, "qkv": qkv_cache, "attn": attn_cache, "o": o_cache}
 
 
-def mha_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, dict]:
-    """Returns ``(dx, grads)`` with grads keyed W_Q, b_Q, …, b_O (same shapes as the params)."""
+def mha_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
+    """Returns ``(dx, grads)`` with grads keyed W_Q, b_Q, …, b_O (same shapes as the params).
+
+    ``free_cache=True`` removes each op's entry from ``cache`` as it is used (the context,
+    then Q, K, V and A), so they are released before the input projection's backward.
+    """
     check_cache(cache, "cache", "mha")
-    dctx, dW_O, db_O = linear_backward(dout, cache["o"])             # (B, n, d)
+    take = cache.pop if free_cache else cache.__getitem__
+    dctx, dW_O, db_O = linear_backward(dout, take("o"))              # (B, n, d)
     B, n, d = dctx.shape
     h = cache["n_heads"]
     dO = split_heads(dctx, h)                                        # (B, h, n, d_k)
-    dQ, dK, dV = attention_backward(dO, cache["attn"])               # each (B, h, n, d_k)
+    dQ, dK, dV = attention_backward(dO, take("attn"))                # each (B, h, n, d_k)
     # Write the three head gradients straight into the (B, n, 3, h, d_k) layout of qkv
     # (one copy, instead of np.stack followed by a transposing reshape: two).
     dqkv = np.empty((B, n, 3, h, d // h), dtype=dctx.dtype)          # (B, n, 3, h, d_k)
     dqkv_heads = dqkv.transpose(2, 0, 3, 1, 4)                       # (3, B, h, n, d_k) view
     dqkv_heads[0], dqkv_heads[1], dqkv_heads[2] = dQ, dK, dV
+    del dctx, dO, dQ, dK, dV                                         # copied into dqkv: release them
     dqkv = dqkv.reshape(B, n, 3 * d)                                 # (B, n, 3d) view
-    dx, dW_qkv, db_qkv = linear_backward(dqkv, cache["qkv"])
+    dx, dW_qkv, db_qkv = linear_backward(dqkv, take("qkv"))
     grads = {"W_Q": dW_qkv[:, :d], "W_K": dW_qkv[:, d:2 * d], "W_V": dW_qkv[:, 2 * d:],
              "b_Q": db_qkv[:d], "b_K": db_qkv[d:2 * d], "b_V": db_qkv[2 * d:],
              "W_O": dW_O, "b_O": db_O}

@@ -32,6 +32,10 @@ result is ``VmHWM`` after the call minus ``VmRSS`` before it. So parameters and 
 rule for both sides (torch's CPU tensors come from the same malloc). A third process traces
 NumPy's own allocations with :mod:`tracemalloc` (NumPy reports its buffers to it) as a
 cross-check; torch has no equivalent hook, so RSS growth is the like-for-like number.
+The NumPy side runs its backward with ``free_cache=True`` (each sublayer's cache entries are
+released as soon as their backward step is done, as autograd frees saved tensors); the
+default backward, which keeps the whole cache alive until the caller drops it, is measured
+too (``numpy_default_rss_bytes``). The timed ``fwd+bwd`` rows use the default backward.
 """
 
 from __future__ import annotations
@@ -100,8 +104,10 @@ def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int, int]]:
 
 
 # ----------------------------------------------------------------------------- the two sides
-def build_pair(dims, dtype: str, mode: str, seed: int = 0) -> tuple[Callable, Callable, object]:
-    """``(numpy_call, torch_call, config)`` running one layer in ``mode`` on identical weights/inputs."""
+def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = False
+               ) -> tuple[Callable, Callable, object]:
+    """``(numpy_call, torch_call, config)`` running one layer in ``mode`` on identical weights/inputs
+    (``free_cache`` is passed to the NumPy backward)."""
     torch = _import_torch()
     from .encoder import encoder_layer_backward, encoder_layer_forward
     from .interop import from_torch
@@ -135,7 +141,7 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0) -> tuple[Callable, Ca
 
         def np_call():
             _, cache = encoder_layer_forward(x, p, config)
-            return encoder_layer_backward(dy, cache)
+            return encoder_layer_backward(dy, cache, free_cache=free_cache)
 
         def torch_call():
             layer.zero_grad(set_to_none=True)
@@ -217,7 +223,7 @@ import ctypes, gc, json, sys, numpy as np, torch
 from transformer_np.bench import build_pair
 side, dims, dtype, threads = sys.argv[1], tuple(json.loads(sys.argv[2])), sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(threads)
-np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd")
+np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd", free_cache=(side != "numpy-default"))
 np.ones((64, 64)) @ np.ones((64, 64)); torch.ones(64, 64) @ torch.ones(64, 64)   # start both thread pools
 
 def status(key):   # VmRSS / VmHWM of /proc/self/status, in bytes
@@ -237,7 +243,7 @@ else:
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")                             # reset the high-water mark VmHWM to the current RSS
     before = status("VmRSS")
-    out = np_call() if side == "numpy" else torch_call()
+    out = torch_call() if side == "torch" else np_call()
     print(json.dumps({"peak_bytes": status("VmHWM") - before}))
 """
 
@@ -270,7 +276,7 @@ def measure_memory(dims, dtype: str, threads: int) -> dict:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     out = {}
-    for side in ("numpy", "torch", "numpy-tracemalloc"):
+    for side in ("numpy", "torch", "numpy-tracemalloc", "numpy-default"):
         proc = subprocess.run([sys.executable, "-c", _CHILD, side, json.dumps(list(dims)), dtype, str(threads)],
                               capture_output=True, text=True, env=env, timeout=600)
         if proc.returncode != 0:
@@ -278,9 +284,11 @@ def measure_memory(dims, dtype: str, threads: int) -> dict:
         out[side] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_bytes"]
     return {"numpy_rss_bytes": out["numpy"], "torch_rss_bytes": out["torch"],
             "numpy_tracemalloc_bytes": out["numpy-tracemalloc"],
+            "numpy_default_rss_bytes": out["numpy-default"],
             "ratio_vs_torch": out["numpy"] / out["torch"] if out["torch"] else None,
             "method": "VmHWM after minus VmRSS before one fwd+bwd, in a fresh process per side, after "
-                      "malloc_trim(0) and a high-water-mark reset (clear_refs 5); tracemalloc peak of "
+                      "malloc_trim(0) and a high-water-mark reset (clear_refs 5); NumPy backward with "
+                      "free_cache=True (numpy_default_rss_bytes: the default backward); tracemalloc peak of "
                       "NumPy's allocations as a cross-check"}
 
 
@@ -392,12 +400,14 @@ def format_table(doc: dict) -> str:
                      f"{r['ratio_vs_torch']:.2f}× | {r['gflops']:.1f} | {100 * r['peak_fraction']:.0f}% | "
                      f"{r['torch_gflops']:.1f} |")
     if doc.get("memory"):
-        lines += ["", "| shape/dtype | NumPy peak (RSS growth) | torch peak (RSS growth) | NumPy/torch | "
-                      "NumPy tracemalloc peak | NumPy cache | torch saved tensors |", "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", "| shape/dtype | NumPy peak (RSS growth, free_cache) | torch peak (RSS growth) | NumPy/torch | "
+                      "NumPy peak, default backward | NumPy tracemalloc peak (free_cache) | NumPy cache | "
+                      "torch saved tensors |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for key, m in doc["memory"].items():
             ratio = "n/a" if m["ratio_vs_torch"] is None else f"{m['ratio_vs_torch']:.2f}×"
             lines.append(f"| {key} | {m['numpy_rss_bytes'] / 2**20:.1f} MiB | {m['torch_rss_bytes'] / 2**20:.1f} MiB "
-                         f"| {ratio} | {m['numpy_tracemalloc_bytes'] / 2**20:.1f} MiB | "
+                         f"| {ratio} | {m.get('numpy_default_rss_bytes', float('nan')) / 2**20:.1f} MiB "
+                         f"| {m['numpy_tracemalloc_bytes'] / 2**20:.1f} MiB | "
                          f"{m['numpy_cache_bytes'] / 2**20:.1f} MiB | "
                          f"{m.get('torch_saved_bytes', float('nan')) / 2**20:.1f} MiB |")
     mach = doc["machine"]

@@ -38,7 +38,7 @@ from .masks import combine_masks, padding_mask, validate_attention_mask
 from .params import layer_prefix, sub_params, validate_params
 from .residual import residual_backward, residual_forward
 
-__all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward", "encoder_backward"]
+__all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward", "encoder_backward", "FREED_MESSAGE"]
 
 
 # ----------------------------------------------------------------------------- one layer
@@ -80,27 +80,48 @@ def _prefixed(prefix: str, grads: dict) -> dict:
     return {prefix + k: v for k, v in grads.items()}
 
 
-def encoder_layer_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, dict]:
-    """Returns ``(dx, grads)``, grads keyed like the layer's ``p`` (``attn.W_Q``, …)."""
+FREED_MESSAGE = ("this cache was freed by a previous backward with free_cache=True; run the forward again "
+                 "(or pass free_cache=False to backpropagate through one cache more than once)")
+
+
+def _taker(cache: dict, free_cache: bool):
+    """``take(key)``: read a cache entry, or — with ``free_cache`` — remove it as it is read, so
+    its arrays are released as soon as the backward step that reads them returns (as autograd
+    frees each saved tensor after its node's backward). Refuses a cache already freed."""
+    check_bool(free_cache, "free_cache")
+    if cache.get("freed"):
+        raise ValueError(FREED_MESSAGE)
+    if free_cache:
+        cache["freed"] = True
+        return cache.pop
+    return cache.__getitem__
+
+
+def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
+    """Returns ``(dx, grads)``, grads keyed like the layer's ``p`` (``attn.W_Q``, …).
+
+    ``free_cache=True`` drops each sublayer's cache entries as soon as its backward is done
+    (lower peak memory); the cache cannot then be used for a second backward (ValueError).
+    """
     check_cache(cache, "cache", "encoder_layer")
-    c, g = cache, {}
-    if c["norm_position"] == "post":
-        dr, g["ln2.gamma"], g["ln2.beta"] = layernorm_backward(dout, c["ln2"])
-        dz, df = residual_backward(dr, c["res2"])                 # the skip path: dz gets dr as is
-        dz_ffn, gf = ffn_backward(dropout_backward(df, c["drop2"]), c["ffn"])
+    take, g = _taker(cache, free_cache), {}
+    if cache["norm_position"] == "post":
+        dr, g["ln2.gamma"], g["ln2.beta"] = layernorm_backward(dout, take("ln2"))
+        dz, df = residual_backward(dr, take("res2"))              # the skip path: dz gets dr as is
+        dz_ffn, gf = ffn_backward(dropout_backward(df, take("drop2")), take("ffn"), free_cache)
         dz = dz + dz_ffn
-        dr, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dz, c["ln1"])
-        dx, da = residual_backward(dr, c["res1"])
-        dx_attn, ga = mha_backward(dropout_backward(da, c["drop1"]), c["attn"])
+        dr, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dz, take("ln1"))
+        dx, da = residual_backward(dr, take("res1"))
+        dx_attn, ga = mha_backward(dropout_backward(da, take("drop1")), take("attn"), free_cache)
         dx = dx + dx_attn
     else:
-        dz, df = residual_backward(dout, c["res2"])
-        dy, gf = ffn_backward(dropout_backward(df, c["drop2"]), c["ffn"])
-        dz_ln, g["ln2.gamma"], g["ln2.beta"] = layernorm_backward(dy, c["ln2"])
+        dz, df = residual_backward(dout, take("res2"))
+        dy, gf = ffn_backward(dropout_backward(df, take("drop2")), take("ffn"), free_cache)
+        dz_ln, g["ln2.gamma"], g["ln2.beta"] = layernorm_backward(dy, take("ln2"))
         dz = dz + dz_ln
-        dx, da = residual_backward(dz, c["res1"])
-        dy, ga = mha_backward(dropout_backward(da, c["drop1"]), c["attn"])
-        dx_ln, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dy, c["ln1"])
+        dx, da = residual_backward(dz, take("res1"))
+        dy, ga = mha_backward(dropout_backward(da, take("drop1")), take("attn"), free_cache)
+        dx_ln, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dy, take("ln1"))
         dx = dx + dx_ln
     g.update(_prefixed("attn.", ga))
     g.update(_prefixed("ffn.", gf))
@@ -233,7 +254,7 @@ def _raise_overflow(where: str, hidden: list, dtype) -> None:
                      f"(rescale inputs_embeds / the weights, or use float64)")
 
 
-def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = False):
+def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = False, free_cache: bool = False):
     """Backward through the whole stack.
 
     Returns a dict with the gradient of every parameter (same names and shapes as the
@@ -241,29 +262,48 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
     forward was given ``inputs_embeds``. With ``return_hidden_grads=True`` returns
     ``(grads, dhidden)`` where ``dhidden[ℓ]`` = ∂L/∂H^(ℓ) for ℓ = 0 … N (the residual
     stream of ``cache["hidden_states"]``).
+
+    ``free_cache=True`` releases the cache as the backward goes, as autograd does: each
+    layer's entries (``cache["layers"][ℓ]``, ``cache["attentions"][ℓ]``,
+    ``cache["hidden_states"][ℓ + 1]``) become None once that layer's backward no longer
+    needs them, sublayer by sublayer inside the layer, so the peak memory of a forward +
+    backward no longer holds the whole cache next to the gradients. The gradients are the
+    same; the cache cannot be backpropagated again (ValueError).
     """
     check_cache(cache, "cache", "encoder")
     config: EncoderConfig = cache["config"]
     check_bool(return_hidden_grads, "return_hidden_grads")
+    check_bool(free_cache, "free_cache")
+    if cache.get("freed"):
+        raise ValueError(FREED_MESSAGE)
     dH = check_dout(dH, "dH", cache["out_shape"], finite=True)
     if dH.dtype != cache["dtype"]:
         raise TypeError(f"dH must have the forward's dtype {cache['dtype']}, got {dH.dtype}")
     grads: dict = {}
+    if free_cache:
+        cache["freed"] = True
+    take = cache.pop if free_cache else cache.__getitem__
     with np.errstate(over="ignore", invalid="ignore"):
         if "final_ln" in cache:
-            dH, grads["final_ln.gamma"], grads["final_ln.beta"] = layernorm_backward(dH, cache["final_ln"])
+            dH, grads["final_ln.gamma"], grads["final_ln.beta"] = layernorm_backward(dH, take("final_ln"))
         dhidden = [dH]
         for layer in reversed(range(config.n_layers)):
-            dH, g = encoder_layer_backward(dH, cache["layers"][layer])
+            layer_cache = cache["layers"][layer]
+            if free_cache:   # the layer's output and A are not read by its backward; its cache goes below
+                cache["layers"][layer] = cache["attentions"][layer] = cache["hidden_states"][layer + 1] = None
+            dH, g = encoder_layer_backward(dH, layer_cache, free_cache=free_cache)
+            del layer_cache
             prefix = layer_prefix(config, layer)
             for k, v in g.items():
                 key = prefix + k
                 grads[key] = grads[key] + v if key in grads else v  # shared layers: sum over depth
             dhidden.append(dH)
         dhidden.reverse()
+        if free_cache:
+            cache["hidden_states"][0] = None
         if cache["from_ids"]:
-            de = dropout_backward(dH, cache["emb_drop"])
-            grads.update(_prefixed("embeddings.", embeddings_backward(de, cache["embeddings"])))
+            de = dropout_backward(dH, take("emb_drop"))
+            grads.update(_prefixed("embeddings.", embeddings_backward(de, take("embeddings"))))
         else:
             grads["inputs_embeds"] = dH
     bad = [k for k, g in grads.items() if not all_finite(g)]

@@ -37,10 +37,16 @@ def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu") -> tuple[np.nd
     return out, {"kind": "ffn", "lin1": c1, "act": ca, "lin2": c2}
 
 
-def ffn_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, dict]:
-    """Returns ``(dz, grads)`` with grads keyed W_1, b_1, W_2, b_2."""
+def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
+    """Returns ``(dz, grads)`` with grads keyed W_1, b_1, W_2, b_2.
+
+    ``free_cache=True`` removes each op's entry from ``cache`` as it is used, so f(z) and
+    f'(z) (each (..., d_ff), the largest arrays of the layer) are released mid-backward.
+    """
     check_cache(cache, "cache", "ffn")
-    dact, dW_2, db_2 = linear_backward(dout, cache["lin2"])  # (..., d_ff)
-    dhidden = activation_backward(dact, cache["act"])        # (..., d_ff)
-    dz, dW_1, db_1 = linear_backward(dhidden, cache["lin1"])  # (..., d_model)
+    take = cache.pop if free_cache else cache.__getitem__
+    dact, dW_2, db_2 = linear_backward(dout, take("lin2"))   # (..., d_ff)
+    dhidden = activation_backward(dact, take("act"))         # (..., d_ff)
+    del dact                                                 # release it before the next product
+    dz, dW_1, db_1 = linear_backward(dhidden, take("lin1"))  # (..., d_model)
     return dz, {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}
