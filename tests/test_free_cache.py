@@ -96,3 +96,4 @@ def test_free_cache_must_be_a_bool():
     with pytest.raises(TypeError, match="free_cache"):
         tnp.encoder_backward(dH, cache, free_cache="yes")
     assert FREED_MESSAGE.startswith("this cache was freed")
+
