@@ -98,11 +98,11 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
     Kt = K.swapaxes(-1, -2)                                  # (..., d_k, n_k) view
     A = np.empty(score_shape, dtype=Q.dtype)                 # (..., n_q, n_k)
     for rows in _row_blocks(math.prod(lead), *score_shape[-2:]):
-        S = Q[..., rows, :] @ Kt                             # (..., r, n_k) one block of scores
-        S *= scale                                           # in place: S is ours
+        S = np.matmul(Q[..., rows, :], Kt, out=A[..., rows, :])   # (..., r, n_k) scores, in A's rows
+        S *= scale                                           # in place: no second (r, n_k) array
         if mask is not None:
             S += _mask_rows(mask, rows)
-        A[..., rows, :] = softmax(S)
+        softmax(S, out=S)                                    # A's rows = softmax of their scores
     sm_cache = {"kind": "softmax", "s": A}                   # A = softmax(S), assembled by row blocks
     A_drop, drop_cache = dropout_forward(A, dropout_p, training, rng)
     O = A_drop @ V                                           # (..., n_q, d_v)

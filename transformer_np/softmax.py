@@ -19,9 +19,10 @@ from ._validate import as_float_array, check_cache, check_dout
 __all__ = ["softmax_forward", "softmax_backward", "softmax"]
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Stable softmax over the last axis (no cache)."""
-    e = x - x.max(axis=-1, keepdims=True)                   # the one new array
+def softmax(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Stable softmax over the last axis (no cache). ``out`` (x's shape and dtype) receives
+    the result; ``out=x`` computes it in place."""
+    e = np.subtract(x, x.max(axis=-1, keepdims=True), out=out)   # the one new array (or out)
     np.exp(e, out=e)                                        # in place: no second temporary
     e /= e.sum(axis=-1, keepdims=True)
     return e
