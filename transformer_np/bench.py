@@ -127,14 +127,19 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
 
     if mode == "fwd":
         layer.eval()
-        torch.backends.mha.set_fastpath_enabled(False)                # op-by-op eager, like ours
 
         def np_call():
             return encoder_layer_forward(x, p, config)
 
         def torch_call():
-            with torch.no_grad():
-                return layer(xt)
+            # op-by-op eager, like ours; the switch is global to torch: restore it after the call
+            was_enabled = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
+            try:
+                with torch.no_grad():
+                    return layer(xt)
+            finally:
+                torch.backends.mha.set_fastpath_enabled(was_enabled)
     else:
         layer.train()                                                 # dropout is 0: only autograd differs
         xt.requires_grad_(True)
