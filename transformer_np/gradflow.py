@@ -546,8 +546,8 @@ def plot_profile(results: dict, depth: int | None = None, probe: int = 50, key: 
     return fig
 
 
-def plot_ratio_vs_depth(results: dict):
-    """‖∂L/∂H^(0)‖ / ‖∂L/∂H^(L)‖ against depth (log–log)."""
+def _plot_against_depth(results: dict, value, ylabel: str, title: str):
+    """One line per (variant, init): ``value(result)`` against depth L, log–log."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for variant in VARIANTS:
@@ -555,37 +555,28 @@ def plot_ratio_vs_depth(results: dict):
             Ls = sorted(L for (v, i, L) in results if v == variant and i == init)
             if not Ls:
                 continue
-            y = [results[(variant, init, L)]["input_to_output_ratio"] for L in Ls]
+            y = [value(results[(variant, init, L)]) for L in Ls]
             ax.plot(Ls, _arr(y), STYLES[init], marker="o", color=COLORS[variant], label=f"{variant}, {init}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("depth L")
-    ax.set_ylabel("‖∂L/∂H^(0)‖ / ‖∂L/∂H^(L)‖")
-    ax.set_title("Gradient ratio input/output against depth")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
+
+
+def plot_ratio_vs_depth(results: dict):
+    """‖∂L/∂H^(0)‖ / ‖∂L/∂H^(L)‖ against depth (log–log)."""
+    return _plot_against_depth(results, lambda r: r["input_to_output_ratio"], "‖∂L/∂H^(0)‖ / ‖∂L/∂H^(L)‖",
+                               "Gradient ratio input/output against depth")
 
 
 def plot_last_w2_vs_depth(results: dict):
     """‖∂L/∂W_2‖ of the last layer against depth (Xiong et al. 2020's quantity)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for variant in VARIANTS:
-        for init in INITS:
-            Ls = sorted(L for (v, i, L) in results if v == variant and i == init)
-            if not Ls:
-                continue
-            y = [results[(variant, init, L)]["w2_grad_norm_by_layer"][-1] for L in Ls]
-            ax.plot(Ls, _arr(y), STYLES[init], marker="o", color=COLORS[variant], label=f"{variant}, {init}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("depth L")
-    ax.set_ylabel("‖∂L/∂W_2‖, last layer")
-    ax.set_title("Last-layer FFN output-weight gradient against depth")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig
+    return _plot_against_depth(results, lambda r: r["w2_grad_norm_by_layer"][-1], "‖∂L/∂W_2‖, last layer",
+                               "Last-layer FFN output-weight gradient against depth")
 
 
 def plot_by_layer(results: dict, key: str, ylabel: str, title: str, depth: int | None = None, log: bool = True):
