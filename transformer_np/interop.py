@@ -58,7 +58,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ._validate import FLOAT_DTYPES, describe
+from ._validate import FLOAT_DTYPES, describe, mismatch_detail
 from .config import EncoderConfig
 from .params import param_shapes
 
@@ -220,12 +220,8 @@ def _import(state: Mapping, table: list[tuple[str, str, bool]], optional: list[t
     missing = [fw for fw, _, _ in table if fw not in state]
     unexpected = [k for k in state if k not in known and k not in ignored]
     if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing[:8]}{' …' if len(missing) > 8 else ''}")
-        if unexpected:
-            parts.append(f"unexpected {unexpected[:8]}{' …' if len(unexpected) > 8 else ''}")
-        raise ValueError(f"{source} state dict does not match the config ({'; '.join(parts)})")
+        raise ValueError(f"{source} state dict does not match the config "
+                         f"({mismatch_detail(missing, unexpected)})")
     rows = table + [r for r in optional if r[0] in state]
     arrays = {fw: _as_numpy(state[fw], fw) for fw, _, _ in rows}
     dt = _target_dtype(list(arrays.values()), dtype)
@@ -290,12 +286,7 @@ def _export(tree: Mapping, table, optional, shapes: dict, what: str) -> dict[str
     # "inputs_embeds" is the input's gradient in an encoder_backward result, not a parameter.
     unexpected = [k for k in tree if k not in ours and k != "inputs_embeds"]
     if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing[:8]}{' …' if len(missing) > 8 else ''}")
-        if unexpected:
-            parts.append(f"unexpected {unexpected[:8]}{' …' if len(unexpected) > 8 else ''}")
-        raise ValueError(f"{what}: tree does not match the config ({'; '.join(parts)})")
+        raise ValueError(f"{what}: tree does not match the config ({mismatch_detail(missing, unexpected)})")
     out: dict[str, np.ndarray] = {}
     dtype = None
     for fw, o, transpose in table + [r for r in optional if r[1] in tree]:

@@ -22,7 +22,8 @@ import math
 
 import numpy as np
 
-from ._validate import FLOAT_DTYPES, check_choice, check_float_dtype, check_int, describe
+from ._validate import (FLOAT_DTYPES, check_choice, check_float_dtype, check_int, describe,
+                        mismatch_detail)
 from .attention import MHA_PARAM_NAMES
 from .config import EncoderConfig
 from .feedforward import FFN_PARAM_NAMES
@@ -129,12 +130,7 @@ def validate_params(params, config: EncoderConfig, name: str = "params") -> np.d
     missing = [k for k in shapes if k not in params]
     extra = [k for k in params if k not in shapes and k not in OPTIONAL_PARAMS]
     if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing {missing[:8]}{' …' if len(missing) > 8 else ''}")
-        if extra:
-            parts.append(f"unexpected {extra[:8]}{' …' if len(extra) > 8 else ''}")
-        raise ValueError(f"{name} does not match the config ({'; '.join(parts)})")
+        raise ValueError(f"{name} does not match the config ({mismatch_detail(missing, extra)})")
     dtype = None
     for k, shape in shapes.items():
         a = params[k]
