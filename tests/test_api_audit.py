@@ -87,7 +87,7 @@ def test_bad_input_names_the_argument(name):
 
 # ---------------------------------------------------------------- interop (pure NumPy part)
 def test_interop_numpy_mapping_errors():
-    from transformer_np import interop
+    from transformer_np.io import interop
 
     with pytest.raises(ValueError, match="hidden_size"):
         interop.config_from_hf_dict({})
@@ -108,7 +108,7 @@ def test_interop_numpy_mapping_errors():
 
 def test_interop_torch_module_errors():
     torch = pytest.importorskip("torch", reason="pip install torch==2.13.0 (CPU wheel)")
-    from transformer_np import interop
+    from transformer_np.io import interop
 
     with pytest.raises(TypeError, match="module"):
         interop.from_torch("not a module")
@@ -121,7 +121,7 @@ def test_interop_torch_module_errors():
 
 # ---------------------------------------------------------------- pretrained
 def test_pretrained_errors(tmp_path):
-    from transformer_np import pretrained
+    from transformer_np.io import pretrained
 
     with pytest.raises(ValueError, match="path_or_name"):
         pretrained.load_pretrained(str(tmp_path / "nope"))
@@ -134,7 +134,7 @@ def test_pretrained_errors(tmp_path):
 
 # ---------------------------------------------------------------- optimisers
 def test_optimiser_errors():
-    from transformer_np import optim
+    from transformer_np.training import optim
 
     p = {"w": np.zeros((2, 2)), "b": np.zeros(2)}
     with pytest.raises(TypeError, match="params"):

@@ -14,29 +14,41 @@ and an N-layer stack. Quick start::
     grads = tnp.encoder_backward(np.ones_like(H), cache)        # same keys as params + "inputs_embeds"
 """
 
-from .activations import (activation_backward, activation_forward, gelu_backward, gelu_forward,
+from . import _compat
+from .ops.activations import (activation_backward, activation_forward, gelu_backward, gelu_forward,
                           gelu_tanh_backward, gelu_tanh_forward, relu_backward, relu_forward)
-from .attention import (attention_backward, attention_forward, merge_heads, mha_backward, mha_forward,
+from .ops.attention import (attention_backward, attention_forward, merge_heads, mha_backward, mha_forward,
                         split_heads)
-from .config import EncoderConfig, count_parameters
-from .dropout import dropout_backward, dropout_forward
-from .embeddings import (embedding_backward, embedding_forward, embeddings_backward, embeddings_forward,
+from .model.config import EncoderConfig, count_parameters
+from .ops.dropout import dropout_backward, dropout_forward
+from .ops.embeddings import (embedding_backward, embedding_forward, embeddings_backward, embeddings_forward,
                          sinusoidal_positional_encoding)
-from .encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
-from .erf import erf
-from .feedforward import ffn_backward, ffn_forward
-from .heads import (cls_classifier_backward, cls_classifier_forward, mean_pool_backward, mean_pool_forward,
+from .model.encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
+from .ops.erf import erf
+from .ops.feedforward import ffn_backward, ffn_forward
+from .model.heads import (cls_classifier_backward, cls_classifier_forward, mean_pool_backward, mean_pool_forward,
                     pooler_backward, pooler_forward, tagger_backward, tagger_forward)
-from .layernorm import layernorm_backward, layernorm_forward
-from .linear import linear_backward, linear_forward
-from .losses import cross_entropy_backward, cross_entropy_forward
-from .masks import causal_mask, combine_masks, padding_mask
-from .params import init_params, param_shapes, validate_params
-from .pretrained import load_pretrained
-from .residual import residual_backward, residual_forward
-from .softmax import softmax, softmax_backward, softmax_forward
+from .ops.layernorm import layernorm_backward, layernorm_forward
+from .ops.linear import linear_backward, linear_forward
+from .model.losses import cross_entropy_backward, cross_entropy_forward
+from .ops.masks import causal_mask, combine_masks, padding_mask
+from .model.params import init_params, param_shapes, validate_params
+from .io.pretrained import load_pretrained
+from .ops.residual import residual_backward, residual_forward
+from .ops.softmax import softmax, softmax_backward, softmax_forward
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+_compat.install(__name__)   # ``transformer_np.interop`` & co. (the flat layout of 0.1) keep importing
+
+
+def __getattr__(name: str):
+    """``tnp.interop``, ``tnp.trace``, …: a module of the old flat layout, imported on first use."""
+    if name in _compat.MOVED:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "EncoderConfig",

@@ -1,0 +1,48 @@
+"""PretrainedEncoder.encode's batching (sorted by token count, each batch padded to its own
+longest sentence, input order restored): every sentence gets the embedding it gets alone."""
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+from transformer_np.io import pretrained as P  # noqa: E402
+
+SENTENCES = ["a", "The quick brown fox jumps over the lazy dog near the river bank today.",
+             "short one", "Attention is all you need, said the paper.", "x y z",
+             "Mean pooling averages the token vectors of real tokens only, not the padding.",
+             "ok", "Sentence embeddings compare meaning with a cosine."]
+
+
+@pytest.fixture(scope="module")
+def model(minilm):
+    return minilm
+
+
+@pytest.mark.parametrize("batch_size,sort_chunk", [(3, 64), (2, 1), (8, 64)])
+def test_encode_matches_one_sentence_at_a_time(model, monkeypatch, batch_size, sort_chunk):
+    monkeypatch.setattr(P, "_SORT_CHUNK", sort_chunk)          # (2, 1): four chunks of two sentences
+    alone = np.stack([model.encode([s], batch_size=1)[0] for s in SENTENCES])
+    together = model.encode(SENTENCES, batch_size=batch_size)
+    assert together.shape == alone.shape and together.dtype == np.float32
+    np.testing.assert_allclose(together, alone, atol=2e-6, rtol=0)
+    # and the rows are in the input order: each is closest to its own sentence's embedding
+    assert np.array_equal(np.argmax(together @ alone.T, axis=1), np.arange(len(SENTENCES)))
+
+
+def test_batches_are_padded_to_their_own_longest_sentence(model, monkeypatch):
+    widths = []
+    forward = P.PretrainedEncoder.forward
+
+    def spy(self, batch, *a, **k):
+        widths.append((batch["input_ids"].shape[1], int(batch["attention_mask"].sum(axis=1).max()),
+                       int(batch["attention_mask"].sum(axis=1).min())))
+        return forward(self, batch, *a, **k)
+
+    monkeypatch.setattr(P.PretrainedEncoder, "forward", spy)
+    model.encode(SENTENCES, batch_size=3)
+    assert all(T == longest for T, longest, _ in widths)               # no column of pure padding
+    assert [w[1] for w in widths] == sorted((w[1] for w in widths), reverse=True)   # longest first
+    assert widths[0][2] >= widths[1][1]                                 # sorted across batches

@@ -1,0 +1,221 @@
+"""The benchmark's plumbing: FLOP-based GFLOP/s, the interleaved median ratio, the memory
+report, the --json schema. No timed assertions: times are whatever the machine gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from transformer_np.perf import bench
+from transformer_np.ops.attention import attention_forward, mha_forward
+from transformer_np.model.config import EncoderConfig
+from transformer_np.model.encoder import encoder_forward, encoder_layer_forward
+from transformer_np.model.flops import layer_flops
+from transformer_np.ops.linear import linear_forward
+from transformer_np.perf.memory import cache_nbytes
+from transformer_np.model.params import init_params, sub_params
+
+TINY = "2,8,16,2,32"   # B, n, d, h, d_ff: runs in well under a second per call
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# ----------------------------------------------------------------------------- timing logic
+def test_interleaved_ratio_is_median_of_per_round_ratios(monkeypatch):
+    """A fake clock: a takes 2, 9, 4 units and b takes 1, 3, 1, so the per-round ratios are
+    2, 3, 4 (median 3), while median(a)/median(b) would be 4/1 = 4: the per-round rule wins."""
+    durations = iter([0, 0,            # warm-up a, b
+                      2, 1, 9, 3, 4, 1])
+    clock = {"t": 0.0}
+
+    def tick():
+        clock["t"] += next(durations)
+
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["t"])
+    out = bench.interleaved(tick, tick, rounds=3, warmup=1)
+    assert out["ratios"] == [2.0, 3.0, 4.0]
+    assert out["ratio"] == 3.0
+    assert out["a_ms"] == 4000.0 and out["b_ms"] == 1000.0
+
+
+def test_parse_shape_names_and_custom():
+    assert bench.parse_shape("bert-base") == ("bert-base", (8, 128, 768, 12, 3072))
+    assert bench.parse_shape("long")[1] == (2, 2048, 64, 4, 256)
+    assert bench.parse_shape(TINY)[1] == (2, 8, 16, 2, 32)
+    for bad in ("huge", "1,2,3", "2,8,15,2,32", "2,8,16,0,32", "a,b,c,d,e"):
+        with pytest.raises(ValueError, match="shape"):
+            bench.parse_shape(bad)
+
+
+# ----------------------------------------------------------------------------- memory report
+def test_cache_nbytes_linear_counts_input_not_weight():
+    rng = np.random.default_rng(0)
+    x, W, b = rng.standard_normal((3, 5, 4)), rng.standard_normal((4, 6)), np.zeros(6)
+    _, cache = linear_forward(x, W, b)
+    rep = cache_nbytes(cache)
+    assert rep["entries"] == {"x": x.nbytes}
+    assert rep["total"] == x.nbytes
+    assert rep["param_refs"] == {"W": W.nbytes}
+    assert cache_nbytes(cache, include_params=True)["total"] == x.nbytes + W.nbytes
+
+
+def test_cache_nbytes_counts_shared_buffers_once():
+    """Q, K, V views of one array and A referenced three times (weights, A_drop, softmax.s)."""
+    rng = np.random.default_rng(0)
+    qkv = rng.standard_normal((3, 2, 2, 5, 4))                   # (3, B, h, n, d_k)
+    _, cache = attention_forward(qkv[0], qkv[1], qkv[2])
+    rep = cache_nbytes(cache)
+    A = cache["weights"]
+    assert rep["entries"]["Q"] == qkv[0].nbytes
+    assert rep["entries"]["weights"] == rep["entries"]["softmax.s"] == A.nbytes
+    assert rep["total"] == qkv.nbytes + A.nbytes                 # owners: qkv, A
+    assert sum(rep["entries"].values()) == 3 * qkv[0].nbytes + 3 * A.nbytes
+
+
+def test_cache_nbytes_layer_groups_and_encoder_per_layer():
+    cfg = EncoderConfig(n_layers=2, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
+    params = init_params(cfg, seed=0)
+    x = np.random.default_rng(0).standard_normal((2, 3, 8))
+    _, lc = encoder_layer_forward(x, sub_params(params, "layers.0."), cfg)
+    rep = cache_nbytes(lc)
+    assert set(rep["groups"]) >= {"attn", "ln1", "ffn", "ln2"}
+    assert sum(rep["groups"].values()) == sum(rep["entries"].values())
+    # the attention weights A (B, h, n, n) and f'(z) (B, n, d_ff) are in the cache
+    assert rep["entries"]["attn.attn.weights"] == 2 * 2 * 3 * 3 * 8
+    assert rep["entries"]["ffn.act.grad"] == 2 * 3 * 16 * 8
+    _, ec = encoder_forward(params, cfg, inputs_embeds=x)
+    erep = cache_nbytes(ec)
+    assert {"layers.0", "layers.1"} <= set(erep["groups"])
+
+
+def test_cache_nbytes_rejects_non_dict():
+    with pytest.raises(TypeError, match="cache"):
+        cache_nbytes([np.zeros(3)])
+
+
+def test_mha_cache_keeps_no_duplicate_of_qkv():
+    """Nothing cached twice: Q, K, V are views of the one fused projection output."""
+    cfg_d, h = 8, 2
+    rng = np.random.default_rng(1)
+    p = {k: rng.standard_normal((cfg_d, cfg_d) if k.startswith("W") else (cfg_d,))
+         for k in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")}
+    x = rng.standard_normal((2, 4, cfg_d))
+    _, cache = mha_forward(x, p, h)
+    rep = cache_nbytes(cache)
+    # owners: x, the qkv output (B, n, 3d), A (B, h, n, n), ctx (B, n, d)
+    expected = x.nbytes + 2 * 4 * 3 * cfg_d * 8 + 2 * h * 4 * 4 * 8 + x.nbytes
+    assert rep["total"] == expected
+
+
+# ----------------------------------------------------------------------------- the command
+def _run_cli(*args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "transformer_np", "bench", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_bench_quick_json_schema_on_a_tiny_shape():
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    proc = _run_cli("--quick", "--json", "--shape", TINY, "--rounds", "2")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert set(doc) >= {"results", "memory", "machine"}
+    assert [r["mode"] for r in doc["results"]] == ["fwd", "fwd+bwd"]
+    cfg = EncoderConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32, dropout=0.0)
+    for r in doc["results"]:
+        assert set(r) >= {"shape", "dtype", "mode", "numpy_ms", "torch_ms", "ratio_vs_torch", "gflops",
+                          "peak_fraction"}
+        assert r["shape"] == TINY and r["dtype"] == "float32"
+        assert r["numpy_ms"] > 0 and r["torch_ms"] > 0 and r["ratio_vs_torch"] > 0
+        # GFLOP/s is the FLOP function's count over NumPy's median time (rounding aside)
+        flops = layer_flops(cfg, 2, 8, r["mode"])["total"]
+        assert r["gflops"] == pytest.approx(flops / (r["numpy_ms"] / 1e3) / 1e9, rel=0.02, abs=0.06)
+        peak = doc["machine"]["matmul_peak_gflops"]["float32"]
+        assert r["peak_fraction"] == pytest.approx(r["gflops"] / peak, rel=0.05, abs=2e-3)
+    assert doc["machine"]["threads"] >= 1 and doc["machine"]["torch_threads"] == doc["machine"]["threads"]
+
+
+def test_bench_numpy_and_torch_sides_compute_the_same_layer():
+    """The timed torch layer and the NumPy layer agree (same weights, same inputs)."""
+    torch = pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    np_call, torch_call, _ = bench.build_pair((2, 8, 16, 2, 32), "float64", "fwd")
+    ours, _ = np_call()
+    theirs = torch_call().numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-10)
+    assert torch.get_num_threads() >= 1
+
+
+def test_bench_bad_arguments_exit_2():
+    proc = _run_cli("--quick", "--rounds", "0")
+    assert proc.returncode == 2 and "rounds" in proc.stderr
+    proc = _run_cli("--shape", "1,2,3")
+    assert proc.returncode == 2 and "shape" in proc.stderr
+
+
+def test_measure_memory_reports_both_sides_on_a_tiny_shape():
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    mem = bench.measure_memory((2, 8, 16, 2, 32), "float32", threads=1)
+    assert mem["numpy_rss_bytes"] >= 0 and mem["torch_rss_bytes"] >= 0 and mem["numpy_default_rss_bytes"] >= 0
+    assert mem["numpy_tracemalloc_bytes"] > 0          # at least the gradients are allocated
+    assert "VmHWM" in mem["method"]
+
+
+# ----------------------------------------------------------------------------- complexity fit
+def test_complexity_fit_recovers_known_coefficients():
+    from transformer_np.course import complexity as cx
+    rows = [{"n": n, "d": 256} for n in cx.N_SWEEP["ns"]] + [{"n": 256, "d": d} for d in cx.D_SWEEP["ds"]]
+    true = np.array([2e-11, 1e-11, 3e-9])                      # alpha, beta, gamma
+    F = cx._features([r["n"] for r in rows], [r["d"] for r in rows])
+    for r, t in zip(rows, F @ true):
+        r["seconds"] = float(t)
+    coef = cx.fit({"rows": rows})
+    np.testing.assert_allclose([coef["alpha"], coef["beta"], coef["gamma"]], true, rtol=1e-6)
+    assert coef["max_rel_error"] < 1e-9
+    # attention's share grows with n at fixed d, and the crossover is where it reaches 1/2
+    share = cx.attention_share(coef, [64, 4096], [256, 256])
+    assert share[0] < share[1]
+    n_star = cx.crossover_measured(coef, 256)
+    assert cx.attention_share(coef, [n_star - 1], [256])[0] < 0.5 <= cx.attention_share(coef, [n_star], [256])[0]
+
+
+def test_complexity_figure_from_stored_measurements(tmp_path):
+    pytest.importorskip("matplotlib")
+    from transformer_np.course import complexity as cx
+    paths = cx.save_figures(str(tmp_path))
+    assert [os.path.basename(p) for p in paths] == ["complexity.png"]
+    first = open(paths[0], "rb").read()
+    cx.save_figures(str(tmp_path))
+    assert open(paths[0], "rb").read() == first               # deterministic bytes
+
+
+def test_float32_layer_stays_float32_everywhere():
+    """No float64 scalar or constant upcasts a float32 computation (NumPy 2, NEP 50): every
+    cached array and every gradient of a float32 layer is float32."""
+    cfg = EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
+    p = sub_params(init_params(cfg, seed=0, dtype=np.float32), "layers.0.")
+    x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    out, cache = encoder_layer_forward(x, p, cfg)
+    assert out.dtype == np.float32
+    arrays = []
+    from transformer_np.perf.memory import _walk
+    _walk(cache, "", arrays)
+    assert arrays and all(a.dtype == np.float32 for _, a in arrays), \
+        [(path, a.dtype) for path, a in arrays if a.dtype != np.float32]
+    from transformer_np.model.encoder import encoder_layer_backward
+    dx, grads = encoder_layer_backward(np.ones_like(out), cache)
+    assert dx.dtype == np.float32 and all(g.dtype == np.float32 for g in grads.values())
+
+
+def test_torch_saved_bytes_counts_activations_like_our_cache():
+    """torch's saved tensors for one forward: at least the GELU input and output (B, n, d_ff)
+    each; the same order of magnitude as our cache, which also keeps A (B, h, n, n)."""
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    dims = (2, 8, 16, 2, 32)
+    saved = bench.torch_saved_nbytes(dims, "float32")
+    assert saved >= 2 * 2 * 8 * 32 * 4
+    ours = bench.cache_report(dims, "float32")["total"]
+    assert saved / 2 < ours < saved * 2

@@ -1,0 +1,71 @@
+"""Old import paths keep working.
+
+Until 0.2 the package was one flat folder (``transformer_np.attention``, ``transformer_np.interop``,
+…). Each of those modules now lives in the subpackage of its role; this finder makes every old
+dotted path import the module at its new home — the *same* module object, so attributes,
+monkeypatching and ``isinstance`` checks behave exactly as before. Nothing is imported until an
+old path is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+
+# old module name (under transformer_np) -> new dotted path (under transformer_np)
+MOVED = {
+    **{m: f"ops.{m}" for m in ("linear", "softmax", "attention", "masks", "layernorm", "activations", "erf",
+                               "feedforward", "residual", "dropout", "embeddings")},
+    **{m: f"model.{m}" for m in ("config", "params", "encoder", "heads", "losses", "gradcheck", "flops")},
+    "safetensors_io": "io.safetensors",
+    "tokenizer": "io.tokenizer",
+    "interop": "io.interop",
+    "pretrained": "io.pretrained",
+    "optim": "training.optim",
+    "tasks": "training.tasks",
+    "train": "training.loop",
+    "trace": "course.trace",
+    "gradflow": "course.gradflow",
+    "anatomy": "course.anatomy",
+    "complexity": "course.complexity",
+    "figures": "course.figures",
+    "bench": "perf.bench",
+    "memory": "perf.memory",
+}
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, target: str):
+        self.target = target
+
+    def create_module(self, spec):
+        module = importlib.import_module(self.target)  # the real module, already initialised
+        self._real_spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # Nothing to run (it ran at its new home); the import system has just stamped the alias
+        # spec on the module: give it its own back, so reload() and pickling see the real path.
+        module.__spec__ = self._real_spec
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, package: str):
+        self.prefix = package + "."
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(self.prefix):
+            return None
+        new = MOVED.get(fullname[len(self.prefix):])
+        if new is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(self.prefix + new))
+
+
+def install(package: str) -> None:
+    """Put the finder on ``sys.meta_path`` once (idempotent across reloads)."""
+    if not any(isinstance(f, _MovedModuleFinder) and f.prefix == package + "." for f in sys.meta_path):
+        sys.meta_path.append(_MovedModuleFinder(package))
+

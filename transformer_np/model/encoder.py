@@ -1,0 +1,314 @@
+r"""The encoder layer (Post-LN and Pre-LN) and the N-layer encoder stack.
+
+Post-LN (the original Transformer and BERT; the lesson's equations):
+    Z      = LN_1( H^(ℓ−1) + MHA(H^(ℓ−1)) )
+    H^(ℓ)  = LN_2( Z + FFN(Z) )
+
+Pre-LN (most modern models; the article's pseudocode):
+    Z      = H^(ℓ−1) + MHA( LN_1(H^(ℓ−1)) )
+    H^(ℓ)  = Z + FFN( LN_2(Z) )
+    and one final LN after the last layer.
+
+Dropout (training only) sits on each sublayer's output before the residual add, on the
+attention weights, and on the embeddings — where BERT puts it.
+
+The stack:
+    H^(0) = Dropout(Embeddings(input_ids))        or  H^(0) = inputs_embeds (given as is)
+    H^(ℓ) = EncoderLayer_ℓ(H^(ℓ−1)),  ℓ = 1 … N    (parameter-independent layers, or one
+                                                    shared set with ``share_layers``)
+    out   = LN_final(H^(N))  if the config has a final LayerNorm, else H^(N)
+
+The only mask is the padding mask (``attention_mask``: 1 = real token, 0 = padding);
+encoder self-attention is otherwise unmasked — bidirectional.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validate import (all_finite, as_float_array, as_int_array, check_bool, check_cache, check_dout,
+                        check_rng, describe)
+from ..ops.attention import mha_backward, mha_forward
+from .config import EncoderConfig
+from ..ops.dropout import dropout_backward, dropout_forward
+from ..ops.embeddings import embeddings_backward, embeddings_forward
+from ..ops.feedforward import ffn_backward, ffn_forward
+from ..ops.layernorm import layernorm_backward, layernorm_forward
+from ..ops.masks import combine_masks, padding_mask, validate_attention_mask
+from .params import layer_prefix, sub_params, validate_params
+from ..ops.residual import residual_backward, residual_forward
+
+__all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward", "encoder_backward", "FREED_MESSAGE"]
+
+
+# ----------------------------------------------------------------------------- one layer
+def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None = None,
+                          training: bool = False, rng: np.random.Generator | None = None
+                          ) -> tuple[np.ndarray, dict]:
+    """One encoder layer H^(ℓ−1) → H^(ℓ), both (B, n, d_model).
+
+    ``p`` holds the layer's parameters without the "layers.ℓ." prefix (``attn.W_Q``, …,
+    ``ln1.gamma``, ``ffn.W_1``, …, ``ln2.beta``). ``mask`` is additive (see
+    :mod:`transformer_np.ops.masks`). The placement comes from ``config.norm_position``.
+    """
+    as_float_array(x, "x", ndim=3, finite=False)
+    attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
+    drop, eps, h = config.dropout, config.layer_norm_eps, config.n_heads
+    c: dict = {"kind": "encoder_layer", "norm_position": config.norm_position}
+    if config.norm_position == "post":
+        a, c["attn"] = mha_forward(x, attn_p, h, mask, drop, training, rng)           # (B, n, d)
+        a, c["drop1"] = dropout_forward(a, drop, training, rng)
+        r, c["res1"] = residual_forward(x, a)                                         # H + MHA(H)
+        z, c["ln1"] = layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)        # Z
+        f, c["ffn"] = ffn_forward(z, ffn_p, config.activation)                        # (B, n, d)
+        f, c["drop2"] = dropout_forward(f, drop, training, rng)
+        r, c["res2"] = residual_forward(z, f)                                         # Z + FFN(Z)
+        out, c["ln2"] = layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)      # H^(ℓ)
+    else:
+        y, c["ln1"] = layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)        # LN(H)
+        a, c["attn"] = mha_forward(y, attn_p, h, mask, drop, training, rng)
+        a, c["drop1"] = dropout_forward(a, drop, training, rng)
+        z, c["res1"] = residual_forward(x, a)                                         # Z = H + MHA(LN(H))
+        y, c["ln2"] = layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)        # LN(Z)
+        f, c["ffn"] = ffn_forward(y, ffn_p, config.activation)
+        f, c["drop2"] = dropout_forward(f, drop, training, rng)
+        out, c["res2"] = residual_forward(z, f)                                       # H^(ℓ) = Z + FFN(LN(Z))
+    return out, c
+
+
+def _prefixed(prefix: str, grads: dict) -> dict:
+    return {prefix + k: v for k, v in grads.items()}
+
+
+FREED_MESSAGE = ("this cache was freed by a previous backward with free_cache=True; run the forward again "
+                 "(or pass free_cache=False to backpropagate through one cache more than once)")
+
+
+def _taker(cache: dict, free_cache: bool):
+    """``take(key)``: read a cache entry, or — with ``free_cache`` — remove it as it is read, so
+    its arrays are released as soon as the backward step that reads them returns (as autograd
+    frees each saved tensor after its node's backward). Refuses a cache already freed."""
+    check_bool(free_cache, "free_cache")
+    if cache.get("freed"):
+        raise ValueError(FREED_MESSAGE)
+    if free_cache:
+        cache["freed"] = True
+        return cache.pop
+    return cache.__getitem__
+
+
+def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
+    """Returns ``(dx, grads)``, grads keyed like the layer's ``p`` (``attn.W_Q``, …).
+
+    ``free_cache=True`` drops each sublayer's cache entries as soon as its backward is done
+    (lower peak memory); the cache cannot then be used for a second backward (ValueError).
+    """
+    check_cache(cache, "cache", "encoder_layer")
+    take, g = _taker(cache, free_cache), {}
+    if cache["norm_position"] == "post":
+        dr, g["ln2.gamma"], g["ln2.beta"] = layernorm_backward(dout, take("ln2"))
+        dz, df = residual_backward(dr, take("res2"))              # the skip path: dz gets dr as is
+        dz_ffn, gf = ffn_backward(dropout_backward(df, take("drop2")), take("ffn"), free_cache)
+        dz = dz + dz_ffn
+        dr, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dz, take("ln1"))
+        dx, da = residual_backward(dr, take("res1"))
+        dx_attn, ga = mha_backward(dropout_backward(da, take("drop1")), take("attn"), free_cache)
+        dx = dx + dx_attn
+    else:
+        dz, df = residual_backward(dout, take("res2"))
+        dy, gf = ffn_backward(dropout_backward(df, take("drop2")), take("ffn"), free_cache)
+        dz_ln, g["ln2.gamma"], g["ln2.beta"] = layernorm_backward(dy, take("ln2"))
+        dz = dz + dz_ln
+        dx, da = residual_backward(dz, take("res1"))
+        dy, ga = mha_backward(dropout_backward(da, take("drop1")), take("attn"), free_cache)
+        dx_ln, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dy, take("ln1"))
+        dx = dx + dx_ln
+    g.update(_prefixed("attn.", ga))
+    g.update(_prefixed("ffn.", gf))
+    return dx, g
+
+
+# ----------------------------------------------------------------------------- the stack
+def _check_inputs(config, dtype, input_ids, attention_mask, token_type_ids, inputs_embeds):
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("give exactly one of input_ids and inputs_embeds, got "
+                         + ("both" if input_ids is not None else "neither"))
+    if input_ids is not None:
+        if not config.has_embeddings:
+            raise ValueError("input_ids needs a token embedding, but the config has vocab_size = None; "
+                             "pass inputs_embeds (H^(0)) instead")
+        ids = as_int_array(input_ids, "input_ids", ndim=2)
+        B, n = ids.shape
+        V = config.vocab_size
+        if ids.size and (ids.min() < 0 or ids.max() >= V):
+            bad = ids[(ids < 0) | (ids >= V)].flat[0]
+            raise ValueError(f"input_ids must lie in [0, {V - 1}] (vocab_size = {V}), got {int(bad)}")
+        x = ids
+    else:
+        x = as_float_array(inputs_embeds, "inputs_embeds", ndim=3)
+        B, n, d = x.shape
+        if d != config.d_model:
+            raise ValueError(f"inputs_embeds must have shape (B, n, d_model) = (*, *, {config.d_model}), "
+                             f"got shape {x.shape}")
+        if x.dtype != dtype:
+            raise TypeError(f"inputs_embeds must have the params' dtype {dtype}, got {x.dtype} "
+                            f"(convert with inputs_embeds.astype(np.{dtype}))")
+    if n < 1 or B < 1:
+        raise ValueError(f"the input must have at least one sequence and one position, got (B, n) = ({B}, {n})")
+    if n > config.max_len:
+        raise ValueError(f"sequence length n = {n} exceeds max_len = {config.max_len}")
+    if attention_mask is not None:
+        attention_mask = validate_attention_mask(attention_mask, (B, n))
+    if token_type_ids is not None:
+        if input_ids is None:
+            raise ValueError("token_type_ids only applies with input_ids (inputs_embeds is already H^(0))")
+        tt = as_int_array(token_type_ids, "token_type_ids", ndim=2)
+        if tt.shape != (B, n):
+            raise ValueError(f"token_type_ids must have shape (B, n) = {(B, n)}, got shape {tt.shape}")
+        T = config.type_vocab_size
+        if T == 0:
+            if tt.any():
+                raise ValueError("token_type_ids given, but the config has type_vocab_size = 0")
+            tt = None
+        elif tt.size and (tt.min() < 0 or tt.max() >= T):
+            raise ValueError(f"token_type_ids must lie in [0, {T - 1}] (type_vocab_size = {T}), "
+                             f"got {int(tt[(tt < 0) | (tt >= T)].flat[0])}")
+        token_type_ids = tt
+    return x, attention_mask, token_type_ids
+
+
+def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attention_mask=None,
+                    token_type_ids=None, inputs_embeds=None, training: bool = False,
+                    rng: np.random.Generator | None = None, extra_mask: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, dict]:
+    """Run the encoder stack. Give exactly one of ``input_ids`` (B, n) and ``inputs_embeds``
+    (B, n, d_model) — the latter is H^(0) itself and skips the embedding block.
+
+    Args:
+        params: the dict of :func:`init_params` (validated: names, shapes, one dtype).
+        config: the :class:`EncoderConfig`.
+        attention_mask: (B, n) of 1 (real token) / 0 (padding); None = all real.
+        token_type_ids: (B, n) segment ids (with ``input_ids`` only); None = all 0.
+        training: enables dropout (then ``rng``, a ``numpy.random.Generator``, is required
+            when ``config.dropout > 0``).
+        extra_mask: an additional additive mask broadcastable to (B, h, n, n), e.g.
+            :func:`causal_mask` — only for contrasting an encoder with a decoder.
+
+    Returns:
+        ``(H, cache)``: H of shape (B, n, d_model), in the params' dtype. The cache feeds
+        :func:`encoder_backward` and exposes ``cache["hidden_states"]`` (H^(0) … H^(N);
+        for Pre-LN the residual stream before the final LayerNorm) and
+        ``cache["attentions"]`` (N arrays of shape (B, h, n, n)).
+    """
+    if not isinstance(config, EncoderConfig):
+        raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
+    dtype = validate_params(params, config)
+    check_bool(training, "training")
+    if training and config.dropout > 0:
+        if rng is None:
+            raise ValueError(f"rng must be a numpy.random.Generator when training=True and dropout = "
+                             f"{config.dropout} > 0 (e.g. rng=np.random.default_rng(0)), got None")
+        check_rng(rng)
+    x, attention_mask, token_type_ids = _check_inputs(config, dtype, input_ids, attention_mask,
+                                                      token_type_ids, inputs_embeds)
+    cache: dict = {"kind": "encoder", "config": config, "from_ids": input_ids is not None}
+    if input_ids is not None:
+        e, cache["embeddings"] = embeddings_forward(sub_params(params, "embeddings."), x, token_type_ids,
+                                                    config.positional, config.layer_norm_eps,
+                                                    config.embedding_layer_norm)
+        H, cache["emb_drop"] = dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
+    else:
+        H = x                                                                      # H^(0) = inputs_embeds
+    B, n = H.shape[:2]
+    mask = None if attention_mask is None else padding_mask(attention_mask, dtype)  # (B, 1, 1, n)
+    if extra_mask is not None:
+        as_float_array(extra_mask, "extra_mask", dtype=dtype, finite=False)
+        mask = combine_masks(mask, extra_mask)
+    hidden, attns, layer_caches = [H], [], []
+    # Overflow is detected once, after the stack, and reported as an error (below) rather than
+    # as a stream of RuntimeWarnings followed by a NaN output.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for layer in range(config.n_layers):
+            p = sub_params(params, layer_prefix(config, layer))
+            H, lc = encoder_layer_forward(H, p, config, mask, training, rng)      # (B, n, d)
+            hidden.append(H)
+            attns.append(lc["attn"]["attn"]["weights"])                            # (B, h, n, n)
+            layer_caches.append(lc)
+        if config.use_final_layer_norm:
+            H, cache["final_ln"] = layernorm_forward(H, params["final_ln.gamma"], params["final_ln.beta"],
+                                                     config.layer_norm_eps)
+    if not all_finite(H):
+        _raise_overflow("forward", hidden, dtype)
+    cache.update(layers=layer_caches, hidden_states=hidden, attentions=attns, out_shape=H.shape,
+                 dtype=dtype)
+    return H, cache
+
+
+def _raise_overflow(where: str, hidden: list, dtype) -> None:
+    """Name the first layer whose output stopped being finite (the input was checked finite)."""
+    first = next((i for i, h in enumerate(hidden) if not all_finite(h)), len(hidden))
+    at = f"in layer {first}" if first < len(hidden) else "in the final LayerNorm"
+    scale = float(np.max(np.abs(hidden[0])))
+    raise ValueError(f"the {where} pass overflowed {dtype} {at}: its output is not finite although the input "
+                     f"was (max |H^(0)| = {scale:.3g}); the input or weight scale is too large for this dtype "
+                     f"(rescale inputs_embeds / the weights, or use float64)")
+
+
+def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = False, free_cache: bool = False):
+    """Backward through the whole stack.
+
+    Returns a dict with the gradient of every parameter (same names and shapes as the
+    params; shared layers' gradients summed over depth) plus ``"inputs_embeds"`` when the
+    forward was given ``inputs_embeds``. With ``return_hidden_grads=True`` returns
+    ``(grads, dhidden)`` where ``dhidden[ℓ]`` = ∂L/∂H^(ℓ) for ℓ = 0 … N (the residual
+    stream of ``cache["hidden_states"]``).
+
+    ``free_cache=True`` releases the cache as the backward goes, as autograd does: each
+    layer's entries (``cache["layers"][ℓ]``, ``cache["attentions"][ℓ]``,
+    ``cache["hidden_states"][ℓ + 1]``) become None once that layer's backward no longer
+    needs them, sublayer by sublayer inside the layer, so the peak memory of a forward +
+    backward no longer holds the whole cache next to the gradients. The gradients are the
+    same; the cache cannot be backpropagated again (ValueError).
+    """
+    check_cache(cache, "cache", "encoder")
+    config: EncoderConfig = cache["config"]
+    check_bool(return_hidden_grads, "return_hidden_grads")
+    check_bool(free_cache, "free_cache")
+    if cache.get("freed"):
+        raise ValueError(FREED_MESSAGE)
+    dH = check_dout(dH, "dH", cache["out_shape"], finite=True)
+    if dH.dtype != cache["dtype"]:
+        raise TypeError(f"dH must have the forward's dtype {cache['dtype']}, got {dH.dtype}")
+    grads: dict = {}
+    if free_cache:
+        cache["freed"] = True
+    take = cache.pop if free_cache else cache.__getitem__
+    with np.errstate(over="ignore", invalid="ignore"):
+        if "final_ln" in cache:
+            dH, grads["final_ln.gamma"], grads["final_ln.beta"] = layernorm_backward(dH, take("final_ln"))
+        dhidden = [dH]
+        for layer in reversed(range(config.n_layers)):
+            layer_cache = cache["layers"][layer]
+            if free_cache:   # the layer's output and A are not read by its backward; its cache goes below
+                cache["layers"][layer] = cache["attentions"][layer] = cache["hidden_states"][layer + 1] = None
+            dH, g = encoder_layer_backward(dH, layer_cache, free_cache=free_cache)
+            del layer_cache
+            prefix = layer_prefix(config, layer)
+            for k, v in g.items():
+                key = prefix + k
+                grads[key] = grads[key] + v if key in grads else v  # shared layers: sum over depth
+            dhidden.append(dH)
+        dhidden.reverse()
+        if free_cache:
+            cache["hidden_states"][0] = None
+        if cache["from_ids"]:
+            de = dropout_backward(dH, take("emb_drop"))
+            grads.update(_prefixed("embeddings.", embeddings_backward(de, take("embeddings"))))
+        else:
+            grads["inputs_embeds"] = dH
+    bad = [k for k, g in grads.items() if not all_finite(g)]
+    if bad:
+        raise ValueError(f"the backward pass overflowed {cache['dtype']}: the gradients of {bad[:4]} are not "
+                         f"finite although dH was; the upstream gradient or the activations are too large "
+                         f"for this dtype (scale dH down, or use float64)")
+    return (grads, dhidden) if return_hidden_grads else grads

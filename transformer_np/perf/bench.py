@@ -1,0 +1,472 @@
+r"""``python -m transformer_np bench``: one encoder layer, NumPy against PyTorch's eager layer.
+
+What is compared. Our Post-LN :func:`encoder_layer_forward` / :func:`encoder_layer_backward`
+against ``torch.nn.TransformerEncoderLayer(d, h, d_ff, dropout=0, activation="gelu",
+batch_first=True)`` with *the same weights* (the torch layer is built first, with torch's
+seeded init, and our params are read from it by :func:`transformer_np.io.interop.from_torch`)
+and the same number of threads (``torch.set_num_threads`` = OpenBLAS's thread count).
+
+* ``fwd``: NumPy's forward (which also builds the cache backward needs) against torch under
+  ``torch.no_grad()`` in eval mode with the fused "fast path" switched off
+  (``torch.backends.mha.set_fastpath_enabled(False)``), i.e. torch's op-by-op eager layer.
+* ``fwd+bwd``: forward, then the backward of a fixed upstream gradient dY to every
+  parameter and to the input, on both sides (torch: ``y.backward(dY)``, grads set to None
+  before each call so nothing accumulates).
+
+How it is timed. After one warm-up call of each, the two run interleaved, A B A B …, for
+``rounds`` rounds; the quoted ratio is the *median of the per-round ratios* NumPy/torch.
+This machine's speed drifts from call to call (other jobs share its cores); a drift slower
+than one round hits both sides of that round alike and cancels in its ratio.
+
+GFLOP/s = :func:`transformer_np.model.flops.layer_flops` ``["total"]`` (matrix products only, the
+same count as the complexity plot) / NumPy's median time. ``peak_fraction`` divides it by
+this machine's measured matmul peak: the best of a few large square ``np.matmul`` calls in
+the same dtype and thread count.
+
+Memory: the peak of one forward+backward, each side in a fresh Python process that imports
+the same modules, builds the same inputs and runs one warm-up call first (Linux only). Measured as the growth of the
+process's resident set size across the one call: free heap memory is handed back to the OS
+first (``malloc_trim``), the high-water mark is reset (``/proc/self/clear_refs`` ← 5), and the
+result is ``VmHWM`` after the call minus ``VmRSS`` before it. So parameters and inputs
+(allocated before) are excluded and the gradients (alive at the end) are included — the same
+rule for both sides (torch's CPU tensors come from the same malloc). A third process traces
+NumPy's own allocations with :mod:`tracemalloc` (NumPy reports its buffers to it) as a
+cross-check; torch has no equivalent hook, so RSS growth is the like-for-like number.
+The NumPy side runs its backward with ``free_cache=True`` (each sublayer's cache entries are
+released as soon as their backward step is done, as autograd frees saved tensors); the
+default backward, which keeps the whole cache alive until the caller drops it, is measured
+too (``numpy_default_rss_bytes``). The timed ``fwd+bwd`` rows use the default backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from ..model.flops import layer_flops
+
+__all__ = ["SHAPES", "DTYPES", "MODES", "build_pair", "interleaved", "matmul_peak", "machine_info",
+           "run_benchmark", "measure_memory", "torch_saved_nbytes", "cache_report", "format_table", "minilm_throughput", "add_arguments", "run"]
+
+#: name -> (batch B, sequence length n, d_model, heads h, d_ff)
+SHAPES = {
+    "bert-base": (8, 128, 768, 12, 3072),
+    "minilm": (32, 16, 384, 12, 1536),
+    "long": (2, 2048, 64, 4, 256),
+}
+DTYPES = ("float32", "float64")
+MODES = ("fwd", "fwd+bwd")
+_TORCH_HINT = "the bench command needs PyTorch: pip install 'transformer_np[torch]' (torch==2.13.0)"
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError(_TORCH_HINT) from e
+    return torch
+
+
+def _blas_threads() -> tuple[int, str]:
+    """(threads, source): OpenBLAS's pool size via threadpoolctl, else os.cpu_count()."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return os.cpu_count() or 1, "os.cpu_count() (threadpoolctl not installed)"
+    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    if not blas:
+        return os.cpu_count() or 1, "os.cpu_count() (no BLAS found by threadpoolctl)"
+    return int(blas[0]["num_threads"]), "threadpoolctl"
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int, int]]:
+    """A shape name from :data:`SHAPES` or a custom ``B,n,d,h,d_ff`` (e.g. ``2,8,16,2,32``)."""
+    if text in SHAPES:
+        return text, SHAPES[text]
+    parts = text.split(",")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) != 5 or min(dims) < 1 or dims[2] % dims[3]:
+        raise ValueError(f"shape must be one of {', '.join(SHAPES)} or 'B,n,d,h,d_ff' with positive ints "
+                         f"and h dividing d, got {text!r}")
+    return text, dims  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- the two sides
+def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = False
+               ) -> tuple[Callable, Callable, object]:
+    """``(numpy_call, torch_call, config)`` running one layer in ``mode`` on identical weights/inputs
+    (``free_cache`` is passed to the NumPy backward)."""
+    torch = _import_torch()
+    from ..model.encoder import encoder_layer_backward, encoder_layer_forward
+    from ..io.interop import from_torch
+    from ..model.params import sub_params
+
+    B, n, d, h, f = dims
+    tdt = {"float32": torch.float32, "float64": torch.float64}[dtype]
+    torch.manual_seed(seed)
+    layer = torch.nn.TransformerEncoderLayer(d, h, f, dropout=0.0, activation="gelu", batch_first=True,
+                                             dtype=tdt)
+    config, params = from_torch(layer)
+    p = sub_params(params, "layers.0.")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((B, n, d)).astype(dtype)                  # H^(ℓ−1): (B, n, d)
+    dy = rng.standard_normal((B, n, d)).astype(dtype)                 # ∂L/∂H^(ℓ): (B, n, d)
+    xt, dyt = torch.from_numpy(x.copy()), torch.from_numpy(dy.copy())
+
+    if mode == "fwd":
+        layer.eval()
+
+        def np_call():
+            return encoder_layer_forward(x, p, config)
+
+        def torch_call():
+            # op-by-op eager, like ours; the switch is global to torch: restore it after the call
+            was_enabled = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
+            try:
+                with torch.no_grad():
+                    return layer(xt)
+            finally:
+                torch.backends.mha.set_fastpath_enabled(was_enabled)
+    else:
+        layer.train()                                                 # dropout is 0: only autograd differs
+        xt.requires_grad_(True)
+
+        def np_call():
+            _, cache = encoder_layer_forward(x, p, config)
+            return encoder_layer_backward(dy, cache, free_cache=free_cache)
+
+        def torch_call():
+            layer.zero_grad(set_to_none=True)
+            xt.grad = None
+            layer(xt).backward(dyt)
+    return np_call, torch_call, config
+
+
+def interleaved(a: Callable, b: Callable, rounds: int, warmup: int = 1) -> dict:
+    """Time a and b alternately (A B A B …); medians of the times and of the per-round a/b."""
+    for _ in range(warmup):
+        a()
+        b()
+    ta, tb = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        a()
+        t1 = time.perf_counter()
+        b()
+        t2 = time.perf_counter()
+        ta.append(t1 - t0)
+        tb.append(t2 - t1)
+    ratios = [x / y for x, y in zip(ta, tb)]
+    return {"a_ms": 1e3 * statistics.median(ta), "b_ms": 1e3 * statistics.median(tb),
+            "ratio": statistics.median(ratios), "ratios": ratios}
+
+
+def matmul_peak(dtype: str, size: int = 2048, repeats: int = 5) -> float:
+    """GFLOP/s of the best of ``repeats`` (size × size) @ (size × size) NumPy matmuls."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size)).astype(dtype)
+    b = rng.standard_normal((size, size)).astype(dtype)
+    a @ b                                                             # warm-up (thread pool, pages)
+    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    return 2.0 * size ** 3 / best / 1e9
+
+
+def _timed(fn: Callable) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def machine_info(threads: int, threads_source: str) -> dict:
+    """Where and how the numbers were measured (CPU, libraries, threads, load)."""
+    torch = _import_torch()
+    info = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "platform": platform.platform(),
+            "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__, "torch": torch.__version__, "threads": threads,
+            "threads_source": threads_source, "torch_threads": torch.get_num_threads(),
+            "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")}}
+    try:
+        info["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        from threadpoolctl import threadpool_info
+        info["blas"] = [{k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+                        for i in threadpool_info() if i.get("user_api") == "blas"]
+    except ImportError:
+        info["blas"] = "threadpoolctl not installed"
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+# ----------------------------------------------------------------------------- memory
+_CHILD = r"""
+import ctypes, gc, json, sys, numpy as np, torch
+from transformer_np.perf.bench import build_pair
+side, dims, dtype, threads = sys.argv[1], tuple(json.loads(sys.argv[2])), sys.argv[3], int(sys.argv[4])
+torch.set_num_threads(threads)
+np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd", free_cache=(side != "numpy-default"))
+np.ones((64, 64)) @ np.ones((64, 64)); torch.ones(64, 64) @ torch.ones(64, 64)   # start both thread pools
+
+def status(key):   # VmRSS / VmHWM of /proc/self/status, in bytes
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return 1024 * int(line.split()[1])
+
+(np_call if side.startswith("numpy") else torch_call)()   # warm-up: one-time inits (autograd engine) excluded
+gc.collect()
+ctypes.CDLL("libc.so.6").malloc_trim(0)        # hand freed heap back to the OS: the peak must be new pages
+if side == "numpy-tracemalloc":
+    import tracemalloc
+    tracemalloc.start()
+    out = np_call()
+    print(json.dumps({"peak_bytes": tracemalloc.get_traced_memory()[1]}))
+else:
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")                             # reset the high-water mark VmHWM to the current RSS
+    before = status("VmRSS")
+    out = torch_call() if side == "torch" else np_call()
+    print(json.dumps({"peak_bytes": status("VmHWM") - before}))
+"""
+
+
+def torch_saved_nbytes(dims, dtype: str) -> int:
+    """Bytes of the tensors torch's autograd saves for backward in one forward of the layer
+    (distinct storages, read with ``saved_tensors_hooks``; parameters excluded) — torch's
+    counterpart of our cache."""
+    torch = _import_torch()
+    B, n, d, h, f = dims
+    layer = torch.nn.TransformerEncoderLayer(d, h, f, dropout=0.0, activation="gelu", batch_first=True,
+                                             dtype={"float32": torch.float32, "float64": torch.float64}[dtype])
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    seen: dict = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    x = torch.zeros((B, n, d), dtype=layer.linear1.weight.dtype, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x)
+    return int(sum(seen.values()))
+
+
+def measure_memory(dims, dtype: str, threads: int) -> dict:
+    """Peak memory of one fwd+bwd, each side in a fresh process (see the module docstring)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    out = {}
+    for side in ("numpy", "torch", "numpy-tracemalloc", "numpy-default"):
+        proc = subprocess.run([sys.executable, "-c", _CHILD, side, json.dumps(list(dims)), dtype, str(threads)],
+                              capture_output=True, text=True, env=env, timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"memory measurement ({side}) failed: {proc.stderr.strip().splitlines()[-1:]}")
+        out[side] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_bytes"]
+    return {"numpy_rss_bytes": out["numpy"], "torch_rss_bytes": out["torch"],
+            "numpy_tracemalloc_bytes": out["numpy-tracemalloc"],
+            "numpy_default_rss_bytes": out["numpy-default"],
+            "ratio_vs_torch": out["numpy"] / out["torch"] if out["torch"] else None,
+            "method": "VmHWM after minus VmRSS before one fwd+bwd, in a fresh process per side, after "
+                      "malloc_trim(0) and a high-water-mark reset (clear_refs 5); NumPy backward with "
+                      "free_cache=True (numpy_default_rss_bytes: the default backward); tracemalloc peak of "
+                      "NumPy's allocations as a cross-check"}
+
+
+def cache_report(dims, dtype: str) -> dict:
+    """What the NumPy layer's cache keeps (bytes per entry, see :func:`transformer_np.perf.memory.cache_nbytes`)."""
+    from ..model.encoder import encoder_layer_forward
+    from .memory import cache_nbytes
+    from ..model.params import init_params, sub_params
+    from ..model.config import EncoderConfig
+
+    B, n, d, h, f = dims
+    config = EncoderConfig(n_layers=1, d_model=d, n_heads=h, d_ff=f, dropout=0.0, layer_norm_eps=1e-5)
+    p = sub_params(init_params(config, seed=0, dtype=dtype), "layers.0.")
+    x = np.random.default_rng(0).standard_normal((B, n, d)).astype(dtype)
+    _, cache = encoder_layer_forward(x, p, config)
+    return cache_nbytes(cache)
+
+
+# ----------------------------------------------------------------------------- the run
+def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = True,
+                  threads: int | None = None, log=None) -> dict:
+    """Every (shape, dtype, mode) row, plus memory and machine info; the ``--json`` document."""
+    torch = _import_torch()
+    blas_threads, source = _blas_threads()
+    threads = blas_threads if threads is None else threads
+    torch.set_num_threads(threads)
+    machine = machine_info(threads, source)
+    peaks = {}
+    results = []
+    for name, dims in shapes:
+        for dtype in dtypes:
+            if dtype not in peaks:
+                peaks[dtype] = matmul_peak(dtype)
+            for mode in modes:
+                np_call, torch_call, config = build_pair(dims, dtype, mode)
+                t = interleaved(np_call, torch_call, rounds)
+                flops = layer_flops(config, dims[0], dims[1], mode)["total"]
+                gflops = flops / (t["a_ms"] / 1e3) / 1e9
+                row = {"shape": name, "dtype": dtype, "mode": mode, "numpy_ms": round(t["a_ms"], 2),
+                       "torch_ms": round(t["b_ms"], 2), "ratio_vs_torch": round(t["ratio"], 3),
+                       "gflops": round(gflops, 1), "peak_fraction": round(gflops / peaks[dtype], 3),
+                       "torch_gflops": round(flops / (t["b_ms"] / 1e3) / 1e9, 1), "rounds": rounds}
+                results.append(row)
+                if log:
+                    log(f"{name:10s} {dtype:8s} {mode:8s} numpy {row['numpy_ms']:9.1f} ms  torch "
+                        f"{row['torch_ms']:9.1f} ms  ratio {row['ratio_vs_torch']:.3f}")
+    machine["matmul_peak_gflops"] = {k: round(v, 1) for k, v in peaks.items()}
+    mem = {}
+    if memory:
+        for name, dims in shapes:
+            for dtype in dtypes:
+                key = f"{name}/{dtype}"
+                mem[key] = measure_memory(dims, dtype, threads)
+                cache = cache_report(dims, dtype)
+                mem[key]["numpy_cache_bytes"] = cache["total"]
+                mem[key]["numpy_cache_bytes_by_sublayer"] = cache["groups"]
+                mem[key]["torch_saved_bytes"] = torch_saved_nbytes(dims, dtype)
+                if log:
+                    log(f"memory {key}: numpy {mem[key]['numpy_rss_bytes'] / 2**20:.1f} MiB, "
+                        f"torch {mem[key]['torch_rss_bytes'] / 2**20:.1f} MiB")
+    try:
+        machine["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        pass
+    return {"results": results, "memory": mem, "machine": machine}
+
+
+def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | None = None) -> dict:
+    """Sentences/s of :meth:`PretrainedEncoder.encode` (float32) vs sentence-transformers on the
+    same ``n_sentences`` generated sentences, interleaved, median of per-round ratios."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch = _import_torch()
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        raise ImportError("the MiniLM throughput needs sentence-transformers: pip install sentence-transformers") from e
+    from ..io.pretrained import MODEL_NAME, load_pretrained, model_folder
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    ours = load_pretrained(MODEL_NAME)
+    st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
+    sentences = _sentences(n_sentences)
+    t = interleaved(lambda: ours.encode(sentences, batch_size=32),
+                    lambda: st.encode(sentences, batch_size=32, normalize_embeddings=True), rounds)
+    agree = float(np.abs(ours.encode(sentences[:64]) - st.encode(sentences[:64], normalize_embeddings=True)).max())
+    return {"sentences": n_sentences, "numpy_per_s": round(n_sentences / (t["a_ms"] / 1e3), 1),
+            "sentence_transformers_per_s": round(n_sentences / (t["b_ms"] / 1e3), 1),
+            "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds,
+            "max_abs_diff_embeddings": agree}
+
+
+def _sentences(count: int, seed: int = 0) -> list[str]:
+    """Deterministic English-like sentences of 4–30 words (lengths vary, as real text does)."""
+    words = ("the a river bank money boat reached paid cat sat on mat model attention layer token "
+             "sentence encoder students read quickly slowly under over every small large green old new "
+             "network learns weights from data and then predicts next word in context").split()
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(words, size=int(rng.integers(4, 31)))).capitalize() + "."
+            for _ in range(count)]
+
+
+def format_table(doc: dict) -> str:
+    """The Markdown table of the README (times, ratio, GFLOP/s, fraction of matmul peak, memory)."""
+    lines = ["| shape | dtype | mode | NumPy ms | torch ms | NumPy/torch | NumPy GFLOP/s | of matmul peak | torch GFLOP/s |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in doc["results"]:
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['mode']} | {r['numpy_ms']:.1f} | {r['torch_ms']:.1f} | "
+                     f"{r['ratio_vs_torch']:.2f}× | {r['gflops']:.1f} | {100 * r['peak_fraction']:.0f}% | "
+                     f"{r['torch_gflops']:.1f} |")
+    if doc.get("memory"):
+        lines += ["", "| shape/dtype | NumPy peak (RSS growth, free_cache) | torch peak (RSS growth) | NumPy/torch | "
+                      "NumPy peak, default backward | NumPy tracemalloc peak (free_cache) | NumPy cache | "
+                      "torch saved tensors |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for key, m in doc["memory"].items():
+            ratio = "n/a" if m["ratio_vs_torch"] is None else f"{m['ratio_vs_torch']:.2f}×"
+            lines.append(f"| {key} | {m['numpy_rss_bytes'] / 2**20:.1f} MiB | {m['torch_rss_bytes'] / 2**20:.1f} MiB "
+                         f"| {ratio} | {m.get('numpy_default_rss_bytes', float('nan')) / 2**20:.1f} MiB "
+                         f"| {m['numpy_tracemalloc_bytes'] / 2**20:.1f} MiB | "
+                         f"{m['numpy_cache_bytes'] / 2**20:.1f} MiB | "
+                         f"{m.get('torch_saved_bytes', float('nan')) / 2**20:.1f} MiB |")
+    mach = doc["machine"]
+    lines += ["", f"Measured {mach['date']} on {mach['cpu']} ({mach['cpu_count']} cores), {mach['threads']} threads "
+                  f"each side ({mach['threads_source']}), NumPy {mach['numpy']}, torch {mach['torch']}, "
+                  f"matmul peak {mach.get('matmul_peak_gflops')} GFLOP/s, load average "
+                  f"{mach.get('load_average')} before / {mach.get('load_average_after')} after."]
+    if "minilm" in doc:
+        m = doc["minilm"]
+        lines += ["", f"MiniLM encode ({m['sentences']} sentences, float32): NumPy {m['numpy_per_s']:.0f}/s, "
+                      f"sentence-transformers {m['sentence_transformers_per_s']:.0f}/s, "
+                      f"ratio {m['throughput_ratio']:.2f}."]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help="only bert-base float32, 5 rounds, no memory or MiniLM runs (under a minute)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    parser.add_argument("--shape", action="append", default=None, metavar="NAME|B,n,d,h,d_ff",
+                        help=f"shape(s) to run: {', '.join(SHAPES)} or a custom 'B,n,d,h,d_ff' (repeatable)")
+    parser.add_argument("--dtype", action="append", choices=DTYPES, default=None, help="dtype(s) (repeatable)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds after warm-up (default 7; 5 with --quick)")
+    parser.add_argument("--threads", type=int, default=None, help="threads for both sides (default: OpenBLAS's)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--minilm", action="store_true",
+                        help="also the MiniLM encode throughput vs sentence-transformers (on by default "
+                             "for the full run, off with --quick)")
+
+
+def run(args) -> int:
+    rounds = args.rounds if args.rounds is not None else (5 if args.quick else 7)
+    if rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {rounds}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    shapes = [parse_shape(s) for s in (args.shape or (["bert-base"] if args.quick else list(SHAPES)))]
+    dtypes = args.dtype or (["float32"] if args.quick else list(DTYPES))
+    memory = not (args.no_memory or args.quick)
+    log = None if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
+    if args.threads is not None:
+        try:
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(args.threads, user_api="blas")
+        except ImportError:
+            raise ImportError("--threads needs threadpoolctl to set OpenBLAS's threads: pip install threadpoolctl")
+    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log)
+    if args.minilm or not (args.quick or args.shape or args.dtype):
+        try:
+            doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"])
+        except ImportError as e:
+            doc["minilm"] = {"unavailable": str(e)}
+        if "unavailable" in doc["minilm"] and not args.json:
+            print(f"MiniLM throughput not measured: {doc.pop('minilm')['unavailable']}", file=sys.stderr)
+    print(json.dumps(doc, indent=1) if args.json else format_table(doc))
+    return 0
