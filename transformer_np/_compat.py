@@ -69,3 +69,16 @@ def install(package: str) -> None:
     if not any(isinstance(f, _MovedModuleFinder) and f.prefix == package + "." for f in sys.meta_path):
         sys.meta_path.append(_MovedModuleFinder(package))
 
+
+
+def forward_moved(module_name: str, moved: dict[str, str]):
+    """A module ``__getattr__`` for names that moved out of ``module_name`` into another module
+    (``{name: "transformer_np.course.contextual", …}``): ``from transformer_np.io.pretrained import
+    contextual_report`` keeps working, and the new home is imported only when such a name is used."""
+
+    def __getattr__(name: str):
+        if name in moved:
+            return getattr(importlib.import_module(moved[name]), name)
+        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+    return __getattr__

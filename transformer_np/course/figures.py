@@ -11,20 +11,19 @@ figure, drawn only with ``--timings``.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import os
-import sys
+from .._compat import forward_moved as _forward_moved
 
-__all__ = ["FIGURE_MODULES", "FigureError", "add_arguments", "run", "generate"]
+__all__ = ["FIGURE_MODULES", "FigureError", "generate"]
 
 # The modules whose save_figures(outdir) is called, in this order.
 FIGURE_MODULES = (
     "transformer_np.course.trace",
     "transformer_np.course.gradflow",
-    "transformer_np.io.pretrained",
-    "transformer_np.training.loop",
+    "transformer_np.course.contextual",
+    "transformer_np.course.stability",
     "transformer_np.course.anatomy",
     "transformer_np.perf.bench",
     "transformer_np.course.complexity",
@@ -104,32 +103,10 @@ def generate(outdir: str = "figures", modules=FIGURE_MODULES, timings: bool = Fa
     return done
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="figures", metavar="DIR",
-                        help="directory to write the PNGs into (default: figures)")
-    parser.add_argument("--only", action="append", metavar="MODULE", default=None,
-                        help="only this module (e.g. anatomy or transformer_np.course.anatomy); repeatable")
-    parser.add_argument("--timings", action="store_true",
-                        help="also draw figures from measured timings (these differ run to run)")
+# Moved in 0.2 (study code to transformer_np.course, the command line to transformer_np.cli);
+# the old names keep resolving.
+__getattr__ = _forward_moved(__name__, {
+    "add_arguments": "transformer_np.cli.figures",
+    "run": "transformer_np.cli.figures",
+})
 
-
-def run(args: argparse.Namespace) -> int:
-    modules = FIGURE_MODULES
-    if args.only:
-        by_leaf = {m.split(".")[-1]: m for m in FIGURE_MODULES}
-        wanted = [m if m.startswith("transformer_np.") else by_leaf.get(m, f"transformer_np.{m}") for m in args.only]
-        unknown = [m for m in wanted if m not in FIGURE_MODULES]
-        if unknown:
-            raise ValueError(f"--only must name one of {', '.join(m.split('.')[-1] for m in FIGURE_MODULES)}; "
-                             f"got {', '.join(unknown)}")
-        modules = tuple(m for m in FIGURE_MODULES if m in wanted)     # always the canonical order
-    try:
-        done = generate(args.out, modules, timings=args.timings)
-    except FigureError as e:
-        total = sum(len(v) for v in e.done.values())
-        print(f"{total} figure(s) written to {args.out}; {len(e.failed)} module(s) failed: "
-              f"{', '.join(e.failed)}", file=sys.stderr)
-        return 1
-    total = sum(len(v) for v in done.values())
-    print(f"{total} figure(s) written to {args.out}")
-    return 0

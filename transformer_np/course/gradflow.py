@@ -30,10 +30,8 @@ CLI: ``python -m transformer_np gradflow --variant pre|post|no-residual|no-layer
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
-import json
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -49,12 +47,13 @@ from ..ops.feedforward import ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..model.params import init_params, layer_prefix, sub_params
 from ..ops.residual import residual_backward, residual_forward
+from .._compat import forward_moved as _forward_moved
 
 __all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "layer_forward", "layer_backward",
            "identity_backward", "sublayers", "stack_forward", "backprop_hidden", "measure", "sweep",
            "jacobian_from_vjp", "layer_jacobian_terms", "stack_jacobian", "expansion_by_order",
            "jacobian_view", "singular_values_by_depth", "numerical_rank", "stable_rank", "probe_table",
-           "finite_difference_jacobian", "compute_all", "save_figures", "add_arguments", "run"]
+           "finite_difference_jacobian", "compute_all", "save_figures"]
 
 VARIANTS = ("pre", "post", "no-residual", "no-layernorm")
 INITS = ("xavier", "bert")
@@ -701,58 +700,12 @@ def save_figures(outdir: str = "figures", data: dict | None = None) -> list[str]
     return paths
 
 
-# ----------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--variant", default="pre", choices=VARIANTS,
-                        help="pre | post | no-residual (LN without skips) | no-layernorm (skips without LN)")
-    parser.add_argument("--depth", type=int, default=96, help="number of layers L (default 96)")
-    parser.add_argument("--init", default="xavier", choices=INITS, help="xavier (Glorot uniform) | bert (N(0, 0.02²))")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the weights (inputs and R use seed + 1)")
-    parser.add_argument("--probe-layer", type=int, default=None,
-                        help="K in 0..L: report ‖∂L/∂H^(K)‖ / ‖∂L/∂H^(L)‖ (default ⌊L/2⌋)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.add_argument("--d-model", type=int, default=DEFAULT_DIMS["d_model"])
-    parser.add_argument("--heads", type=int, default=DEFAULT_DIMS["n_heads"])
-    parser.add_argument("--d-ff", type=int, default=DEFAULT_DIMS["d_ff"])
-    parser.add_argument("--n", type=int, default=DEFAULT_DIMS["n"], help="tokens per sequence")
-    parser.add_argument("--batch", type=int, default=DEFAULT_DIMS["batch"])
+# Moved in 0.2 (study code to transformer_np.course, the command line to transformer_np.cli);
+# the old names keep resolving.
+__getattr__ = _forward_moved(__name__, {
+    "add_arguments": "transformer_np.cli.gradflow",
+    "_check_cli": "transformer_np.cli.gradflow",
+    "_fmt": "transformer_np.cli.gradflow",
+    "run": "transformer_np.cli.gradflow",
+})
 
-
-def _check_cli(args) -> None:
-    for flag, val, lo in (("--depth", args.depth, 1), ("--seed", args.seed, 0), ("--d-model", args.d_model, 1),
-                          ("--heads", args.heads, 1), ("--d-ff", args.d_ff, 1), ("--n", args.n, 1),
-                          ("--batch", args.batch, 1)):
-        if val < lo:
-            raise ValueError(f"{flag} must be >= {lo}, got {val}")
-    if args.d_model % args.heads:
-        raise ValueError(f"--d-model must be divisible by --heads, got {args.d_model} and {args.heads}")
-    if args.probe_layer is not None and not 0 <= args.probe_layer <= args.depth:
-        raise ValueError(f"--probe-layer must lie in 0..{args.depth} (0..--depth), got {args.probe_layer}")
-
-
-def _fmt(x) -> str:
-    return "       n/a" if x is None else f"{x:10.3e}"
-
-
-def run(args: argparse.Namespace) -> int:
-    _check_cli(args)
-    r = measure(args.variant, args.depth, args.init, args.seed, args.probe_layer, d_model=args.d_model,
-                n_heads=args.heads, d_ff=args.d_ff, n=args.n, batch=args.batch)
-    if args.json:
-        print(json.dumps(r, allow_nan=False))
-        return 0
-    L = r["depth"]
-    print(f"gradflow: variant={r['variant']} depth={L} init={r['init']} seed={r['seed']} "
-          f"d_model={r['d_model']} h={r['n_heads']} d_ff={r['d_ff']} n={r['n']} batch={r['batch']}")
-    print(f"loss: {LOSS}")
-    print(f"{'ℓ':>4}  {'‖∂L/∂H^(ℓ)‖':>10}  {'identity':>10}  {'‖∂L/∂W_2‖':>10}  {'RMS H^(ℓ)':>10}  {'token cos':>10}")
-    for i in range(L + 1):
-        w2 = r["w2_grad_norm_by_layer"][i - 1] if i >= 1 else None
-        print(f"{i:4d}  {_fmt(r['grad_norm_by_layer'][i])}  {_fmt(r['identity_grad_norm_by_layer'][i])}  "
-              f"{_fmt(w2) if i else '         -'}  {_fmt(r['rms_by_layer'][i])}  {_fmt(r['token_cosine_by_layer'][i])}")
-    K = r["probe_layer"]
-    print(f"probe layer K = {K}: ‖∂L/∂H^(K)‖ / ‖∂L/∂H^(L)‖ = {_fmt(r['probe_full_ratio']).strip()} (full), "
-          f"{_fmt(r['probe_identity_ratio']).strip()} (identity path only)")
-    if not r["finite"]:
-        print("note: some values overflowed to inf/NaN (shown as n/a)")
-    return 0

@@ -33,8 +33,6 @@ Run ``python -m transformer_np trace`` (``--json``, ``--precision N``, ``--full`
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 
@@ -48,11 +46,12 @@ from ..ops.layernorm import layernorm_forward
 from ..ops.masks import causal_mask, mask_value
 from ..model.params import init_params, layer_prefix, sub_params
 from ..ops.residual import residual_forward
+from .._compat import forward_moved as _forward_moved
 
 __all__ = ["TOKENS", "H0_TABLE", "LN_EPS", "SEED", "ARTICLE_FIGURES", "trace_config", "trace_params",
-           "walk_layer", "window_mask", "format_matrix", "hidden_jacobian", "jacobian_norms", "compare_figure",
-           "run_trace", "trace_to_json", "format_trace", "plot_attention", "plot_jacobian_norms",
-           "save_figures", "add_arguments", "run"]
+           "walk_layer", "window_mask", "format_matrix", "hidden_jacobian", "jacobian_norms",
+           "compare_figure", "run_trace", "trace_to_json", "format_trace", "plot_attention",
+           "plot_jacobian_norms", "save_figures"]
 
 TOKENS = ("the", "cat", "sat")
 # H^(0) exactly as the article's table prints it: (n, d) = (3, 4).
@@ -578,27 +577,10 @@ def save_figures(outdir: str = "figures") -> list[str]:
     return paths
 
 
-# ----------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object (full precision)")
-    g = parser.add_mutually_exclusive_group()
-    g.add_argument("--precision", type=int, default=None, metavar="N",
-                   help="decimals in every table (default: the article's rounding)")
-    g.add_argument("--full", action="store_true", help="full precision (repr of every float)")
-    parser.add_argument("--seed", type=int, default=SEED, help=f"seed of the FFN / layer-2 weights (default {SEED})")
-    parser.add_argument("--eps", type=float, default=LN_EPS, help=f"LayerNorm epsilon (default {LN_EPS:g})")
+# Moved in 0.2 (study code to transformer_np.course, the command line to transformer_np.cli);
+# the old names keep resolving.
+__getattr__ = _forward_moved(__name__, {
+    "add_arguments": "transformer_np.cli.trace",
+    "run": "transformer_np.cli.trace",
+})
 
-
-def run(args) -> int:
-    if args.precision is not None and not 0 <= args.precision <= 17:
-        raise ValueError(f"--precision must be in [0, 17], got {args.precision}")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be >= 0, got {args.seed}")
-    if not (args.eps > 0 and math.isfinite(args.eps)):
-        raise ValueError(f"--eps must be a positive finite number, got {args.eps}")
-    trace = run_trace(seed=args.seed, eps=args.eps)
-    if args.json:
-        print(json.dumps(trace_to_json(trace)))
-    else:
-        print(format_trace(trace, precision=args.precision, full=args.full))
-    return 0

@@ -25,9 +25,6 @@ every call).
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -50,6 +47,7 @@ from ..ops.masks import padding_mask
 from .params import init_params, sub_params
 from ..ops.residual import residual_backward, residual_forward
 from ..ops.softmax import softmax_backward, softmax_forward
+from .._compat import forward_moved as _forward_moved
 
 __all__ = ["rel_error", "numerical_gradient", "check_op", "run_all", "random_params", "TOLERANCE"]
 
@@ -333,39 +331,10 @@ def run_all(seed: int = 0, max_coords: int = 24) -> list[CheckResult]:
             for i, (name, run, back, arrays) in enumerate(_cases(seed))]
 
 
-# ----------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help='print a JSON list of {"name", "max_rel_error", "checked"} instead of a table')
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and upstream gradients")
-    parser.add_argument("--max-coords", type=int, default=24,
-                        help="coordinates checked per tensor (all of them for smaller tensors)")
-    parser.add_argument("--tol", type=float, default=TOLERANCE,
-                        help="fail (exit 1) if any max relative error exceeds this (default 1e-7)")
+# Moved in 0.2 (study code to transformer_np.course, the command line to transformer_np.cli);
+# the old names keep resolving.
+__getattr__ = _forward_moved(__name__, {
+    "add_arguments": "transformer_np.cli.gradcheck",
+    "run": "transformer_np.cli.gradcheck",
+})
 
-
-def run(args: argparse.Namespace) -> int:
-    if args.max_coords < 1:
-        raise ValueError(f"--max-coords must be >= 1, got {args.max_coords}")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be >= 0, got {args.seed}")
-    results = run_all(seed=args.seed, max_coords=args.max_coords)
-    worst = max(r.max_rel_error for r in results)
-    if args.json:
-        print(json.dumps([{"name": r.name, "max_rel_error": r.max_rel_error, "checked": r.checked}
-                          for r in results], indent=2))
-    else:
-        width = max(len(r.name) for r in results)
-        print(f"{'check':<{width}}  {'max rel error':>13}  {'checked':>7}  ok")
-        print("-" * (width + 30))
-        for r in results:
-            ok = "yes" if r.max_rel_error <= args.tol else "NO"
-            print(f"{r.name:<{width}}  {r.max_rel_error:13.3e}  {r.checked:7d}  {ok}")
-        print("-" * (width + 30))
-        print(f"{len(results)} checks, worst {worst:.3e} (tolerance {args.tol:g}), float64, "
-              f"central differences h = {_H:g}, random upstream gradients")
-    failed = [r.name for r in results if not r.max_rel_error <= args.tol]
-    if failed:
-        print(f"gradcheck FAILED for: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0

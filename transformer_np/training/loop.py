@@ -20,12 +20,10 @@ the run's config and history as JSON strings under ``config`` and ``history``; i
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,18 +33,15 @@ from .._validate import check_choice, check_float, check_int, describe
 from ..model.config import EncoderConfig
 from .optim import AdamW, WarmupCosineSchedule, WarmupLinearSchedule, clip_grad_norm
 from .tasks import TASKS, Task, accuracy, get_task, init_model, model_backward, model_forward, task_config
+from .._compat import forward_moved as _forward_moved
 
 __all__ = ["RunConfig", "TrainState", "build", "train_step", "evaluate", "train", "layer_grad_norms",
-           "save_checkpoint", "load_checkpoint", "save_loss_curve", "plot_loss_curve", "save_figures",
-           "stability_grid", "run_stability", "run_stability_one", "stability_table", "plot_stability",
-           "plot_layer_grad_norms",
-           "add_arguments", "run"]
+           "save_checkpoint", "load_checkpoint", "save_loss_curve"]
 
 SCHEDULES = ("constant", "linear", "cosine")
 CHECKPOINT = "checkpoint.npz"
 CURVE_JSON = "loss_curve.json"
 CURVE_PNG = "loss_curve.png"
-STABILITY_JSON = Path(__file__).resolve().parents[2] / "notebooks" / "data" / "training_stability.json"
 
 
 @dataclass(frozen=True)
@@ -332,267 +327,25 @@ def save_loss_curve(path: str | Path, state: TrainState) -> None:
         json.dump({"config": state.cfg.to_dict(), **state.history}, f, indent=1)
 
 
-def _figure(figsize):
-    """A matplotlib Figure that does not touch pyplot's global state or backend (None if not installed)."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        print("matplotlib is not installed: skipping the figure (pip install matplotlib)", file=sys.stderr)
-        return None
-    return Figure(figsize=figsize, dpi=100)
+# Moved in 0.2 (study code to transformer_np.course, the command line to transformer_np.cli);
+# the old names keep resolving.
+__getattr__ = _forward_moved(__name__, {
+    "STABILITY_JSON": "transformer_np.course.stability",
+    "_figure": "transformer_np.course.stability",
+    "_save": "transformer_np.course.stability",
+    "plot_loss_curve": "transformer_np.course.stability",
+    "save_figures": "transformer_np.course.stability",
+    "STABILITY_BASE": "transformer_np.course.stability",
+    "stability_grid": "transformer_np.course.stability",
+    "_round": "transformer_np.course.stability",
+    "run_stability_one": "transformer_np.course.stability",
+    "run_stability": "transformer_np.course.stability",
+    "stability_table": "transformer_np.course.stability",
+    "_COLORS": "transformer_np.course.stability",
+    "_label": "transformer_np.course.stability",
+    "plot_stability": "transformer_np.course.stability",
+    "plot_layer_grad_norms": "transformer_np.course.stability",
+    "add_arguments": "transformer_np.cli.train",
+    "run": "transformer_np.cli.train",
+})
 
-
-def _save(fig, path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})       # no version/timestamp: byte-stable PNGs
-    return str(path)
-
-
-def plot_loss_curve(history: dict, path: str | Path | None = None, title: str = ""):
-    """Training loss per step (and eval loss) as a Figure; saved as PNG when ``path`` is given
-    (then the path is returned). None, with a message, when matplotlib is missing."""
-    fig = _figure((6, 3.6))
-    if fig is None:
-        return None
-    ax = fig.add_subplot()
-    ax.plot(history["step"], history["loss"], lw=0.8, label="train (per batch)")
-    if history["eval"]["step"]:
-        ax.plot(history["eval"]["step"], history["eval"]["loss"], "o-", ms=3, label="eval")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy")
-    ax.set_title(title, fontsize=9)
-    ax.legend()
-    return _save(fig, path) if path is not None else fig
-
-
-def save_figures(outdir: str | Path = "figures") -> list[str]:
-    """figures/training_stability*.png and training_layer_grad_norms.png from the stored full run
-    (notebooks/data/training_stability.json, when present) and figures/training_loss_curve.png from
-    a short live run (deterministic)."""
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    written = []
-    stored = STABILITY_JSON
-    if stored.is_file():                      # a source checkout: the stored full run of the experiment
-        results = json.loads(stored.read_text())["runs"]
-        for p in (plot_stability(results, outdir / "training_stability.png", layers=12, lr=1e-3),
-                  plot_stability(results, outdir / "training_stability_lr1e-2.png", layers=12, lr=1e-2),
-                  plot_layer_grad_norms(results, outdir / "training_layer_grad_norms.png", layers=12, lr=1e-2)):
-            if p:
-                written.append(p)
-    state = train(RunConfig(task="sort", layers=2, d_model=32, steps=150, warmup=20, lr=3e-3, seed=0,
-                            eval_every=25))
-    p = plot_loss_curve(state.history, outdir / "training_loss_curve.png",
-                        "sort task, 2-layer Post-LN, d=32, AdamW 3e-3, warm-up 20")
-    if p:
-        written.append(p)
-    return written
-
-
-# ----------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = RunConfig()
-    parser.add_argument("--task", choices=TASKS, default=d.task,
-                        help="sort: sort the tokens; cls: balanced brackets? ([CLS] head); tag: count each token "
-                             "(1/2/≥3); mlm: masked LM on the shipped character corpus (default %(default)s)")
-    parser.add_argument("--layers", type=int, default=d.layers, help="N, encoder layers (default %(default)s)")
-    parser.add_argument("--d-model", type=int, default=d.d_model, help="d_model (default %(default)s)")
-    parser.add_argument("--heads", type=int, default=d.heads, help="h, attention heads (default %(default)s)")
-    parser.add_argument("--norm", choices=("pre", "post"), default=d.norm,
-                        help="LayerNorm placement (default %(default)s)")
-    parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate of AdamW (default %(default)s)")
-    parser.add_argument("--warmup", type=int, default=d.warmup,
-                        help="linear warm-up steps, 0 = none (default %(default)s)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default=d.schedule,
-                        help="after warm-up: keep lr, or decay it linearly / by a cosine to 0 at --steps "
-                             "(default %(default)s)")
-    parser.add_argument("--steps", type=int, default=d.steps,
-                        help="total optimisation steps (with --resume: the new total) (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed,
-                        help="seeds init, data and dropout: same seed => bit-identical run (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per step (default %(default)s)")
-    parser.add_argument("--eval-every", type=int, default=d.eval_every,
-                        help="evaluate and checkpoint every this many steps (default %(default)s)")
-    parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
-                        help="AdamW's decoupled weight decay; 0 = Adam (default %(default)s)")
-    parser.add_argument("--clip", type=float, default=d.clip,
-                        help="clip the global gradient norm to this, 0 = off (default %(default)s)")
-    parser.add_argument("--dropout", type=float, default=d.dropout, help="dropout probability (default %(default)s)")
-    parser.add_argument("--seq-len", type=int, default=None, help="sequence length incl. [CLS] (default: per task)")
-    parser.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype, help="(default %(default)s)")
-    parser.add_argument("--out", default="runs/train", help="output directory (default %(default)s)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run saved in --out (its settings are used; --steps is the new total)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def run(args: argparse.Namespace) -> int:
-    cfg = RunConfig(task=args.task, layers=args.layers, d_model=args.d_model, heads=args.heads, norm=args.norm,
-                    lr=args.lr, warmup=args.warmup, steps=args.steps, seed=args.seed, batch_size=args.batch_size,
-                    eval_every=args.eval_every, schedule=args.schedule, weight_decay=args.weight_decay,
-                    clip=args.clip, dropout=args.dropout, seq_len=args.seq_len, dtype=args.dtype)
-    out = Path(args.out)
-    if args.resume and not (out / CHECKPOINT).is_file():
-        raise ValueError(f"--resume: no checkpoint at {out / CHECKPOINT}")
-    t0 = time.perf_counter()
-    state = train(cfg, out=out, resume=args.resume, progress=not args.quiet)
-    h = state.history
-    c = state.cfg
-    title = f"{c.task}, {c.layers}-layer {c.norm.capitalize()}-LN, d={c.d_model}, lr {c.lr:g}, warm-up {c.warmup}"
-    png = plot_loss_curve(h, out / CURVE_PNG, title)
-    msg = (f"{c.task}: {state.step} steps in {time.perf_counter() - t0:.1f}s; final train loss {h['loss'][-1]:.4f}")
-    if h["eval"]["step"]:
-        msg += f", eval loss {h['eval']['loss'][-1]:.4f}, eval accuracy {h['eval']['accuracy'][-1]:.3f}"
-    if h["diverged_at"] is not None:
-        msg += f"; DIVERGED at step {h['diverged_at']}"
-    print(msg)
-    print(f"wrote {out / CHECKPOINT}, {out / CURVE_JSON}" + (f", {png}" if png else ""))
-    return 0
-
-
-# ----------------------------------------------------------------------------- the warm-up experiment
-# Post-LN vs Pre-LN, with and without warm-up (notebook 04, scripts/run_training_stability.py).
-STABILITY_BASE = dict(task="sort", d_model=64, heads=4, batch_size=16, eval_every=50, eval_batches=4,
-                      weight_decay=0.0, schedule="constant", grad_norm_steps=20)
-
-
-def stability_grid(full: bool = True) -> list[dict]:
-    """The runs of the warm-up experiment, as RunConfig keyword dicts (sort task, d = 64, Adam, fixed lr).
-
-    full=True (the stored run, ~5,500 12-layer-step equivalents):
-      A. N = 12, lr = 1e-3: {post, pre} × {warm-up 0, 100} × seeds {0, 1}, 300 steps;
-      B. N = 12, {post, pre} × {0, 100}: lr = 3e-3 seed 0, 150 steps; lr = 1e-2 seeds {0, 1}, 200 steps;
-      C. N ∈ {2, 6}, lr = 1e-2, Post-LN: warm-up {0, 100} × seeds {0, 1}, 200 steps;
-      D. N = 12, lr = 1e-2, Post-LN, a long warm-up (300 steps of 400), seed 0.
-    full=False (the notebook's live check): N = 12, lr = 1e-2, {post, pre} × {0, 100}, seed 0, 60 steps,
-      warm-up 30 — enough to see whether an unwarmed Post-LN stack stalls.
-    """
-    runs = []
-    if not full:
-        for norm in ("post", "pre"):
-            for warmup in (0, 30):
-                runs.append(dict(STABILITY_BASE, layers=12, lr=1e-2, norm=norm, warmup=warmup, seed=0, steps=60,
-                                 eval_every=30))
-        return runs
-    for seed in (0, 1):
-        for norm in ("post", "pre"):
-            for warmup in (0, 100):
-                runs.append(dict(STABILITY_BASE, layers=12, lr=1e-3, norm=norm, warmup=warmup, seed=seed, steps=300))
-    for lr, seeds, steps in ((3e-3, (0,), 150), (1e-2, (0, 1), 200)):
-        for seed in seeds:
-            for norm in ("post", "pre"):
-                for warmup in (0, 100):
-                    runs.append(dict(STABILITY_BASE, layers=12, lr=lr, norm=norm, warmup=warmup, seed=seed,
-                                     steps=steps))
-    for layers in (2, 6):
-        for seed in (0, 1):
-            for warmup in (0, 100):
-                runs.append(dict(STABILITY_BASE, layers=layers, lr=1e-2, norm="post", warmup=warmup, seed=seed,
-                                 steps=200))
-    runs.append(dict(STABILITY_BASE, layers=12, lr=1e-2, norm="post", warmup=300, seed=0, steps=400))
-    return runs
-
-
-def _round(xs, digits=5):
-    return [None if not math.isfinite(x) else round(x, digits) for x in xs]
-
-
-def run_stability_one(kw: dict) -> dict:
-    """Train one run of the grid and keep what the notebook plots (losses rounded to 5 decimals)."""
-    t0 = time.perf_counter()
-    state = train(RunConfig(**kw))
-    h = state.history
-    tail = [x for x in h["loss"][-20:] if math.isfinite(x)]
-    return {"config": state.cfg.to_dict(), "loss": _round(h["loss"]), "eval_step": h["eval"]["step"],
-            "eval_loss": _round(h["eval"]["loss"]), "eval_accuracy": _round(h["eval"]["accuracy"], 4),
-            "layer_grad_norms": [_round(r, 7) for r in h["layer_grad_norms"]],
-            "diverged_at": h["diverged_at"], "final_loss": round(float(np.mean(tail)), 4) if tail else None,
-            "final_accuracy": round(h["eval"]["accuracy"][-1], 4) if h["eval"]["accuracy"] else None,
-            "seconds": round(time.perf_counter() - t0, 1)}
-
-
-def run_stability(runs: list[dict], workers: int = 1) -> list[dict]:
-    """Run every configuration (in ``workers`` processes; results in the grid's order)."""
-    if workers <= 1:
-        return [run_stability_one(kw) for kw in runs]
-    import multiprocessing as mp
-    with mp.get_context("spawn").Pool(workers) as pool:
-        return pool.map(run_stability_one, runs, chunksize=1)
-
-
-def stability_table(results: list[dict]) -> list[dict]:
-    """One row per condition (layers, lr, norm, warm-up), seeds aggregated:
-    final training loss (mean of the last 20 steps) and eval accuracy per seed."""
-    rows: dict = {}
-    for r in results:
-        c = r["config"]
-        key = (c["layers"], c["lr"], c["norm"], c["warmup"])
-        row = rows.setdefault(key, {"layers": c["layers"], "lr": c["lr"], "norm": c["norm"], "warmup": c["warmup"],
-                                    "steps": c["steps"], "seeds": [], "final_loss": [], "final_accuracy": []})
-        row["seeds"].append(c["seed"])
-        row["final_loss"].append(r["final_loss"])
-        row["final_accuracy"].append(r["final_accuracy"])
-    return list(rows.values())
-
-
-_COLORS = {("post", False): "tab:red", ("post", True): "tab:orange", ("pre", False): "tab:blue",
-           ("pre", True): "tab:cyan"}
-
-
-def _label(c: dict) -> str:
-    return f"{c['norm']}-LN, " + (f"warm-up {c['warmup']}" if c["warmup"] else "no warm-up")
-
-
-def plot_stability(results: list[dict], path: str | Path | None = None, layers: int = 12, lr: float = 1e-3,
-                   warmups=(0, 100)):
-    """Loss curves (left) and per-layer gradient norms at step 0 (right) of the runs with the given
-    depth, lr and warm-up lengths — Post-LN vs Pre-LN, with/without warm-up, every seed. Returns the
-    Figure (or the path when saved; None without matplotlib)."""
-    fig = _figure((11, 3.8))
-    if fig is None:
-        return None
-    ax1, ax2 = fig.subplots(1, 2)
-    sel = [r for r in results if r["config"]["layers"] == layers and r["config"]["lr"] == lr
-           and r["config"]["warmup"] in warmups]
-    seen, seen_norm = set(), set()
-    for r in sel:
-        c = r["config"]
-        key = (c["norm"], c["warmup"] > 0)
-        loss = np.array([np.nan if x is None else x for x in r["loss"]])
-        ax1.plot(np.arange(loss.size), loss, color=_COLORS[key], lw=0.7, alpha=0.8,
-                 label=None if key in seen else _label(c))
-        seen.add(key)
-        if c["norm"] not in seen_norm and r["layer_grad_norms"]:    # step 0 is the same with or without warm-up
-            ax2.semilogy(np.arange(1, layers + 1), r["layer_grad_norms"][0], "o-", color=_COLORS[(c["norm"], False)],
-                         ms=3, label=f"{c['norm']}-LN (seed {c['seed']})")
-            seen_norm.add(c["norm"])
-    ax1.set_xlabel("step")
-    ax1.set_ylabel("training cross-entropy")
-    ax1.set_title(f"sort task, {layers} layers, d = 64, Adam lr {lr:g}")
-    ax1.legend(fontsize=8)
-    ax2.set_xlabel("layer ℓ")
-    ax2.set_ylabel("‖∂L/∂θ_ℓ‖ at step 0")
-    ax2.set_title("per-layer gradient norm at initialisation")
-    ax2.legend(fontsize=8)
-    return _save(fig, path) if path is not None else fig
-
-
-def plot_layer_grad_norms(results: list[dict], path: str | Path | None = None, layers: int = 12,
-                          lr: float = 1e-2, seed: int = 0, steps=(0, 5, 10, 19)):
-    """‖∂L/∂θ_ℓ‖ against layer ℓ at a few early steps, one panel per (norm, warm-up) condition."""
-    sel = [r for r in results if r["config"]["layers"] == layers and r["config"]["lr"] == lr
-           and r["config"]["seed"] == seed and r["config"]["warmup"] in (0, 100)]
-    fig = _figure((3.0 * max(1, len(sel)), 3.2))
-    if fig is None:
-        return None
-    axes = np.atleast_1d(fig.subplots(1, max(1, len(sel)), sharey=True))
-    for ax, r in zip(axes, sel):
-        g = r["layer_grad_norms"]
-        for t in steps:
-            if t < len(g) and all(x is not None for x in g[t]):
-                ax.semilogy(np.arange(1, layers + 1), g[t], "o-", ms=2, label=f"step {t}")
-        ax.set_title(_label(r["config"]), fontsize=9)
-        ax.set_xlabel("layer ℓ")
-    axes[0].set_ylabel(f"‖∂L/∂θ_ℓ‖  (lr {lr:g})")
-    axes[0].legend(fontsize=7)
-    return _save(fig, path) if path is not None else fig

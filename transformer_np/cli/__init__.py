@@ -15,13 +15,13 @@ import sys
 
 # command -> (module, one-line help). Order is the order shown by --help.
 COMMANDS = {
-    "trace": ("transformer_np.course.trace", "the article's 'the cat sat' worked example, recomputed"),
-    "gradcheck": ("transformer_np.model.gradcheck", "finite-difference gradient checks of every op (float64)"),
-    "gradflow": ("transformer_np.course.gradflow", "gradient flow through deep Pre-LN / Post-LN stacks"),
-    "embed": ("transformer_np.io.pretrained", "sentence embeddings with all-MiniLM-L6-v2 in NumPy"),
-    "bench": ("transformer_np.perf.bench", "speed and memory against PyTorch"),
-    "train": ("transformer_np.training.loop", "train a small encoder in NumPy"),
-    "figures": ("transformer_np.course.figures", "regenerate every figure into figures/"),
+    "trace": ("transformer_np.cli.trace", "the article's 'the cat sat' worked example, recomputed"),
+    "gradcheck": ("transformer_np.cli.gradcheck", "finite-difference gradient checks of every op (float64)"),
+    "gradflow": ("transformer_np.cli.gradflow", "gradient flow through deep Pre-LN / Post-LN stacks"),
+    "embed": ("transformer_np.cli.embed", "sentence embeddings with all-MiniLM-L6-v2 in NumPy"),
+    "bench": ("transformer_np.cli.bench", "speed and memory against PyTorch"),
+    "train": ("transformer_np.cli.train", "train a small encoder in NumPy"),
+    "figures": ("transformer_np.cli.figures", "regenerate every figure into figures/"),
 }
 
 

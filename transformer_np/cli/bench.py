@@ -1,0 +1,52 @@
+"""The ``bench`` command: speed and memory against PyTorch (see :mod:`transformer_np.perf.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from ..perf.bench import DTYPES, MODES, SHAPES, format_table, minilm_throughput, parse_shape, run_benchmark
+
+
+# ----------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help="only bert-base float32, 5 rounds, no memory or MiniLM runs (under a minute)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    parser.add_argument("--shape", action="append", default=None, metavar="NAME|B,n,d,h,d_ff",
+                        help=f"shape(s) to run: {', '.join(SHAPES)} or a custom 'B,n,d,h,d_ff' (repeatable)")
+    parser.add_argument("--dtype", action="append", choices=DTYPES, default=None, help="dtype(s) (repeatable)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds after warm-up (default 7; 5 with --quick)")
+    parser.add_argument("--threads", type=int, default=None, help="threads for both sides (default: OpenBLAS's)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--minilm", action="store_true",
+                        help="also the MiniLM encode throughput vs sentence-transformers (on by default "
+                             "for the full run, off with --quick)")
+
+
+def run(args) -> int:
+    rounds = args.rounds if args.rounds is not None else (5 if args.quick else 7)
+    if rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {rounds}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    shapes = [parse_shape(s) for s in (args.shape or (["bert-base"] if args.quick else list(SHAPES)))]
+    dtypes = args.dtype or (["float32"] if args.quick else list(DTYPES))
+    memory = not (args.no_memory or args.quick)
+    log = None if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
+    if args.threads is not None:
+        try:
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(args.threads, user_api="blas")
+        except ImportError:
+            raise ImportError("--threads needs threadpoolctl to set OpenBLAS's threads: pip install threadpoolctl")
+    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log)
+    if args.minilm or not (args.quick or args.shape or args.dtype):
+        try:
+            doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"])
+        except ImportError as e:
+            doc["minilm"] = {"unavailable": str(e)}
+        if "unavailable" in doc["minilm"] and not args.json:
+            print(f"MiniLM throughput not measured: {doc.pop('minilm')['unavailable']}", file=sys.stderr)
+    print(json.dumps(doc, indent=1) if args.json else format_table(doc))
+    return 0
