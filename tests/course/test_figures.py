@@ -69,7 +69,7 @@ def test_a_failing_module_does_not_stop_the_others(tmp_path, monkeypatch, capsys
 
 
 def test_every_registered_module_is_called_in_order():
-    assert figures.FIGURE_MODULES == ("transformer_np.course.trace", "transformer_np.course.gradflow",
+    assert figures.FIGURE_MODULES == ("transformer_np.course.plots.trace", "transformer_np.course.gradflow",
                                       "transformer_np.course.contextual", "transformer_np.course.stability",
                                       "transformer_np.course.anatomy", "transformer_np.perf.bench",
                                       "transformer_np.course.complexity")

@@ -20,7 +20,7 @@ __all__ = ["FIGURE_MODULES", "FigureError", "generate"]
 
 # The modules whose save_figures(outdir) is called, in this order.
 FIGURE_MODULES = (
-    "transformer_np.course.trace",
+    "transformer_np.course.plots.trace",
     "transformer_np.course.gradflow",
     "transformer_np.course.contextual",
     "transformer_np.course.stability",
