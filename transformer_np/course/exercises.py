@@ -312,7 +312,8 @@ def _unpack(ex: Exercise, result: Any, names: tuple[str, ...]) -> dict[str, Any]
     params = [n for n in names if n != "x"]
     unexpected = [k for k in grads if k not in params]
     if unexpected:
-        near = difflib.get_close_matches(str(unexpected[0]), params, n=1)
+        same_case = [k for k in params if k.lower() == str(unexpected[0]).lower()]
+        near = same_case or difflib.get_close_matches(str(unexpected[0]), params, n=1)
         raise _Stop(Problem(ex.backward, "unexpected_gradient", f"grads has the unexpected key {unexpected[0]!r}"
                             + (f" (did you mean {near[0]!r}?)" if near else "") + f"; its keys are the parameter "
                             f"names of p: {', '.join(params)}"))
