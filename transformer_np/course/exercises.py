@@ -334,17 +334,19 @@ def _forward_case(ex: Exercise, forward: Callable, case: Case) -> list[Problem]:
                                 f"changed its input {', '.join(changed)} in place (e.g. `x -= …`); "
                                 f"work on new arrays — the caller (and the backward) still need the input"))
         want, _ = ex.reference(_copy(case.arrays), _copy(case.static))
-        problem = _compare("out", out, want, case, ex.forward_mistakes_for(case), ex.forward_hint, ex)
+        problem = _compare("out", out, want, case, lambda: ex.forward_mistakes_for(case), ex.forward_hint, ex)
     except _Stop as stop:
         return [stop.problem]
     return [] if problem is None else [problem]
 
 
-def _compare(label: str, got: np.ndarray, want: np.ndarray, case: Case, mistakes: list[tuple[str, str, Any]],
-             hint: str, ex: Exercise, others: dict[str, np.ndarray] | None = None) -> Problem | None:
+def _compare(label: str, got: np.ndarray, want: np.ndarray, case: Case,
+             mistakes: Callable[[], list[tuple[str, str, Any]]], hint: str, ex: Exercise,
+             others: dict[str, np.ndarray] | None = None) -> Problem | None:
     """None when ``got`` matches ``want``; else the best explanation of the difference.
 
-    ``mistakes``: (code, message, wrong_output) triples for this case, tried in order.
+    ``mistakes()``: (code, message, wrong_output) triples for this case, tried in order (computed
+    only when ``got`` is wrong).
     ``others``: other expected gradients, to recognise swapped outputs.
     """
     if got.shape != want.shape:
@@ -356,7 +358,7 @@ def _compare(label: str, got: np.ndarray, want: np.ndarray, case: Case, mistakes
     err = rel_error(got, want)
     if err <= TOLERANCE:
         return None
-    for code, message, wrong in mistakes:
+    for code, message, wrong in mistakes():
         if wrong is not None and wrong.shape == got.shape and np.all(np.isfinite(wrong)) \
                 and rel_error(wrong, want) > MATCH and rel_error(got, wrong) <= MATCH:
             return Problem(label, code, message)
@@ -448,7 +450,13 @@ def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Ca
         return [stop.problem]
     _, ref_cache = ex.reference(_copy(case.arrays), _copy(case.static))
     want = ex.reference_backward(dout.copy(), ref_cache)
-    mistakes = ex.backward_mistakes_for(case, dout)
+    computed: list = []
+
+    def mistakes() -> list:                     # the known mistakes' gradients, computed once, if needed
+        if not computed:
+            computed.append(ex.backward_mistakes_for(case, dout))
+        return computed[0]
+
     problems = []
     for name in ex.grad_order(case):
         label = ex.grad_label(name)
@@ -458,7 +466,9 @@ def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Ca
             problems.append(stop.problem)
             continue
         others = {ex.grad_label(k): v for k, v in want.items() if k != name}
-        per = [(code, msg, None if wrong is None else wrong.get(name)) for code, msg, wrong in mistakes]
+        def per(name: str = name) -> list:
+            return [(code, msg, None if wrong is None else wrong.get(name)) for code, msg, wrong in mistakes()]
+
         problem = _compare(label, got, want[name], case, per, ex.backward_hints.get(name, ex.backward_hint), ex,
                            others)
         if problem is not None:
@@ -479,7 +489,14 @@ def _gradcheck(ex: Exercise, forward: Callable, backward: Callable, case: Case,
         return np.asarray(out, dtype=np.float64), cache
 
     def back(R: np.ndarray, cache: Any) -> dict:
-        return _unpack(ex, backward(R.copy(), cache), ex.grad_order(case))
+        grads = _unpack(ex, backward(R.copy(), cache), ex.grad_order(case))
+        for name, g in grads.items():
+            if np.shape(g) != arrays[name].shape:
+                label = ex.grad_label(name)
+                raise _Stop(Problem(label, "shape", _shape_message(np.shape(g), arrays[name].shape,
+                                                                   _named_shapes(ex, case, label))
+                                    + f" (on case \"{case.label}\")"))
+        return grads
 
     try:
         result = check_op(ex.name, run, back, arrays, seed=seed)
