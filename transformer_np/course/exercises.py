@@ -78,9 +78,6 @@ class Problem:
     code: str
     message: str
 
-    def line(self) -> str:
-        return f"  - {self.output}: {self.message}"
-
 
 @dataclass
 class Feedback:
@@ -105,6 +102,7 @@ class Feedback:
 
     @property
     def text(self) -> str:
+        """The feedback as plain text: a header line, one line per distinct problem, then the notes."""
         lines = [f"✗ {self.function}: {self.header}"]
         lines += _summarise(self.problems)
         lines += [f"  {n}" for n in self.notes]
