@@ -81,8 +81,11 @@ def _find_constant(value) -> tuple[list, str] | None:
 
 
 def loads_strict(raw: bytes | str, where: str, kind: type | None = None, max_depth: int = MAX_JSON_DEPTH,
-                 error: type = FileFormatError):
-    """Parse JSON text with the rules of the module docstring; ``where`` names the source in errors."""
+                 error: type = FileFormatError, allow_constants: bool = False):
+    """Parse JSON text with the rules of the module docstring; ``where`` names the source in errors.
+
+    ``allow_constants=True`` accepts NaN/Infinity (as Python's ``json.dumps`` writes them, e.g. the
+    loss of a diverged run in a training log)."""
     if isinstance(raw, str):
         raw = raw.encode("utf-8", errors="surrogatepass")
     depth = json_depth(raw)
@@ -93,12 +96,13 @@ def loads_strict(raw: bytes | str, where: str, kind: type | None = None, max_dep
     except UnicodeDecodeError as e:
         raise error(f"{where}: not UTF-8 text ({e})") from None
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates(error, where), parse_constant=_Constant)
+        value = json.loads(text, object_pairs_hook=_no_duplicates(error, where),
+                           parse_constant=float if allow_constants else _Constant)
     except RecursionError:
         raise error(f"{where}: JSON nested too deeply") from None
     except json.JSONDecodeError as e:
         raise error(f"{where}: not valid JSON ({e})") from None
-    found = _find_constant(value)
+    found = None if allow_constants else _find_constant(value)
     if found is not None:
         path, name = found
         raise error(f"{where}: {_key_path(path)} is {name}, which is not a JSON number (a finite number "
