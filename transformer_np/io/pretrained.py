@@ -401,16 +401,17 @@ def load_pretrained(path_or_name) -> PretrainedEncoder:
     """
     folder = model_folder(path_or_name)
     config = _read_config(folder)                   # validated, and the memory estimate checked
-    params = _load_weights(folder, config)
     mode, normalize, st_max = _sentence_transformers_setup(folder)
     tok = WordPieceTokenizer.from_folder(folder)
     max_seq = st_max if st_max is not None else min(tok.max_length, config.max_len)
     if max_seq > config.max_len:
-        raise ValueError(f"max_seq_length {max_seq} exceeds the model's max_position_embeddings {config.max_len}")
+        raise ModelFolderError(f"{folder}: max_seq_length {max_seq} exceeds the model's max_position_embeddings "
+                               f"{config.max_len} (config.json)")
     tok.max_length = max_seq
     if len(tok.vocab) > config.vocab_size or max(tok.vocab.values()) >= config.vocab_size:
         raise ModelFolderError(f"{folder}: the tokenizer's vocabulary (ids up to {max(tok.vocab.values())}) does "
                                f"not fit the model's vocab_size {config.vocab_size} (config.json)")
+    params = _load_weights(folder, config)          # last: the small files are checked first
     return PretrainedEncoder(config, params, tok, max_seq, mode, normalize, folder)
 
 
