@@ -176,7 +176,8 @@ def _sentence_transformers_setup(folder: Path) -> tuple[str, bool, int | None]:
                             raise ModelFolderError(f"{pc}: {key} must be true or false, got {cfg[key]!r:.60}")
                     on = [k for k, key in zip(POOLING_MODES, keys) if cfg.get(key, False)]
                     if len(on) != 1:
-                        raise ModelFolderError(f"{pc}: exactly one supported pooling mode must be on, got {on or 'none'}")
+                        raise ModelFolderError(f"{pc}: exactly one supported pooling mode must be on, "
+                                               f"got {on or 'none'}")
                     mode = on[0]
     sbc = folder / "sentence_bert_config.json"
     if sbc.is_file():

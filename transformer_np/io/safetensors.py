@@ -95,7 +95,8 @@ def _parse_entry(name: str, entry, where: str) -> tuple[str, tuple[int, ...], in
         if dt in _KNOWN_UNSUPPORTED:
             raise FileFormatError(f"{where}: tensor {name!r}: dtype {dt} is valid safetensors but has no NumPy "
                              f"equivalent; supported: {sorted(SAFETENSORS_DTYPES)}")
-        raise FileFormatError(f"{where}: tensor {name!r}: unknown dtype {dt!r}; supported: {sorted(SAFETENSORS_DTYPES)}")
+        raise FileFormatError(f"{where}: tensor {name!r}: unknown dtype {dt!r}; "
+                              f"supported: {sorted(SAFETENSORS_DTYPES)}")
     shape = entry["shape"]
     if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
         raise FileFormatError(f"{where}: tensor {name!r}: shape must be a list of non-negative integers, got {shape!r}")

@@ -191,7 +191,8 @@ def _token_text(value, key: str, where: str) -> str:
 
 
 def _get(d: dict, key: str, kind, default, where: str):
-    """d[key] (or ``default``) checked to be of ``kind`` (bool is never an int here)."""
+    """d[key] (or ``default``) checked to be of ``kind`` (bool is never an int here). ``where`` is the
+    message prefix: "file: " or "file: model." (the key path so far)."""
     v = d.get(key, default)
     if v is None and default is None:
         return None
@@ -200,8 +201,10 @@ def _get(d: dict, key: str, kind, default, where: str):
     else:
         ok = isinstance(v, kind)
     if not ok:
-        name = getattr(kind, "__name__", None) or " or ".join(k.__name__ for k in kind)
-        raise ModelFolderError(f"{where}: {key} must be {name}, got {v!r:.60}")
+        names = {dict: "a JSON object", list: "a JSON array", str: "a string", bool: "true or false", int: "an integer",
+                 float: "a number"}
+        name = " or ".join(names[k] for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise ModelFolderError(f"{where}{key} must be {name}, got {v!r:.60}")
     return v
 
 
@@ -257,19 +260,19 @@ class WordPieceTokenizer:
         tc = os.path.join(folder, "tokenizer_config.json")
         conf = read_json(tc, error=ModelFolderError) if os.path.isfile(tc) else {}
         if max_length is None:
-            mml = _get(conf, "model_max_length", (int, float), 512, tc)
+            mml = _get(conf, "model_max_length", (int, float), 512, tc + ": ")
             # transformers writes 1e30 for "no limit": then 512, BERT's positions
             max_length = int(mml) if 2 <= mml < 1e6 else 512
         if os.path.isfile(tj):
             return cls._from_tokenizer_json(tj, max_length)
         if os.path.isfile(vt):
-            sa = _get(conf, "strip_accents", bool, None, tc)
+            sa = _get(conf, "strip_accents", bool, None, tc + ": ")
             tokens = {k: _token_text(conf.get(k, f"[{k[:-6].upper()}]"), k, tc)
                       for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")}
             try:
                 return cls(_read_vocab_txt(vt), max_length=max_length,
-                           lowercase=_get(conf, "do_lower_case", bool, True, tc), strip_accents=sa,
-                           handle_chinese_chars=_get(conf, "tokenize_chinese_chars", bool, True, tc), **tokens)
+                           lowercase=_get(conf, "do_lower_case", bool, True, tc + ": "), strip_accents=sa,
+                           handle_chinese_chars=_get(conf, "tokenize_chinese_chars", bool, True, tc + ": "), **tokens)
             except (InputTypeError, InputValueError) as e:
                 raise ModelFolderError(f"{vt} with {tc}: {e}") from None
         raise ModelFolderError(f"folder {folder!r} has neither tokenizer.json nor vocab.txt")
@@ -277,19 +280,19 @@ class WordPieceTokenizer:
     @classmethod
     def _from_tokenizer_json(cls, path: str, max_length: int) -> "WordPieceTokenizer":
         tj = read_json(path, error=ModelFolderError)
-        model = _get(tj, "model", dict, None, path)
+        model = _get(tj, "model", dict, None, path + ": ")
         if model is None:
             raise ModelFolderError(f"{path}: model is missing (a WordPiece tokenizer needs model.type and model.vocab)")
         if model.get("type") != "WordPiece":
             raise ModelFolderError(f"{path}: only WordPiece tokenizers are supported, got model type "
                                    f"{model.get('type')!r:.60}")
-        norm = _get(tj, "normalizer", dict, None, path) or {}
+        norm = _get(tj, "normalizer", dict, None, path + ": ") or {}
         if norm.get("type") != "BertNormalizer":
             raise ModelFolderError(f"{path}: expected a BertNormalizer, got {norm.get('type')!r:.60}")
-        pre = (_get(tj, "pre_tokenizer", dict, None, path) or {}).get("type")
+        pre = (_get(tj, "pre_tokenizer", dict, None, path + ": ") or {}).get("type")
         if pre != "BertPreTokenizer":
             raise ModelFolderError(f"{path}: expected a BertPreTokenizer, got {pre!r:.60}")
-        vocab = _get(model, "vocab", dict, None, path + ": model")
+        vocab = _get(model, "vocab", dict, None, path + ": model.")
         if not vocab:
             raise ModelFolderError(f"{path}: model.vocab must be a non-empty object of token -> id, got "
                                    f"{vocab!r:.60}")
@@ -299,7 +302,7 @@ class WordPieceTokenizer:
             raise ModelFolderError(f"{path}: model.{e}") from None
         by_id = {v: k for k, v in vocab.items()}
         specials = []
-        added = _get(tj, "added_tokens", list, [], path)
+        added = _get(tj, "added_tokens", list, [], path + ": ")
         for i, t in enumerate(added):
             if not isinstance(t, dict) or not isinstance(t.get("content"), str):
                 raise ModelFolderError(f"{path}: added_tokens[{i}] must be an object with a string content")
@@ -309,7 +312,7 @@ class WordPieceTokenizer:
                     raise ModelFolderError(f"{path}: added_tokens[{i}] gives {content!r} the id {tid!r}, but "
                                            f"model.vocab gives it {vocab[content]}")
                 specials.append(content)
-        post = _get(tj, "post_processor", dict, None, path) or {}
+        post = _get(tj, "post_processor", dict, None, path + ": ") or {}
         cls_tok, sep_tok = "[CLS]", "[SEP]"
         try:
             if post.get("type") == "TemplateProcessing":
@@ -326,20 +329,20 @@ class WordPieceTokenizer:
         except (KeyError, IndexError, TypeError, AttributeError):
             raise ModelFolderError(f"{path}: post_processor ({post.get('type')!r:.40}) is malformed or names an id "
                                    f"that is not in model.vocab") from None
-        pad = _get(_get(tj, "padding", dict, None, path) or {}, "pad_token", str, "[PAD]", path + ": padding")
+        pad = _get(_get(tj, "padding", dict, None, path + ": ") or {}, "pad_token", str, "[PAD]", path + ": padding.")
         strip = norm.get("strip_accents")
         if strip is not None and not isinstance(strip, bool):
             raise ModelFolderError(f"{path}: normalizer.strip_accents must be true, false or null, got {strip!r:.40}")
-        where = path + ": normalizer"
+        where = path + ": normalizer."
         try:
             return cls(vocab, max_length=max_length, lowercase=_get(norm, "lowercase", bool, True, where),
                        strip_accents=strip, handle_chinese_chars=_get(norm, "handle_chinese_chars", bool, True, where),
                        clean_text=_get(norm, "clean_text", bool, True, where),
-                       unk_token=_get(model, "unk_token", str, "[UNK]", path + ": model"),
+                       unk_token=_get(model, "unk_token", str, "[UNK]", path + ": model."),
                        cls_token=_token_text(cls_tok, "the [CLS] token", path),
                        sep_token=_token_text(sep_tok, "the [SEP] token", path), pad_token=pad,
-                       max_input_chars_per_word=_get(model, "max_input_chars_per_word", int, 100, path + ": model"),
-                       prefix=_get(model, "continuing_subword_prefix", str, "##", path + ": model"),
+                       max_input_chars_per_word=_get(model, "max_input_chars_per_word", int, 100, path + ": model."),
+                       prefix=_get(model, "continuing_subword_prefix", str, "##", path + ": model."),
                        special_tokens=specials)
         except (InputTypeError, InputValueError) as e:
             raise ModelFolderError(f"{path}: {e}") from None

@@ -22,7 +22,8 @@ d = d_model, f = d_ff, h heads, N layers (N_p distinct layer parameter sets, 1 w
 
     parameters       P = embeddings + N_p (4d² + 4d + 2 d f + f + d + 4d) + final LN
     parameter table  ≈ 300 bytes per named array (the dict entry, its name and the array object)
-    gradients        P + one layer's parameters (a backward pass), optimiser state: P per slot (AdamW: 2, SGD with momentum: 1)
+    gradients        P + one layer's parameters (a backward pass)
+    optimiser state  P per slot (AdamW: 2, SGD with momentum: 1)
     activations      per layer, kept for the backward: 16 T d + 5 T f + 4 B h n²
                      (inputs and outputs of the sublayers, Q/K/V/context, LayerNorm's x̂, the FFN's
                      pre-activation and activation, scores and attention weights with their
