@@ -122,9 +122,9 @@ def test_step_disagreeing_with_the_history(run_dir):
 
 
 @pytest.mark.parametrize("key, value, match", [
-    ("optim/step.layers.0.attn.W_Q", np.array(-1, np.int64), r"optim/…'.*'step.layers.0.attn.W_Q' must be >= 0, got -1"),
+    ("optim/step.layers.0.attn.W_Q", np.array(-1, np.int64), r"optim/….*'step.layers.0.attn.W_Q' must be >= 0"),
     ("optim/step.layers.0.attn.W_Q", np.array(9, np.int64), r"must be <= t = 8, got 9"),
-    ("optim/exp_avg_sq.layers.0.attn.W_Q", -np.ones((16, 16), np.float32), r"exp_avg_sq.layers.0.attn.W_Q' must be >= 0"),
+    ("optim/exp_avg_sq.layers.0.attn.W_Q", -np.ones((16, 16), np.float32), r"exp_avg_sq.layers.0.attn.W_Q' must be >="),
     ("optim/exp_avg.layers.0.attn.W_Q", np.full((16, 16), np.nan, np.float32), r"contains NaN/inf"),
 ])
 def test_optimiser_entries(run_dir, key, value, match):

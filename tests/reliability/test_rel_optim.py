@@ -22,7 +22,7 @@ def _grads(params):
 @pytest.mark.parametrize("value, cls, match", [
     (float("nan"), NonFiniteError, r"schedule returned nan at step 1; a learning rate must be finite"),
     (float("inf"), NonFiniteError, r"returned inf at step 1"),
-    (-1.0, InputValueError, r"returned -1.0 at step 1; a learning rate must be >= 0 \(a negative one is gradient ascent"),
+    (-1.0, InputValueError, r"returned -1.0 at step 1; a learning rate must be >= 0 \(a negative one is gradient"),
     ("0.1", InputTypeError, r"must return a number at step 1"),
     (None, InputTypeError, r"must return a number at step 1"),
 ])
