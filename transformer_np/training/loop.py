@@ -102,6 +102,8 @@ class RunConfig:
         check_int(self.seq_len, "seq_len", minimum=2, allow_none=True)
         if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
             raise InputTypeError(f"betas must be a pair (beta1, beta2), got {describe(self.betas)}")
+        for i, b in enumerate(self.betas):
+            check_float(b, f"betas[{i}]", 0.0, 1.0, max_inclusive=False)
         if self.schedule != "constant" and self.warmup > self.steps:
             raise ValueError(f"warmup must be <= steps = {self.steps} for a decaying schedule, got {self.warmup}")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
