@@ -54,6 +54,19 @@ def refused_cli(cli):
 
 _PROBE = """
 import json, resource, sys, time
+
+def peak_rss_mb():
+    # VmHWM is the peak RSS of this process's own memory map, fresh at exec. ru_maxrss is not: Linux
+    # carries the pre-exec peak over, which after a (v)fork is the parent's — a big pytest worker.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
 t0 = time.perf_counter()
 out = {{"error": None, "message": "", "exit": None}}
 try:
@@ -61,7 +74,7 @@ try:
 except BaseException as e:
     out.update(error=type(e).__name__, message=str(e), bases=[c.__name__ for c in type(e).__mro__])
 out["seconds"] = time.perf_counter() - t0
-out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+out["max_rss_mb"] = peak_rss_mb()
 print("PROBE " + json.dumps(out))
 """
 
