@@ -17,13 +17,19 @@ class                       builtin base          raised when
                                                   the limit allows (refused before allocating)
 ``FileFormatError``         ``ValueError``        a file (checkpoint, model folder, worksheet,
                                                   safetensors) is corrupt, foreign or inconsistent
+``CheckpointError``         ``ValueError``        a training checkpoint is corrupt, foreign, or
+                                                  does not match the run it should continue
+``ModelFolderError``        ``ValueError``        a model folder (config.json, tokenizer files,
+                                                  sentence-transformers files, weights) is invalid
 ==========================  ====================  ==============================================
+
+``CheckpointError`` and ``ModelFolderError`` are ``FileFormatError`` subclasses.
 """
 
 from __future__ import annotations
 
 __all__ = ["TransformerNPError", "InputTypeError", "InputValueError", "NonFiniteError", "StaleCacheError",
-           "ResourceLimitError", "FileFormatError"]
+           "ResourceLimitError", "FileFormatError", "CheckpointError", "ModelFolderError"]
 
 
 class TransformerNPError(Exception):
@@ -52,3 +58,13 @@ class ResourceLimitError(InputValueError):
 
 class FileFormatError(InputValueError):
     """A file is corrupt, foreign, or inconsistent with what it must describe."""
+
+
+class CheckpointError(FileFormatError):
+    """A training checkpoint is corrupt, foreign, or inconsistent with its own config or with the run
+    it should continue (the message names the entry, what was expected and what was found)."""
+
+
+class ModelFolderError(FileFormatError):
+    """A model folder is invalid: a JSON file of the wrong shape or type, a path leaving the folder,
+    a tokenizer vocabulary that does not fit, non-finite weights (the message names the file and key)."""

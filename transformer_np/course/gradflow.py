@@ -45,11 +45,12 @@ from ..ops.dropout import dropout_backward
 from ..model.encoder import encoder_layer_backward, encoder_layer_forward
 from ..ops.feedforward import ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
+from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
 from ..model.params import init_params, layer_prefix, sub_params
 from ..ops.residual import residual_backward, residual_forward
 from .._compat import forward_moved as _forward_moved
 
-__all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "layer_forward", "layer_backward",
+__all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "measure_estimate", "layer_forward", "layer_backward",
            "identity_backward", "sublayers", "stack_forward", "backprop_hidden", "measure", "sweep",
            "jacobian_from_vjp", "layer_jacobian_terms", "stack_jacobian", "expansion_by_order",
            "jacobian_view", "singular_values_by_depth", "numerical_rank", "stable_rank", "probe_table",
@@ -97,9 +98,7 @@ def make_stack(variant: str, depth: int, init: str = "xavier", seed: int = 0, d_
     check_choice(variant, "variant", VARIANTS)
     check_choice(init, "init", INITS)
     check_int(depth, "depth", minimum=1)
-    config = EncoderConfig(n_layers=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-                           norm_position="pre" if variant == "pre" else "post", dropout=0.0,
-                           final_layer_norm=(variant == "pre"))
+    config = _config(depth, d_model, n_heads, d_ff, variant)
     return init_params(config, seed=seed, init=init), config
 
 
@@ -270,6 +269,20 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+def _config(depth: int, d_model: int, n_heads: int, d_ff: int, variant: str = "pre") -> EncoderConfig:
+    return EncoderConfig(n_layers=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+                         norm_position="pre" if variant == "pre" else "post", dropout=0.0,
+                         final_layer_norm=(variant == "pre"))
+
+
+def measure_estimate(depth: int, d_model: int = 64, n_heads: int = 4, d_ff: int = 256, n: int = 16,
+                     batch: int = 8) -> MemoryEstimate:
+    """Memory of :func:`measure`: the stack's parameters and caches (float64), its gradients, and the
+    per-layer lists it keeps (H^(ℓ), ∂L/∂H^(ℓ) for both paths: 3 (L + 1) B n d numbers)."""
+    est = estimate_encoder(_config(depth, d_model, n_heads, d_ff), np.float64, batch, n, backward=True)
+    return est + MemoryEstimate({"activations": 3 * (depth + 1) * batch * n * d_model * 8})
+
+
 @single_thread_blas
 def measure(variant: str, depth: int, init: str = "xavier", seed: int = 0, probe_layer: int | None = None,
             d_model: int = 64, n_heads: int = 4, d_ff: int = 256, n: int = 16, batch: int = 8) -> dict:
@@ -293,6 +306,7 @@ def measure(variant: str, depth: int, init: str = "xavier", seed: int = 0, probe
     if probe_layer is None:
         probe_layer = depth // 2
     check_int(probe_layer, "probe_layer", minimum=0, maximum=depth)
+    check_memory(measure_estimate(depth, d_model, n_heads, d_ff, n, batch), "gradflow")
     params, config = make_stack(variant, depth, init, seed, d_model, n_heads, d_ff)
     H0, R = _inputs(seed, batch, n, d_model)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
@@ -376,6 +390,9 @@ def layer_jacobian_terms(cache: dict, n: int, d: int) -> list[LayerTerms]:
 
 def _small_stack(variant: str, depth: int, init: str, seed: int, dims: dict):
     d, n = dims["d_model"], dims["n"]
+    M = n * d                   # the stack runs on M copies of one sequence; Jacobians are (M, M)
+    check_memory(estimate_encoder(_config(depth, d, dims["n_heads"], dims["d_ff"], variant), np.float64, M, n)
+                 + MemoryEstimate({"Jacobians": (4 * depth + 4) * M * M * 8}), "the Jacobian view")
     params, config = make_stack(variant, depth, init, seed, d, dims["n_heads"], dims["d_ff"])
     x0 = np.random.default_rng(seed + 1).standard_normal((1, n, d))      # one sequence (1, n, d)
     H0 = np.repeat(x0, n * d, axis=0)                                    # (n·d, n, d) copies

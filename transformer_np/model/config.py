@@ -140,18 +140,15 @@ def count_parameters(config: EncoderConfig, embeddings: bool = True) -> int:
     """Number of scalar parameters of :func:`init_params` (embeddings + layers + final LN).
 
     With ``embeddings=False`` only the layers (and final LayerNorm, if any) are counted.
+    Computed from the sizes in O(1), without building the parameter table (any depth is instant).
     BERT-base: 108,891,648 with embeddings, 85,054,464 = 12·(12d² + 13d) without.
     """
-    from .params import param_shapes  # local import: params imports config
+    from .budget import encoder_param_count  # local import: budget imports config
 
     if not isinstance(config, EncoderConfig):
         raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
-    total = 0
-    for name, shape in param_shapes(config).items():
-        if not embeddings and name.startswith("embeddings."):
-            continue
-        n = 1
-        for s in shape:
-            n *= s
-        total += n
-    return total
+    if not isinstance(embeddings, bool):
+        raise TypeError(f"embeddings must be a bool, got {describe(embeddings)}")
+    if embeddings:
+        return encoder_param_count(config)
+    return encoder_param_count(config.replace(vocab_size=None, type_vocab_size=0))
