@@ -17,13 +17,17 @@ class                       builtin base          raised when
                                                   the limit allows (refused before allocating)
 ``FileFormatError``         ``ValueError``        a file (checkpoint, model folder, worksheet,
                                                   safetensors) is corrupt, foreign or inconsistent
+``WorksheetError``          ``ValueError``        a worksheet (TOML file or dict) has a syntax
+                                                  error, an unknown key, a wrong shape, an unknown
+                                                  token, a non-finite number or a size beyond hand
+                                                  calculation (a ``FileFormatError``)
 ==========================  ====================  ==============================================
 """
 
 from __future__ import annotations
 
 __all__ = ["TransformerNPError", "InputTypeError", "InputValueError", "NonFiniteError", "StaleCacheError",
-           "ResourceLimitError", "FileFormatError"]
+           "ResourceLimitError", "FileFormatError", "WorksheetError"]
 
 
 class TransformerNPError(Exception):
@@ -52,3 +56,9 @@ class ResourceLimitError(InputValueError):
 
 class FileFormatError(InputValueError):
     """A file is corrupt, foreign, or inconsistent with what it must describe."""
+
+
+class WorksheetError(FileFormatError):
+    """A worksheet is malformed: TOML syntax (the line is named), an unknown key (the nearest valid one is
+    suggested), a wrong shape (key, expected and given shape), an unknown token, a non-finite number, or a
+    size beyond hand calculation."""
