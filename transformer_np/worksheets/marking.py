@@ -1,30 +1,34 @@
 r"""Marking: the tolerance rule, follow-through, and the verdict of every step.
 
-Tolerance. Answers are rounded to ``decimals`` = D places, so a correct answer may be off by half a
-unit in the last place, u = ½·10^(−D) — and by whatever the rounding of its *inputs* did to it: a
-student who works from rounded intermediate values carries their error forward. The tolerance of
-a step y = f(x_1, …, x_k) is therefore
+Rounding convention (the one the sheets state): every answer written down is rounded to
+``decimals`` = D places, so it is off by at most u = ½·10^(−D), half a unit in its last place;
+work that is *not* written down keeps at least one more digit, so it is off by at most u/10.
 
-    tol(y) = u + Σ_j  max( |f(x + tol_j e_j) − f(x)|, |f(x) − f(x − tol_j e_j)| )
+Propagated rounding. A step y = f(x_1, …, x_k) computed from inputs that carry errors e_j is off by
 
-over every input entry j (each moved alone by its own tolerance, up and down), starting from
-tol = 0 for the exact data (H0, dH and the weights, which the sheet gives exactly). For a smooth
-step this is u + Σ_j |∂y/∂x_j| tol_j to first order — "half a unit in the last place plus the
-propagated rounding"; at a kink (ReLU at 0) it takes the larger one-sided change, so a value next
-to the kink is not refused for landing on the other side. (``1e-9`` is added for binary floating
-point.)
+    P(y) = Σ_j max( |f(x + e_j) − f(x)|, |f(x) − f(x − e_j)| )
 
-Verdicts, for each quantity the student gave (only the entries given — a table keyed by token
-gives some rows):
+over every input entry j, each moved alone by its error, up and down (for a smooth step this is
+Σ_j |∂y/∂x_j| e_j to first order; at a kink such as ReLU's it takes the larger one-sided change).
+The data the sheet gives (H0, dH, the weights) is exact. A LayerNorm counts the error of its input
+once, through LN as a whole, plus the rounding of the mean and variance (a shift of x moves μ with
+it and cancels). The error an entry *carries* into later steps is u on the entries the student wrote
+(they may have carried more digits than they wrote) and u/10 + P on unwritten work.
 
-* ``correct`` — within the tolerance of the true value;
-* ``follows`` — not correct, but within the tolerance of the value recomputed from the student's
-  *own* earlier answers (their given entries replace the true ones, step by step, and unwritten
-  steps are recomputed from them). Here a given input counts as exact up to u (the student may have
-  carried more digits than written) and an unwritten one carries its tolerance. An early slip is
-  thus marked once, as an examiner would, and not again on every later line built on it;
-* ``wrong`` — neither; the first ``wrong`` step gets a diagnosis (:mod:`.diagnosis`);
-* ``missing`` — not given.
+Verdicts, for each quantity the student gave (on the entries given — a table keyed by token gives
+some rows):
+
+1. ``correct`` if |given − true value| ≤ u + P, with P propagated from the true inputs as if none
+   were written (the answer is the true value, rounded, up to the rounding of the work before it);
+2. otherwise compare with the value recomputed from the student's *own* earlier answers (their
+   given entries replace the true ones step by step; unwritten steps are recomputed from them):
+   within u + P (P now propagated with the carried errors above) it is ``correct`` if every answer
+   it depends on was correct — right work on right (if rounded) inputs — and ``follows`` if one was
+   not: an early slip is marked once, as an examiner would, not again on every line built on it;
+3. otherwise ``wrong`` (the first ``wrong`` step is diagnosed by :mod:`.diagnosis`);
+4. ``missing`` when not given.
+
+``FLOAT_SLACK`` (1e-9) is added to every comparison for binary floating point.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ import numpy as np
 
 from .steps import DH_KEY, H0_KEY, Key, Step, build_steps, evaluate
 
-__all__ = ["unit", "propagated", "tolerances", "Marking", "mark_worksheet", "FLOAT_SLACK"]
+__all__ = ["FLOAT_SLACK", "Marking", "mark_worksheet", "propagated", "step_propagated", "unit"]
 
 FLOAT_SLACK = 1e-9
+UNWRITTEN = 0.1     # unwritten work keeps one more digit: its own rounding is u / 10
 
 
 def unit(decimals: int) -> float:
@@ -86,14 +91,49 @@ def propagated(fn, args: list[np.ndarray], errs: list[np.ndarray | None], local:
     return total
 
 
-def tolerances(steps: list[Step], values: dict, u: float) -> dict[Key, np.ndarray]:
-    """tol of every step at ``values`` (the truth): the module docstring's rule."""
-    tol: dict[Key, np.ndarray] = {}
+def step_propagated(step: Step, args: list, errs: list, rounding: list) -> np.ndarray:
+    """P for ``step``: its own rule if it has one (LayerNorm), else :func:`propagated`. ``rounding`` is
+    each input's own rounding (u written, u/10 unwritten; None exact)."""
+    if step.propagate is not None:
+        with np.errstate(all="ignore"):
+            return step.propagate(args, errs, rounding)
+    if step.multilinear:
+        # f is linear in each input and every input entry meets an output entry in at most one product, so
+        # moving it by e changes that output by e · |the product of the others|: with the others replaced by
+        # their absolute values, f(…, e_i, …) − f(…, 0, …) sums those changes (the second call removes the
+        # terms that do not contain input i).
+        with np.errstate(all="ignore"):
+            absd = [np.abs(a) for a in args]
+            terms = [step.fn(*absd[:i], e, *absd[i + 1:]) - step.fn(*absd[:i], np.zeros_like(e), *absd[i + 1:])
+                     for i, e in enumerate(errs) if e is not None]
+        return sum(terms) if terms else np.zeros(np.shape(step.fn(*args)))
+    if step.rowsum is not None:        # a sum over tokens: each input entry moves only its token's term
+        return propagated(step.rowsum, args, errs, "row").sum(axis=0)
+    return propagated(step.fn, args, errs, step.local)
+
+
+def _propagate_all(steps: list[Step], values: dict, u: float, answers: dict) -> dict[Key, np.ndarray]:
+    """P of every step at ``values``; entries in ``answers`` carry u, unwritten work u/10 + P."""
+    P: dict[Key, np.ndarray] = {}
+    carried: dict[Key, np.ndarray] = {}
     for s in steps:
-        args = [values[k] for k in s.inputs]
-        errs = [tol.get(k) for k in s.inputs]
-        tol[s.key] = u + propagated(s.fn, args, errs, s.local)
-    return tol
+        errs, rounding = [], []
+        for k in s.inputs:
+            if k in (H0_KEY, DH_KEY):
+                errs.append(None)
+                rounding.append(None)
+                continue
+            a = answers.get(k)
+            own = np.full(np.shape(values[k]), UNWRITTEN * u)
+            if a is not None:
+                own = np.where(a.mask, u, own)
+                errs.append(np.where(a.mask, u, carried[k]))
+            else:
+                errs.append(carried[k])
+            rounding.append(own)
+        P[s.key] = step_propagated(s, [values[k] for k in s.inputs], errs, rounding)
+        carried[s.key] = UNWRITTEN * u + P[s.key]
+    return P
 
 
 @dataclass
@@ -103,10 +143,10 @@ class Marking:
     worksheet: object
     steps: list[Step]
     truth: dict            # the correct value of every step
-    tol: dict              # its tolerance
+    tol: dict              # u + P at the truth (verdict rule 1)
     chain: dict            # the student's chain: given entries, unwritten ones recomputed from them
-    own: dict              # each step recomputed from the chain's inputs (what "follows" compares with)
-    follow_tol: dict       # tolerance of that comparison (steps that needed it)
+    own: dict              # each step recomputed from the chain's inputs (rule 2 compares with it)
+    own_tol: dict          # u + P along the chain (rule 2's tolerance)
     verdict: dict          # key -> verdict
     error: dict            # key -> max |given − truth| over the given entries (None when missing)
     u: float
@@ -114,22 +154,9 @@ class Marking:
     def given(self, key):
         return self.worksheet.answers.get(key)
 
-    def input_errors(self, step: Step, at_chain: bool = True) -> list:
-        """The error each input of ``step`` may carry in the follow-through comparison."""
-        out = []
-        for k in step.inputs:
-            if k in (H0_KEY, DH_KEY):
-                out.append(None)
-                continue
-            a = self.given(k)
-            out.append(np.where(a.mask, self.u, self.tol[k]) if (a is not None and at_chain) else self.tol[k])
-        return out
-
     def follow_tolerance(self, step: Step) -> np.ndarray:
-        if step.key not in self.follow_tol:
-            args = [self.chain[k] for k in step.inputs]
-            self.follow_tol[step.key] = self.u + propagated(step.fn, args, self.input_errors(step), step.local)
-        return self.follow_tol[step.key]
+        """The tolerance of a comparison with a value recomputed from the student's own answers."""
+        return self.own_tol[step.key]
 
 
 def _within(given: np.ndarray, ref: np.ndarray, tol: np.ndarray, mask: np.ndarray) -> bool:
@@ -145,8 +172,8 @@ def mark_worksheet(ws) -> Marking:
     if ws.backward:
         inputs[DH_KEY] = ws.dH
     truth = evaluate(steps, inputs)
-    u = 0.5 * 10.0 ** (-ws.decimals)
-    tol = tolerances(steps, truth, u)
+    u = unit(ws.decimals)
+    tol = {k: u + p for k, p in _propagate_all(steps, truth, u, {}).items()}
     own: dict = {}
 
     def student(key, value):
@@ -155,17 +182,23 @@ def mark_worksheet(ws) -> Marking:
         return value if a is None else np.where(a.mask, a.value, value)
 
     chain = evaluate(steps, inputs, student)
-    m = Marking(ws, steps, truth, tol, chain, own, {}, {}, {}, u)
+    own_tol = {k: u + p for k, p in _propagate_all(steps, chain, u, ws.answers).items()} if ws.answers else tol
+    m = Marking(ws, steps, truth, tol, chain, own, own_tol, {}, {}, u)
+    unsound: set[Key] = set()        # steps built on an answer that was not correct
     for s in steps:
         a = ws.answers.get(s.key)
+        if any(k in unsound for k in s.inputs):
+            unsound.add(s.key)
         if a is None:
             m.verdict[s.key], m.error[s.key] = "missing", None
             continue
         m.error[s.key] = float(np.max(np.abs(a.value - truth[s.key])[a.mask]))
         if _within(a.value, truth[s.key], tol[s.key], a.mask):
             m.verdict[s.key] = "correct"
-        elif _within(a.value, own[s.key], m.follow_tolerance(s), a.mask):
-            m.verdict[s.key] = "follows"
+        elif _within(a.value, own[s.key], own_tol[s.key], a.mask):
+            m.verdict[s.key] = "follows" if s.key in unsound else "correct"
         else:
             m.verdict[s.key] = "wrong"
+        if m.verdict[s.key] != "correct":
+            unsound.add(s.key)
     return m

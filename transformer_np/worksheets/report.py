@@ -126,7 +126,9 @@ class Report:
                 for s in answered:
                     v = m.verdict[s.key]
                     a = m.given(s.key)
-                    tol = float(np.max(m.tol[s.key][a.mask]))
+                    t = m.tol if v == "correct" and m.error[s.key] <= float(np.max(m.tol[s.key][a.mask])) \
+                        else m.own_tol
+                    tol = float(np.max(t[s.key][a.mask]))
                     L.append(f"  {s.name.ljust(w)}{(v.upper() if v == 'wrong' else v):9s}"
                              f"{m.error[s.key]:10.{dec + 1}f}{tol:11.{dec + 1}f}")
             missing = [s.name for s in steps if m.verdict[s.key] == "missing"]

@@ -62,6 +62,9 @@ class Step:
     formula: str
     mistakes: list[Mistake] = field(default_factory=list)
     local: str | None = None      # "row": output row i reads only row i of every input; "element": entry-wise
+    propagate: Callable | None = None   # (args, errs, rounding) -> propagated error, where the generic rule overcounts
+    rowsum: Callable | None = None      # the step is the sum over tokens of this row-local function (dγ)
+    multilinear: bool = False           # a sum of products in which every input entry meets each output once
 
     @property
     def layer(self) -> int:
@@ -96,6 +99,7 @@ def _linear_grad(W, b, which: int):
     def f(*args):
         x, dy = args if which == 1 else (np.zeros(args[0].shape[:-1] + (W.shape[0],)), args[0])
         return linear_backward(dy, linear_forward(x, W, b)[1])[which]
+    f.multilinear = which > 0                                        # dW = xᵀ dy, db = Σ_tokens dy_t
     return f
 
 
@@ -111,6 +115,16 @@ def _sample_var(x, mean):
     return np.sum((x - mean[..., None]) ** 2, axis=-1) / (x.shape[-1] - 1)   # (n,) ÷ (d − 1)
 
 
+def _own_stats(x, mean, var) -> bool:
+    own_mean = _mean(x)
+    return np.array_equal(mean, own_mean) and np.array_equal(var, _var(x, own_mean))
+
+
+def _normalise(x, mean, var, gamma, beta, eps):
+    """γ (x − μ)/√(σ² + ε) + β with the given μ and σ² (a negative σ² counts as 0)."""
+    return gamma * (x - mean[..., None]) / np.sqrt(np.maximum(var[..., None], 0.0) + eps) + beta
+
+
 def _layernorm(gamma, beta, eps):
     """LN(x) from x and the statistics the student wrote down.
 
@@ -119,12 +133,33 @@ def _layernorm(gamma, beta, eps):
     student's μ and σ² — so a wrong mean is marked once and the LayerNorm built on it ``follows``.
     """
     def f(x, mean, var):
-        own_mean = _mean(x)
-        if np.array_equal(mean, own_mean) and np.array_equal(var, _var(x, own_mean)):
+        if _own_stats(x, mean, var):
             return layernorm_forward(x, gamma, beta, eps)[0]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return gamma * (x - mean[..., None]) / np.sqrt(var[..., None] + eps) + beta
+        return _normalise(x, mean, var, gamma, beta, eps)
     return f
+
+
+def _layernorm_propagate(gamma, beta, eps):
+    """The rounding a LayerNorm output carries in: the error of x through LN as a whole (μ and σ² follow
+    x, so a shift of x cancels), plus the rounding of the mean and variance themselves.
+
+    Moving x, μ and σ² each by its full error would count x's error three times over and, for a small
+    σ², even push σ² below 0. When the statistics are the student's own written values (not x's), they
+    stay fixed while x moves.
+    """
+    from .marking import propagated                         # marking imports this module
+
+    def prop(args, errs, rounding):
+        x, mean, var = args
+        if _own_stats(x, mean, var):
+            fx = _layernorm_direct(gamma, beta, eps)
+        else:
+            def fx(x_):
+                return _normalise(x_, mean, var, gamma, beta, eps)
+        total = propagated(fx, [x], [errs[0]], "row")
+        return total + propagated(lambda m_, v_: _normalise(x, m_, v_, gamma, beta, eps), [mean, var],
+                                  rounding[1:], "row")
+    return prop
 
 
 def _layernorm_direct(gamma, beta, eps):
@@ -137,6 +172,10 @@ def _layernorm_grad(gamma, beta, eps, which: int):
     """dx (0), dγ (1) or dβ (2) of LN at x, given dy."""
     def f(x, dy):
         return layernorm_backward(dy, layernorm_forward(x, gamma, beta, eps)[1])[which]
+    ones, zeros = np.ones_like(gamma), np.zeros_like(beta)
+    if which == 1:                                                   # dγ = Σ_tokens dy_t ⊙ x̂_t
+        f.rowsum = lambda x, dy: dy * layernorm_forward(x, ones, zeros, eps)[0]
+    f.multilinear = which == 2                                       # dβ = Σ_tokens dy_t
     return f
 
 
@@ -187,11 +226,12 @@ class _LayerBuilder:
     def k(self, name: str) -> Key:
         return (self.l, name)
 
-    def add(self, name, inputs, fn, formula, mistakes=(), local=None):
+    def add(self, name, inputs, fn, formula, mistakes=(), local=None, multilinear=False):
         keys = tuple(i if isinstance(i, tuple) else self.k(i) for i in inputs)
         ms = [Mistake(c, tuple(i if isinstance(i, tuple) else self.k(i) for i in ins), f, det)
               for c, ins, f, det in mistakes]
-        self.steps.append(Step(self.k(name), keys, fn, formula, ms, local))
+        self.steps.append(Step(self.k(name), keys, fn, formula, ms, local, rowsum=getattr(fn, "rowsum", None),
+                               multilinear=multilinear or getattr(fn, "multilinear", False)))
 
     # -------------------------------------------------------------- forward
     def layernorm(self, x, xname: str, prefix: str, out: str, which: str, extra=()):
@@ -205,6 +245,7 @@ class _LayerBuilder:
                  sample, local="row")
         self.add(out, (x, mean, var), _layernorm(g, b, eps),
                  f"gamma{which} * ({xname} - mean) / sqrt(var + eps) + beta{which}", extra, local="row")
+        self.steps[-1].propagate = _layernorm_propagate(g, b, eps)
 
     def attention(self, a_in, a_name: str):
         p, h = self.p, self.h
@@ -233,14 +274,15 @@ class _LayerBuilder:
                 mistakes.append(("wrong_scale", ("Q", "K"),
                                  lambda Q, K, i=i, d=self.d: _heads(Q, h)[i] @ _heads(K, h)[i].T / math.sqrt(d),
                                  f"Q K^T / sqrt(d_model) = / sqrt({self.d}) instead of / {sd}"))
-            self.add(S[i], ("Q", "K"), s, f"{qi} {ki}^T / {sd_formula}", mistakes)
+            self.add(S[i], ("Q", "K"), s, f"{qi} {ki}^T / {sd_formula}", mistakes, multilinear=True)
         for i in range(h):
             self.add(A[i], (S[i],), lambda s: softmax_forward(s)[0], f"softmax of each row of {S[i]}",
                      [("softmax_axis", (S[i],), lambda s: softmax_forward(s.T)[0].T,
                        "softmax down each column instead of along each row")], local="row")
         self.add("context", (*A, "V"),
                  lambda *a: _merge([a[i] @ _heads(a[-1], h)[i] for i in range(h)]),
-                 "attention_weights V" if h == 1 else "[A_1 V_1 | ... | A_h V_h] (heads side by side)")
+                 "attention_weights V" if h == 1 else "[A_1 V_1 | ... | A_h V_h] (heads side by side)",
+                 multilinear=True)
         self.add("attention_output", ("context",), _linear(p["W_O"], p["b_O"]), "context W_O + b_O", local="row")
 
     def residual(self, name, x, xname, fx, fxname, which: str):
@@ -299,7 +341,7 @@ class _LayerBuilder:
         dS = head_names("d_scores", h)
         for i in range(h):
             self.add(dA[i], ("d_context", "V"), lambda g, V, i=i: _heads(g, h)[i] @ _heads(V, h)[i].T,
-                     "d_context V^T" + (f" (head {i + 1}'s columns)" if h > 1 else ""))
+                     "d_context V^T" + (f" (head {i + 1}'s columns)" if h > 1 else ""), multilinear=True)
         for i in range(h):
             self.add(dS[i], (A[i], dA[i]), lambda a, g: softmax_backward(g, {"kind": "softmax", "s": a}),
                      f"{A[i]} * ({dA[i]} - rowsum({dA[i]} * {A[i]}))", local="row")
@@ -314,11 +356,12 @@ class _LayerBuilder:
                 mistakes.append(("wrong_scale", (*dS, other), lambda *a: g(*a, s=1.0 / self.dk),
                                  f"scaled by 1/d_k = 1/{self.dk} instead of 1/sqrt(d_k)"))
             rhs = "d_scores K" if which == "Q" else "d_scores^T Q"
-            self.add(f"d_{which}", (*dS, other), g, f"{rhs} / sqrt(d_k) (per head)", mistakes)
+            self.add(f"d_{which}", (*dS, other), g, f"{rhs} / sqrt(d_k) (per head)", mistakes, multilinear=True)
         qk_grad("Q")
         qk_grad("K")
         self.add("d_V", (*A, "d_context"),
-                 lambda *a: _merge([a[i].T @ _heads(a[-1], h)[i] for i in range(h)]), "attention_weights^T d_context")
+                 lambda *a: _merge([a[i].T @ _heads(a[-1], h)[i] for i in range(h)]), "attention_weights^T d_context",
+                 multilinear=True)
         for n in "QKV":
             W, b = p[f"W_{n}"], p[f"b_{n}"]
             self.add(f"d_W_{n}", (a_in, f"d_{n}"), _linear_grad(W, b, 1), f"{a_name}^T d_{n}")
