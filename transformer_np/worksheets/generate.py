@@ -3,7 +3,7 @@ r"""New problems for hand calculation: ``transformer-np worksheet new``.
 Each seed gives its own problem, so an instructor can hand every student a different sheet. The
 numbers are chosen to be worked by hand:
 
-* H^(0): zeros and ones, no two rows alike, no constant row;
+* H^(0): zeros and ones, no two rows alike, no constant row, no column of zeros;
 * W_Q, W_K select columns (one 1 per column), W_V is a permutation, W_O the identity, their biases
   0 — so Q, K, V are columns of the attention's input, and in layer 1 of a Post-LN sheet the scores
   are integers / √d_k (for d_k = 1, 4, 9, 16: multiples of 1/√d_k); every score of layer 1 lies in
@@ -126,7 +126,7 @@ def new_worksheet(tokens: int = 3, d_model: int = 4, heads: int = 1, norm: str =
     words = [str(w) for w in rng.choice(WORDS, size=tokens, replace=False)]
     for _ in range(_MAX_DRAWS):
         H0 = rng.choice([0.0, 1.0], size=(tokens, d_model))
-        if len({tuple(r) for r in H0}) < tokens or np.any(np.ptp(H0, axis=1) == 0):
+        if len({tuple(r) for r in H0}) < tokens or np.any(np.ptp(H0, axis=1) == 0) or not H0.any(axis=0).all():
             continue
         raw = {"setup": {"tokens": words, "d_model": d_model, "n_heads": heads, "d_ff": f, "norm": norm,
                          "activation": activation, "eps": 1e-12, "layers": layers, "decimals": decimals,
@@ -255,7 +255,8 @@ def _markdown(raw: dict, with_answers: bool) -> str:
          f"Tokens: {', '.join(ws.tokens)}. d_model = {ws.d_model}, {heads}, d_ff = {ws.d_ff}, "
          f"{'Post-LN' if ws.norm == 'post' else 'Pre-LN'}, activation {ws.activation}, LayerNorm eps = "
          f"{ws.eps:g} (treat it as 0), {ws.layers} layer{'s' if ws.layers > 1 else ''}.",
-         f"Round every answer to {dec} decimals; keep more digits in between.", "",
+         f"Round every answer to {dec} decimals; keep more digits in between. In the score and attention "
+         "tables the row is the query token and the column the key token.", "",
          "Each layer: Z = LN1(H + MHA(H)), H' = LN2(Z + FFN(Z)) (Post-LN)." if ws.norm == "post" else
          "Each layer: Z = H + MHA(LN1(H)), H' = Z + FFN(LN2(Z)) (Pre-LN, no final LayerNorm).", "",
          "## Input H^(0)", ""]
