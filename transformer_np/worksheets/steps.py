@@ -62,9 +62,10 @@ class Step:
     formula: str
     mistakes: list[Mistake] = field(default_factory=list)
     local: str | None = None      # "row": output row i reads only row i of every input; "element": entry-wise
-    propagate: Callable | None = None   # (args, errs, rounding) -> propagated error, where the generic rule overcounts
+    propagate: Callable | None = None   # (args, errs, rounding, rss) -> propagated error (own rule: LayerNorm)
     rowsum: Callable | None = None      # the step is the sum over tokens of this row-local function (dγ)
-    multilinear: bool = False           # a sum of products in which every input entry meets each output once
+    multilinear: float = 0.0            # > 0: c · (a sum of products in which each input entry meets each output
+    #                                     entry in at most one product); c the step's positive constant factor
 
     @property
     def layer(self) -> int:
@@ -99,7 +100,7 @@ def _linear_grad(W, b, which: int):
     def f(*args):
         x, dy = args if which == 1 else (np.zeros(args[0].shape[:-1] + (W.shape[0],)), args[0])
         return linear_backward(dy, linear_forward(x, W, b)[1])[which]
-    f.multilinear = which > 0                                        # dW = xᵀ dy, db = Σ_tokens dy_t
+    f.multilinear = 1.0 if which > 0 else 0.0                        # dW = xᵀ dy, db = Σ_tokens dy_t
     return f
 
 
@@ -149,16 +150,17 @@ def _layernorm_propagate(gamma, beta, eps):
     """
     from .marking import propagated                         # marking imports this module
 
-    def prop(args, errs, rounding):
+    def prop(args, errs, rounding, rss=False):
         x, mean, var = args
         if _own_stats(x, mean, var):
             fx = _layernorm_direct(gamma, beta, eps)
         else:
             def fx(x_):
                 return _normalise(x_, mean, var, gamma, beta, eps)
-        total = propagated(fx, [x], [errs[0]], "row")
-        return total + propagated(lambda m_, v_: _normalise(x, m_, v_, gamma, beta, eps), [mean, var],
-                                  rounding[1:], "row")
+        t_x = propagated(fx, [x], [errs[0]], "row", rss)
+        t_stats = propagated(lambda m_, v_: _normalise(x, m_, v_, gamma, beta, eps), [mean, var], rounding[1:],
+                             "row", rss)
+        return np.sqrt(t_x ** 2 + t_stats ** 2) if rss else t_x + t_stats
     return prop
 
 
@@ -175,7 +177,7 @@ def _layernorm_grad(gamma, beta, eps, which: int):
     ones, zeros = np.ones_like(gamma), np.zeros_like(beta)
     if which == 1:                                                   # dγ = Σ_tokens dy_t ⊙ x̂_t
         f.rowsum = lambda x, dy: dy * layernorm_forward(x, ones, zeros, eps)[0]
-    f.multilinear = which == 2                                       # dβ = Σ_tokens dy_t
+    f.multilinear = 1.0 if which == 2 else 0.0                       # dβ = Σ_tokens dy_t
     return f
 
 
@@ -226,12 +228,12 @@ class _LayerBuilder:
     def k(self, name: str) -> Key:
         return (self.l, name)
 
-    def add(self, name, inputs, fn, formula, mistakes=(), local=None, multilinear=False):
+    def add(self, name, inputs, fn, formula, mistakes=(), local=None, multilinear=0.0):
         keys = tuple(i if isinstance(i, tuple) else self.k(i) for i in inputs)
         ms = [Mistake(c, tuple(i if isinstance(i, tuple) else self.k(i) for i in ins), f, det)
               for c, ins, f, det in mistakes]
         self.steps.append(Step(self.k(name), keys, fn, formula, ms, local, rowsum=getattr(fn, "rowsum", None),
-                               multilinear=multilinear or getattr(fn, "multilinear", False)))
+                               multilinear=multilinear or getattr(fn, "multilinear", 0.0)))
 
     # -------------------------------------------------------------- forward
     def layernorm(self, x, xname: str, prefix: str, out: str, which: str, extra=()):
@@ -274,7 +276,7 @@ class _LayerBuilder:
                 mistakes.append(("wrong_scale", ("Q", "K"),
                                  lambda Q, K, i=i, d=self.d: _heads(Q, h)[i] @ _heads(K, h)[i].T / math.sqrt(d),
                                  f"Q K^T / sqrt(d_model) = / sqrt({self.d}) instead of / {sd}"))
-            self.add(S[i], ("Q", "K"), s, f"{qi} {ki}^T / {sd_formula}", mistakes, multilinear=True)
+            self.add(S[i], ("Q", "K"), s, f"{qi} {ki}^T / {sd_formula}", mistakes, multilinear=self.scale)
         for i in range(h):
             self.add(A[i], (S[i],), lambda s: softmax_forward(s)[0], f"softmax of each row of {S[i]}",
                      [("softmax_axis", (S[i],), lambda s: softmax_forward(s.T)[0].T,
@@ -282,7 +284,7 @@ class _LayerBuilder:
         self.add("context", (*A, "V"),
                  lambda *a: _merge([a[i] @ _heads(a[-1], h)[i] for i in range(h)]),
                  "attention_weights V" if h == 1 else "[A_1 V_1 | ... | A_h V_h] (heads side by side)",
-                 multilinear=True)
+                 multilinear=1.0)
         self.add("attention_output", ("context",), _linear(p["W_O"], p["b_O"]), "context W_O + b_O", local="row")
 
     def residual(self, name, x, xname, fx, fxname, which: str):
@@ -341,7 +343,7 @@ class _LayerBuilder:
         dS = head_names("d_scores", h)
         for i in range(h):
             self.add(dA[i], ("d_context", "V"), lambda g, V, i=i: _heads(g, h)[i] @ _heads(V, h)[i].T,
-                     "d_context V^T" + (f" (head {i + 1}'s columns)" if h > 1 else ""), multilinear=True)
+                     "d_context V^T" + (f" (head {i + 1}'s columns)" if h > 1 else ""), multilinear=1.0)
         for i in range(h):
             self.add(dS[i], (A[i], dA[i]), lambda a, g: softmax_backward(g, {"kind": "softmax", "s": a}),
                      f"{A[i]} * ({dA[i]} - rowsum({dA[i]} * {A[i]}))", local="row")
@@ -356,12 +358,12 @@ class _LayerBuilder:
                 mistakes.append(("wrong_scale", (*dS, other), lambda *a: g(*a, s=1.0 / self.dk),
                                  f"scaled by 1/d_k = 1/{self.dk} instead of 1/sqrt(d_k)"))
             rhs = "d_scores K" if which == "Q" else "d_scores^T Q"
-            self.add(f"d_{which}", (*dS, other), g, f"{rhs} / sqrt(d_k) (per head)", mistakes, multilinear=True)
+            self.add(f"d_{which}", (*dS, other), g, f"{rhs} / sqrt(d_k) (per head)", mistakes, multilinear=sc)
         qk_grad("Q")
         qk_grad("K")
         self.add("d_V", (*A, "d_context"),
                  lambda *a: _merge([a[i].T @ _heads(a[-1], h)[i] for i in range(h)]), "attention_weights^T d_context",
-                 multilinear=True)
+                 multilinear=1.0)
         for n in "QKV":
             W, b = p[f"W_{n}"], p[f"b_{n}"]
             self.add(f"d_W_{n}", (a_in, f"d_{n}"), _linear_grad(W, b, 1), f"{a_name}^T d_{n}")
