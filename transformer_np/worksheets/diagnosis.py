@@ -87,7 +87,7 @@ def _candidates(m: Marking, step: Step):
         for k in range(ws.decimals - 1, -1, -1):
             rounded = [a if key in (H0_KEY, DH_KEY) else round_half_away(a, k) for key, a in zip(step.inputs, args)]
             if any(not np.array_equal(r, a) for r, a in zip(rounded, args)):
-                yield "early_rounding", f"its inputs rounded to {k} decimal{'s' if k != 1 else ''} first", step, \
+                yield "early_rounding", f"what this step gives from its inputs rounded to {k} decimal{'s' if k != 1 else ''}", step, \
                     step.fn(*rounded)
         for up in _ancestors(steps, step):
             if m.given(up.key) is not None:
@@ -144,11 +144,14 @@ def _explain(m: Marking, step: Step, code: str, detail: str, at: Step, value: np
     dec = m.worksheet.decimals
     a = m.given(step.key)
     label, i = _worst(m, step, m.own[step.key])
-    yours, right, theirs = _row(step, a.value, i), _row(step, m.own[step.key], i), _row(step, value, i)
-    where = f"{step.name}" if at is step else f"{step.name} (the slip is in {at.name}, which you did not write down)"
+    yours, right = _row(step, a.value, i), _row(step, m.own[step.key], i)
+    grad = at.backward
     head = {
-        "missing_scale": "The scores were not divided by sqrt(d_k).",
-        "wrong_scale": "The scores were divided by the wrong number.",
+        "missing_scale": ("The 1/sqrt(d_k) of the scores is missing from this gradient." if grad else
+                          "The scores were not divided by sqrt(d_k)."),
+        "wrong_scale": ("This gradient is scaled by the wrong number: the scores' scale is 1/sqrt(d_k)." if grad else
+                        "The scores were divided by the wrong number: the scale is 1/sqrt(d_k), with d_k = "
+                        "d_model / n_heads the width of one head."),
         "softmax_axis": "The softmax was taken over the wrong axis: each ROW (one query against every key) "
                         "must sum to 1, not each column.",
         "transposed_scores": "The score matrix is transposed: S[i, j] must be query i against key j "
@@ -159,17 +162,18 @@ def _explain(m: Marking, step: Step, code: str, detail: str, at: Step, value: np
                               "residual comes first and the LayerNorm normalises the sum: LN(x + Sublayer(x)).",
         "ln_after_residual": "The residual sum was normalised. In Pre-LN the LayerNorm is applied to the "
                              "sublayer's input only; the residual stream is left as x + Sublayer(LN(x)).",
-        "no_residual": "The residual (skip) connection was left out: the sublayer's input must be added back"
-                       + (" (and in the backward its gradient flows through the skip path too)."
-                          if step.backward else "."),
-        "wrong_activation": "The feed-forward activation is not the sheet's "
-                            f"{m.worksheet.activation!r}.",
+        "no_residual": ("The gradient of the residual (skip) path is missing: an addition passes its gradient "
+                        "to both of its inputs, so the skip path's gradient must be added." if grad else
+                        "The residual (skip) connection was left out: the sublayer's input must be added back."),
+        "wrong_activation": f"The feed-forward activation is not the sheet's {m.worksheet.activation!r}.",
         "early_rounding": "The numbers follow if the inputs of this step are rounded too early; keep at least "
                           f"{dec + 1} decimals in intermediate results and round only the answers you write "
                           f"down (to {dec}).",
     }[code]
-    return (f"{head} Your {where} matches {detail}: at {label} you wrote {_vec(yours, dec)}, which is what "
-            f"that gives ({_vec(theirs, dec)}); from your own earlier answers it should be {_vec(right, dec)}.")
+    text = f"{head} At {label} of {step.name} you wrote {_vec(yours, dec)}, which is {detail}"
+    if at is not step:
+        text += f" (the slip is in {at.name}, which you did not write down, and carries on from there)"
+    return text + f"; from your own earlier answers it should be {_vec(right, dec)}."
 
 
 def _arithmetic(m: Marking, step: Step) -> str:
@@ -186,7 +190,7 @@ def _arithmetic(m: Marking, step: Step) -> str:
         text += f"At {label}: softmax{_vec(s, dec)} = {_vec(right, dec)}; you wrote {_vec(yours, dec)}. "
         j, k = _worst_ratio(s, yours)
         if abs(total - 1.0) > float(m.follow_tolerance(step)[i[0]].sum()):
-            text += f"Your row sums to {_fmt(total, dec)}, but a softmax row always sums to 1."
+            text += f"Your row sums to {_fmt(total, dec)}, not 1: a softmax row always sums to 1."
         elif j != k and yours[k] > 0:
             text += (f"Your row sums to {_fmt(total, dec)}, so it is normalised, but its ratios are wrong: a softmax "
                      f"keeps a_j / a_k = e^(s_j - s_k), so {ws.tokens[j]!r} / {ws.tokens[k]!r} must be "

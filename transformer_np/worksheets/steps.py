@@ -240,7 +240,7 @@ class _LayerBuilder:
         p, eps, d = self.p, self.ws.eps, self.d
         g, b = p[f"gamma{which}"], p[f"beta{which}"]
         mean, var = f"{prefix}_mean", f"{prefix}_var"
-        sample = [("sample_variance", (x, mean), _sample_var, f"divided by d - 1 = {d - 1} instead of d = {d}")] \
+        sample = [("sample_variance", (x, mean), _sample_var, f"the variance divided by d - 1 = {d - 1} instead of d = {d}")] \
             if d > 1 else []
         self.add(mean, (x,), _mean, f"mean of each row of {xname}", local="row")
         self.add(var, (x, mean), _var, f"mean of (x - mean)^2 over the d = {d} entries of each row of {xname}",
@@ -267,7 +267,7 @@ class _LayerBuilder:
                          f"Q K^T without dividing by {sd}"),
                         ("transposed_scores", ("Q", "K"),
                          lambda Q, K, i=i, sc=self.scale: (_heads(K, h)[i] @ _heads(Q, h)[i].T) * sc,
-                         "K Q^T: row i holds key i against every query")]
+                         "K Q^T / sqrt(d_k), the transpose")]
             if self.dk > 1:
                 mistakes.append(("wrong_scale", ("Q", "K"),
                                  lambda Q, K, i=i, dk=self.dk: _heads(Q, h)[i] @ _heads(K, h)[i].T / dk,
@@ -280,7 +280,7 @@ class _LayerBuilder:
         for i in range(h):
             self.add(A[i], (S[i],), lambda s: softmax_forward(s)[0], f"softmax of each row of {S[i]}",
                      [("softmax_axis", (S[i],), lambda s: softmax_forward(s.T)[0].T,
-                       "softmax down each column instead of along each row")], local="row")
+                       "the softmax of each column instead of each row")], local="row")
         self.add("context", (*A, "V"),
                  lambda *a: _merge([a[i] @ _heads(a[-1], h)[i] for i in range(h)]),
                  "attention_weights V" if h == 1 else "[A_1 V_1 | ... | A_h V_h] (heads side by side)",
@@ -302,7 +302,7 @@ class _LayerBuilder:
     def ffn(self, f_in, f_name: str):
         p, act = self.p, self.ws.activation
         self.add("ffn_hidden", (f_in,), _linear(p["W_1"], p["b_1"]), f"{f_name} W_1 + b_1", local="row")
-        others = [("wrong_activation", ("ffn_hidden",), _activation(o), f"{o} instead of {act}")
+        others = [("wrong_activation", ("ffn_hidden",), _activation(o), f"{o}(ffn_hidden) instead of {act}(ffn_hidden)")
                   for o in ACTIVATIONS if o != act]
         self.add("ffn_activation", ("ffn_hidden",), _activation(act), f"{act}(ffn_hidden)", others, local="element")
         self.add("ffn_output", ("ffn_activation",), _linear(p["W_2"], p["b_2"]), "ffn_activation W_2 + b_2",
@@ -353,11 +353,12 @@ class _LayerBuilder:
 
             def g(*a, s=sc):
                 return _merge([(a[i] if which == "Q" else a[i].T) @ _heads(a[-1], h)[i] for i in range(h)]) * s
-            mistakes = [("missing_scale", (*dS, other), lambda *a: g(*a, s=1.0), f"without the 1/sqrt(d_k) = {sc:g}")]
+            rhs = "d_scores K" if which == "Q" else "d_scores^T Q"
+            mistakes = [("missing_scale", (*dS, other), lambda *a: g(*a, s=1.0),
+                         f"{rhs} without the factor 1/sqrt(d_k) = {sc:g}")]
             if self.dk > 1:
                 mistakes.append(("wrong_scale", (*dS, other), lambda *a: g(*a, s=1.0 / self.dk),
-                                 f"scaled by 1/d_k = 1/{self.dk} instead of 1/sqrt(d_k)"))
-            rhs = "d_scores K" if which == "Q" else "d_scores^T Q"
+                                 f"{rhs} times 1/d_k = 1/{self.dk} instead of 1/sqrt(d_k)"))
             self.add(f"d_{which}", (*dS, other), g, f"{rhs} / sqrt(d_k) (per head)", mistakes, multilinear=sc)
         qk_grad("Q")
         qk_grad("K")
@@ -381,7 +382,7 @@ class _LayerBuilder:
         self.add("d_W_2", ("ffn_activation", "d_ffn_output"), _linear_grad(W2, b2, 1), "ffn_activation^T d_ffn_output")
         self.add("d_b_2", ("d_ffn_output",), _linear_grad(W2, b2, 2), "column sums of d_ffn_output")
         others = [("wrong_activation", ("ffn_hidden", "d_ffn_activation"), _activation_grad(o),
-                   f"the derivative of {o} instead of {act}") for o in ACTIVATIONS if o != act]
+                   f"d_ffn_activation times the derivative of {o} instead of {act}") for o in ACTIVATIONS if o != act]
         self.add("d_ffn_hidden", ("ffn_hidden", "d_ffn_activation"), _activation_grad(act),
                  f"d_ffn_activation * {act}'(ffn_hidden)", others, local="element")
         self.add("d_W_1", (f_in, "d_ffn_hidden"), _linear_grad(W1, b1, 1), f"{f_name}^T d_ffn_hidden")
@@ -419,7 +420,7 @@ class _LayerBuilder:
             proj = self.proj_input_grad()
             self.add_key(in_key, in_name, ("d_residual", "d_Q", "d_K", "d_V"), lambda r, q, k, v: r + proj(q, k, v),
                          "d_residual + d_Q W_Q^T + d_K W_K^T + d_V W_V^T",
-                         [("no_residual", ("d_Q", "d_K", "d_V"), proj, "without the skip path's d_residual")],
+                         [("no_residual", ("d_Q", "d_K", "d_V"), proj, "d_Q W_Q^T + d_K W_K^T + d_V W_V^T without the skip path's d_residual")],
                          local="row")
         else:
             self.add("d_residual2", ("d_H",), _copy, "d_H (H = residual2)", local="element")
@@ -430,7 +431,7 @@ class _LayerBuilder:
             ln2 = _layernorm_grad(g2, be2, eps, 0)
             self.add("d_residual", ("d_residual2", "residual", "d_layer_norm2"), lambda r, x2, g: r + ln2(x2, g),
                      "d_residual2 + LayerNorm backward of d_layer_norm2 at residual",
-                     [("no_residual", ("residual", "d_layer_norm2"), ln2, "without the skip path's d_residual2")],
+                     [("no_residual", ("residual", "d_layer_norm2"), ln2, "the LayerNorm backward alone, without the skip path's d_residual2")],
                      local="row")
             for n, w in (("d_gamma2", 1), ("d_beta2", 2)):
                 self.add(n, ("residual", "d_layer_norm2"), _layernorm_grad(g2, be2, eps, w),
@@ -448,7 +449,7 @@ class _LayerBuilder:
             ln1 = _layernorm_grad(g1, be1, eps, 0)
             self.add_key(in_key, in_name, ("d_residual", x, "d_layer_norm"), lambda r, x0, g: r + ln1(x0, g),
                          f"d_residual + LayerNorm backward of d_layer_norm at {xn}",
-                         [("no_residual", (x, "d_layer_norm"), ln1, "without the skip path's d_residual")],
+                         [("no_residual", (x, "d_layer_norm"), ln1, "the LayerNorm backward alone, without the skip path's d_residual")],
                          local="row")
         return self.steps
 
