@@ -134,10 +134,22 @@ def _fail(where: str, msg: str):
     raise WorksheetError(f"{where}: {msg}")
 
 
+def _nearest(key: str, valid) -> str | None:
+    """The valid name closest to ``key`` (case-insensitive; ties go to the same first letter, then length)."""
+    k = str(key).lower()
+    best, best_score = None, 0.5
+    for v in valid:
+        ratio = difflib.SequenceMatcher(None, k, v.lower()).ratio()
+        score = (ratio, v.lower()[:1] == k[:1], -abs(len(v) - len(k)))
+        if ratio >= 0.5 and (best is None or score > best_score):
+            best, best_score = v, score
+    return best
+
+
 def _suggest(key: str, valid, what: str) -> str:
-    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.5)
-    if close:
-        return f"unknown {what} {key!r}; did you mean {close[0]!r}?"
+    close = _nearest(key, list(valid))
+    if close is not None:
+        return f"unknown {what} {key!r}; did you mean {close!r}?"
     return f"unknown {what} {key!r}; valid: {', '.join(valid)}"
 
 
@@ -210,6 +222,9 @@ def _numbers(v, where: str):
 
 
 def _shaped(v, where: str, shape: tuple[int, ...]) -> np.ndarray:
+    if isinstance(v, list) and len(shape) == 2 and all(isinstance(r, list) for r in v) and \
+            len({len(r) for r in v}) > 1:
+        _fail(where, f"expected shape {shape}, got rows of lengths {[len(r) for r in v]}")
     a = _numbers(v, where)
     if a.shape != shape:
         _fail(where, f"expected shape {shape}, got shape {a.shape}")
