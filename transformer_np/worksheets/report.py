@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import numpy as np
@@ -108,7 +109,7 @@ class Report:
         dec = ws.decimals
         heads = f"{ws.n_heads} head{'s' if ws.n_heads > 1 else ''} (d_k {ws.d_k})"
         c = self.counts()
-        L = [f"Worksheet {ws.source}: tokens {', '.join(ws.tokens)}; d_model {ws.d_model}, {heads}, "
+        L = [f"Worksheet {os.path.basename(ws.source)}: tokens {', '.join(ws.tokens)}; d_model {ws.d_model}, {heads}, "
              f"d_ff {ws.d_ff}, {ws.norm.capitalize()}-LN, {ws.activation}, {ws.layers} layer"
              f"{'s' if ws.layers > 1 else ''}, eps {ws.eps:g}",
              f"Answers to {dec} decimals: tolerance = {m.u:g} (half a unit in the last place) plus the rounding "
