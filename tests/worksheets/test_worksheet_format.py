@@ -215,3 +215,18 @@ def test_d_H0_at_the_top_of_answers():
     assert r.verdict("d_H0") == "correct"
     with pytest.raises(WorksheetError, match="given twice"):
         check({**raw, "answers": {"d_H0": d_H0, "layer1": {"d_H0": d_H0}}})
+
+
+def test_tomli_fallback_and_its_message(monkeypatch, tmp_path):
+    """Python 3.10 has no tomllib: the same parser comes from tomli, and without it the error names the fix."""
+    import sys as _sys
+
+    from transformer_np.worksheets import tomlio
+    path = _write(tmp_path, GOOD)
+    monkeypatch.setitem(_sys.modules, "tomllib", None)              # import tomllib now fails
+    pytest.importorskip("tomli", reason="pip install tomli")
+    assert tomlio._toml_module().__name__ == "tomli"
+    assert load_worksheet(path).d_model == 4
+    monkeypatch.setitem(_sys.modules, "tomli", None)
+    with pytest.raises(ImportError, match="pip install tomli"):
+        load_worksheet(path)
