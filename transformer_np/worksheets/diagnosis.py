@@ -63,18 +63,19 @@ def _carry(m: Marking, steps: list[Step], target: Step, value: np.ndarray, last:
     return m.own[last.key]
 
 
-def _ancestors(steps: list[Step], step: Step) -> list[Step]:
-    """Earlier steps ``step`` depends on, nearest first."""
-    by_key = {s.key: s for s in steps}
+def _unwritten_ancestors(m: Marking, step: Step) -> list[Step]:
+    """Earlier steps the student did not write that ``step`` depends on through unwritten steps only (a
+    slip above a written answer cannot reach ``step``: the written answer is used as given), nearest first."""
+    by_key = {s.key: s for s in m.steps}
     seen, order, todo = set(), [], list(step.inputs)
     while todo:
         k = todo.pop(0)
-        if k in seen or k not in by_key:
+        if k in seen or k not in by_key or m.given(k) is not None:
             continue
         seen.add(k)
         order.append(by_key[k])
         todo += list(by_key[k].inputs)
-    return sorted(order, key=steps.index, reverse=True)
+    return sorted(order, key=m.steps.index, reverse=True)
 
 
 def _candidates(m: Marking, step: Step):
@@ -89,9 +90,7 @@ def _candidates(m: Marking, step: Step):
             if any(not np.array_equal(r, a) for r, a in zip(rounded, args)):
                 yield "early_rounding", f"what this step gives from its inputs rounded to {k} decimal{'s' if k != 1 else ''}", step, \
                     step.fn(*rounded)
-        for up in _ancestors(steps, step):
-            if m.given(up.key) is not None:
-                continue
+        for up in _unwritten_ancestors(m, step):
             for mis in up.mistakes:
                 v = mis.fn(*(m.chain[k] for k in mis.inputs))
                 yield mis.code, mis.detail, up, _carry(m, steps, up, v, step)
