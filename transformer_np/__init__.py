@@ -36,7 +36,6 @@ from .model.params import init_params, param_shapes, validate_params
 from .io.pretrained import load_pretrained
 from .ops.residual import residual_backward, residual_forward
 from .ops.softmax import softmax, softmax_backward, softmax_forward
-from . import worksheets
 from .worksheets import check
 
 __version__ = "0.2.0"

@@ -125,7 +125,7 @@ def test_backward_intermediates_match_torch_autograd(norm, heads, layers):
     P = [{k: torch.tensor(a, requires_grad=True) for k, a in p.items()} for p in ws.params]
     H0 = torch.tensor(ws.H0, requires_grad=True)
     H0.retain_grad()
-    H, dk, n = H0, ws.d_k, ws.n
+    H, dk = H0, ws.d_k
 
     def keep(l, name, x):
         x.retain_grad()

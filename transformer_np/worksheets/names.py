@@ -75,8 +75,6 @@ DIAGNOSES = {
 # A worksheet is for hand calculation: sizes beyond these are refused.
 LIMITS = {"tokens": 16, "d_model": 64, "d_ff": 256, "layers": 4, "decimals": 8}
 
-_PER_HEAD = ("scores", "attention_weights")
-
 
 def head_names(base: str, n_heads: int) -> list[str]:
     """``["scores"]`` for one head, ``["scores_head1", …]`` for several."""
