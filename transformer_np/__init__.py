@@ -36,6 +36,7 @@ from .model.params import init_params, param_shapes, validate_params
 from .io.pretrained import load_pretrained
 from .ops.residual import residual_backward, residual_forward
 from .ops.softmax import softmax, softmax_backward, softmax_forward
+from .worksheets import check
 
 __version__ = "0.2.0"
 
@@ -57,6 +58,7 @@ __all__ = [
     "attention_backward",
     "attention_forward",
     "causal_mask",
+    "check",
     "cls_classifier_backward",
     "cls_classifier_forward",
     "combine_masks",

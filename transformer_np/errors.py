@@ -21,15 +21,19 @@ class                       builtin base          raised when
                                                   does not match the run it should continue
 ``ModelFolderError``        ``ValueError``        a model folder (config.json, tokenizer files,
                                                   sentence-transformers files, weights) is invalid
+``WorksheetError``          ``ValueError``        a worksheet (TOML file or dict) has a syntax
+                                                  error, an unknown key, a wrong shape, an unknown
+                                                  token, a non-finite number or a size beyond hand
+                                                  calculation
 ==========================  ====================  ==============================================
 
-``CheckpointError`` and ``ModelFolderError`` are ``FileFormatError`` subclasses.
+``CheckpointError``, ``ModelFolderError`` and ``WorksheetError`` are ``FileFormatError`` subclasses.
 """
 
 from __future__ import annotations
 
 __all__ = ["TransformerNPError", "InputTypeError", "InputValueError", "NonFiniteError", "StaleCacheError",
-           "ResourceLimitError", "FileFormatError", "CheckpointError", "ModelFolderError"]
+           "ResourceLimitError", "FileFormatError", "CheckpointError", "ModelFolderError", "WorksheetError"]
 
 
 class TransformerNPError(Exception):
@@ -68,3 +72,9 @@ class CheckpointError(FileFormatError):
 class ModelFolderError(FileFormatError):
     """A model folder is invalid: a JSON file of the wrong shape or type, a path leaving the folder,
     a tokenizer vocabulary that does not fit, non-finite weights (the message names the file and key)."""
+
+
+class WorksheetError(FileFormatError):
+    """A worksheet is malformed: TOML syntax (the line is named), an unknown key (the nearest valid one is
+    suggested), a wrong shape (key, expected and given shape), an unknown token, a non-finite number, or a
+    size beyond hand calculation."""

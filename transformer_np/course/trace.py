@@ -113,40 +113,70 @@ def window_mask(n: int, width: int = 1, dtype=np.float64) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the walk
 def walk_layer(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None = None) -> dict:
-    """One Post-LN encoder layer, sublayer by sublayer, with the library's ops in the order
-    ``encoder_layer_forward`` uses them (inference: no dropout). x (1, n, d).
+    """One encoder layer, sublayer by sublayer, with the library's ops in the order
+    ``encoder_layer_forward`` uses them (inference: no dropout), Post-LN or Pre-LN.
 
-    Returns a dict of (n, d) / (n, n) arrays (batch axis dropped): ``scores`` S = QKᵀ/√d_k
-    (+ mask), ``attention_weights`` A, ``attention_output`` MHA(x), ``residual`` x + MHA(x),
-    ``layer_norm`` Z, ``ffn_output`` FFN(Z), ``ffn_residual`` Z + FFN(Z), ``H`` LN_2(·).
+    Args:
+        x: H^(ℓ−1) of shape (B, n, d_model) — every batch item is walked.
+        p: the layer's parameters without the "layers.ℓ." prefix (``sub_params``).
+        config: the stack's config (``norm_position``, ``n_heads``, ``activation``, ε).
+        mask: an additive mask broadcastable to (B, h, n, n), or None.
+
+    Returns:
+        a dict with every batch item and every head: ``scores`` S = Q_h K_hᵀ/√d_k (+ mask) and
+        ``attention_weights`` A, both (B, h, n, n); ``attention_output`` MHA(·), ``residual`` (the first
+        residual sum), ``layer_norm`` (the first LayerNorm's output), ``ffn_output``, ``ffn_residual``
+        (the second residual sum) and ``H`` (the layer's output), all (B, n, d); and for Pre-LN also
+        ``layer_norm2`` (the FFN's input). Post-LN: residual = x + MHA(x), layer_norm = LN_1(residual),
+        ffn_residual = layer_norm + FFN(layer_norm), H = LN_2(ffn_residual). Pre-LN: layer_norm = LN_1(x),
+        residual = x + MHA(layer_norm), layer_norm2 = LN_2(residual), ffn_residual = H =
+        residual + FFN(layer_norm2).
     """
-    if config.norm_position != "post":
-        raise ValueError(f"the article's walk is Post-LN; config.norm_position must be 'post', "
-                         f"got {config.norm_position!r}")
-    eps = config.layer_norm_eps
-    a, mc = mha_forward(x, sub_params(p, "attn."), config.n_heads, mask)        # (1, n, d)
+    if not isinstance(config, EncoderConfig):
+        raise TypeError(f"config must be an EncoderConfig, got {type(config).__name__}")
+    if not isinstance(x, np.ndarray) or x.ndim != 3 or x.shape[-1] != config.d_model:
+        shape = getattr(x, "shape", type(x).__name__)
+        raise ValueError(f"x must be H^(l-1) of shape (B, n, d_model) = (B, n, {config.d_model}); got {shape}")
+    eps, post = config.layer_norm_eps, config.norm_position == "post"
+    out = {}
+    if post:
+        a_in = x
+    else:
+        a_in, _ = layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)                 # LN_1(H)
+        out["layer_norm"] = a_in
+    a, mc = mha_forward(a_in, sub_params(p, "attn."), config.n_heads, mask)                # (B, n, d)
     ac = mc["attn"]
-    # The attention op keeps Q, K and 1/√d_k, not S itself: S is their product (plus the mask).
-    scores = (ac["Q"] @ ac["K"].swapaxes(-1, -2)) * ac["scale"]                   # (1, h, n, n)
+    # The attention op keeps Q, K and 1/√d_k; S is their product (plus the mask), every head.
+    scores = (ac["Q"] @ ac["K"].swapaxes(-1, -2)) * ac["scale"]                            # (B, h, n, n)
     if mask is not None:
         scores = scores + mask
-    r, _ = residual_forward(x, a)                                                 # H + MHA(H)
-    z, _ = layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)               # Z
-    f, _ = ffn_forward(z, sub_params(p, "ffn."), config.activation)              # (1, n, d)
-    r2, _ = residual_forward(z, f)                                                # Z + FFN(Z)
-    out, _ = layernorm_forward(r2, p["ln2.gamma"], p["ln2.beta"], eps)            # H^(ℓ)
-    return {"scores": scores[0, 0], "attention_weights": ac["weights"][0, 0], "attention_output": a[0],
-            "residual": r[0], "layer_norm": z[0], "ffn_output": f[0], "ffn_residual": r2[0], "H": out[0]}
+    r, _ = residual_forward(x, a)                                                          # H + MHA(·)
+    if post:
+        z, _ = layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)                    # Z = LN_1(R)
+        out["layer_norm"], f_in, base = z, z, z
+    else:
+        f_in, _ = layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)                 # LN_2(R)
+        out["layer_norm2"], base = f_in, r
+    f, _ = ffn_forward(f_in, sub_params(p, "ffn."), config.activation)                    # (B, n, d)
+    r2, _ = residual_forward(base, f)
+    H = layernorm_forward(r2, p["ln2.gamma"], p["ln2.beta"], eps)[0] if post else r2      # H^(ℓ)
+    out.update(scores=np.broadcast_to(scores, ac["weights"].shape).copy(), attention_weights=ac["weights"],
+               attention_output=a, residual=r, ffn_output=f, ffn_residual=r2, H=H)
+    return out
 
 
 def _walk_stack(params, config, H0, mask=None) -> tuple[list[dict], dict]:
     """Walk every layer and check the walk against ``encoder_forward`` bit for bit."""
+    if config.n_heads != 1:
+        raise ValueError(f"the article's trace has one head; got n_heads = {config.n_heads} "
+                         "(walk_layer shows every head)")
     H = H0[None]                                                                  # (1, n, d)
     layers = []
     for layer in range(config.n_layers):
         w = walk_layer(H, sub_params(params, layer_prefix(config, layer)), config, mask)
-        layers.append(w)
-        H = w["H"][None]
+        H = w["H"]
+        # the trace's tables: batch item 0 (the only one) and head 0 (the only one)
+        layers.append({k: (v[0, 0] if v.ndim == 4 else v[0]) for k, v in w.items()})
     _, cache = encoder_forward(params, config, inputs_embeds=H0[None], extra_mask=mask)
     for layer, w in enumerate(layers):
         if not np.array_equal(w["H"], cache["hidden_states"][layer + 1][0]):
