@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from ..course.stability import plot_loss_curve
+from ..course.plots.stability import plot_loss_curve
 from ..training.loop import CHECKPOINT, CURVE_JSON, CURVE_PNG, SCHEDULES, RunConfig, train
 from ..training.tasks import TASKS
 
@@ -21,6 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", type=int, default=d.heads, help="h, attention heads (default %(default)s)")
     parser.add_argument("--norm", choices=("pre", "post"), default=d.norm,
                         help="LayerNorm placement (default %(default)s)")
+    parser.add_argument("--init", choices=("bert", "xavier"), default=d.init,
+                        help="encoder weight init: bert = N(0, 0.02²), xavier = Glorot-uniform (default %(default)s)")
+    parser.add_argument("--betas", type=float, nargs=2, metavar=("B1", "B2"), default=list(d.betas),
+                        help="AdamW's (β₁, β₂) (default %(default)s)")
+    parser.add_argument("--adam-eps", type=float, default=d.eps, help="AdamW's ε (default %(default)s)")
     parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate of AdamW (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=d.warmup,
                         help="linear warm-up steps, 0 = none (default %(default)s)")
@@ -51,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = RunConfig(task=args.task, layers=args.layers, d_model=args.d_model, heads=args.heads, norm=args.norm,
                     lr=args.lr, warmup=args.warmup, steps=args.steps, seed=args.seed, batch_size=args.batch_size,
                     eval_every=args.eval_every, schedule=args.schedule, weight_decay=args.weight_decay,
-                    clip=args.clip, dropout=args.dropout, seq_len=args.seq_len, dtype=args.dtype)
+                    clip=args.clip, dropout=args.dropout, seq_len=args.seq_len, dtype=args.dtype,
+                    init=args.init, betas=tuple(args.betas), eps=args.adam_eps)
     out = Path(args.out)
     if args.resume and not (out / CHECKPOINT).is_file():
         raise ValueError(f"--resume: no checkpoint at {out / CHECKPOINT}")
@@ -59,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     state = train(cfg, out=out, resume=args.resume, progress=not args.quiet)
     h = state.history
     c = state.cfg
-    title = f"{c.task}, {c.layers}-layer {c.norm.capitalize()}-LN, d={c.d_model}, lr {c.lr:g}, warm-up {c.warmup}"
+    title = (f"{c.task}, {c.layers}-layer {c.norm.capitalize()}-LN, {c.init} init, d={c.d_model}, lr {c.lr:g}, "
+             f"warm-up {c.warmup}")
     png = plot_loss_curve(h, out / CURVE_PNG, title)
     msg = (f"{c.task}: {state.step} steps in {time.perf_counter() - t0:.1f}s; final train loss {h['loss'][-1]:.4f}")
     if h["eval"]["step"]:
