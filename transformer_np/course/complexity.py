@@ -56,8 +56,9 @@ def _config(d: int) -> EncoderConfig:
 
 
 def time_layer(config: EncoderConfig, batch: int, n: int, repeats: int = 3, seed: int = 0) -> float:
-    """Best-of-``repeats`` CPU time (s) of one float32 encoder layer's forward + backward on (batch, n, d)
-    (a first, untimed call warms up). Not deterministic: timings differ from run to run."""
+    """Best-of-``repeats`` CPU time (s) of one float32 encoder layer's forward + backward on (batch, n, d), with
+    one BLAS thread (via threadpoolctl when installed); a first, untimed call warms up. Not deterministic:
+    timings differ from run to run."""
     from ..model.encoder import encoder_layer_backward, encoder_layer_forward
     from ..model.params import init_params, sub_params
 
@@ -72,12 +73,22 @@ def time_layer(config: EncoderConfig, batch: int, n: int, repeats: int = 3, seed
     x = rng.standard_normal((batch, n, cfg.d_model)).astype(np.float32)      # (B, n, d)
     dy = rng.standard_normal((batch, n, cfg.d_model)).astype(np.float32)
     best = np.inf
-    for _ in range(repeats + 1):                                             # first call is a warm-up
-        t0 = time.process_time()
-        _, cache = encoder_layer_forward(x, p, cfg)
-        encoder_layer_backward(dy, cache)
-        best = min(best, time.process_time() - t0)
+    with _one_blas_thread():             # CPU time of several BLAS threads would count their spinning too
+        for _ in range(repeats + 1):                                         # first call is a warm-up
+            t0 = time.process_time()
+            _, cache = encoder_layer_forward(x, p, cfg)
+            encoder_layer_backward(dy, cache)
+            best = min(best, time.process_time() - t0)
     return best
+
+
+def _one_blas_thread():
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:                                                      # optional: timings then include
+        import contextlib                                                    # every BLAS thread's CPU time
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
 
 
 def measure(repeats: int = 3, one_thread: bool = True, n_sweep: dict = N_SWEEP, d_sweep: dict = D_SWEEP) -> dict:

@@ -73,14 +73,14 @@ def plot_loss_curve(history: dict, path: str | Path | None = None, title: str = 
     return _finish(_loss_curve(history, title), path)
 
 
-def _select(results: list[dict], layers: int, lr: float, warmups) -> list[dict]:
+def _select(results: list[dict], layers: int, lr: float, warmups, steps: int | None = None) -> list[dict]:
     return [r for r in results if r["config"]["layers"] == layers and r["config"]["lr"] == lr
-            and r["config"]["warmup"] in warmups]
+            and r["config"]["warmup"] in warmups and (steps is None or r["config"]["steps"] == steps)]
 
 
 @styled
-def _stability(results, layers, lr, warmups, window):
-    sel = _select(results, layers, lr, warmups)
+def _stability(results, layers, lr, warmups, window, steps):
+    sel = _select(results, layers, lr, warmups, steps)
     inits = [i for i in ("bert", "xavier") if any(r["config"].get("init", "bert") == i for r in sel)]
     norms = [n for n in ("post", "pre") if any(r["config"]["norm"] == n for r in sel)]
     fig, axes = figure(len(inits), len(norms), figsize=(5.2 * len(norms), 3.3 * len(inits) + 0.8),
@@ -117,17 +117,18 @@ def _stability(results, layers, lr, warmups, window):
 
 
 def plot_stability(results: list[dict], path: str | Path | None = None, layers: int = 12, lr: float = 1e-3,
-                   warmups=(0, 100), window: int = 10):
-    """Loss curves of the runs with the given depth, lr and warm-up lengths: one panel per (init, norm), colour =
-    warm-up, line style = seed. Returns the Figure (or the path when saved; None without matplotlib)."""
+                   warmups=(0, 100), window: int = 10, steps: int | None = None):
+    """Loss curves of the runs with the given depth, lr, warm-up lengths (and run length ``steps``, None = any):
+    one panel per (init, norm), colour = warm-up, line style = seed. Returns the Figure (or the path when saved;
+    None without matplotlib)."""
     if not _have_matplotlib():
         return None
-    return _finish(_stability(results, layers, lr, warmups, window), path)
+    return _finish(_stability(results, layers, lr, warmups, window, steps), path)
 
 
 @styled
-def _layer_grad_norms(results, layers, lr, init, seed, steps):
-    sel = [r for r in _select(results, layers, lr, (0,)) if r["config"]["seed"] == seed
+def _layer_grad_norms(results, layers, lr, init, seed, steps, run_steps):
+    sel = [r for r in _select(results, layers, lr, (0,), run_steps) if r["config"]["seed"] == seed
            and r["config"].get("init", "bert") == init]
     sel.sort(key=lambda r: r["config"]["norm"])              # post, pre
     fig, axes = figure(1, max(1, len(sel)), figsize=(4.6 * max(1, len(sel)), 3.8), sharey=True, squeeze=False)
@@ -141,7 +142,8 @@ def _layer_grad_norms(results, layers, lr, init, seed, steps):
         ax.set_title(f"{NORM_NAMES[r['config']['norm']]}, no warm-up", fontsize=10)
         ax.set_xlabel(r"layer $\ell$")
     axes[0, 0].set_ylabel(r"$\|\partial L/\partial \theta_\ell\|$ (all weights of layer $\ell$)")
-    axes[0, -1].legend()
+    if axes[0, -1].get_legend_handles_labels()[0]:
+        axes[0, -1].legend()
     fig.suptitle(f"Per-layer gradient norm in the first steps: {layers} layers, {INIT_NAMES[init]}, lr {lr:g}, "
                  f"seed {seed}", fontsize=10)
     return fig
@@ -153,12 +155,13 @@ def _viridis():
 
 
 def plot_layer_grad_norms(results: list[dict], path: str | Path | None = None, layers: int = 12,
-                          lr: float = 1e-3, seed: int = 0, steps=(0, 5, 10, 19), init: str = "xavier"):
-    r"""$\|\partial L/\partial\theta_\ell\|$ against layer ℓ at a few early steps, Post-LN and Pre-LN without
-    warm-up (one panel each)."""
+                          lr: float = 1e-3, seed: int = 0, steps=(0, 5, 10, 19), init: str = "xavier",
+                          run_steps: int | None = 300):
+    r"""$\|\partial L/\partial\theta_\ell\|$ against layer ℓ at a few early ``steps``, Post-LN and Pre-LN without
+    warm-up (one panel each), from the runs of length ``run_steps``."""
     if not _have_matplotlib():
         return None
-    return _finish(_layer_grad_norms(results, layers, lr, init, seed, steps), path)
+    return _finish(_layer_grad_norms(results, layers, lr, init, seed, steps, run_steps), path)
 
 
 def save_figures(outdir: str | Path = "figures") -> list[str]:
@@ -174,8 +177,8 @@ def save_figures(outdir: str | Path = "figures") -> list[str]:
     written = []
     if STABILITY_JSON.is_file():                 # a source checkout: the stored experiment
         results = json.loads(STABILITY_JSON.read_text())["runs"]
-        for p in (plot_stability(results, outdir / "training_stability.png", layers=12, lr=1e-3),
-                  plot_stability(results, outdir / "training_stability_lr1e-2.png", layers=12, lr=1e-2),
+        for p in (plot_stability(results, outdir / "training_stability.png", layers=12, lr=1e-3, steps=300),
+                  plot_stability(results, outdir / "training_stability_lr1e-2.png", layers=12, lr=1e-2, steps=200),
                   plot_layer_grad_norms(results, outdir / "training_layer_grad_norms.png", layers=12, lr=1e-3)):
             if p:
                 written.append(p)
