@@ -20,8 +20,20 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["LEDGER_JSON", "CLAIMS_MD", "VERDICTS", "TAG", "load", "rows", "row", "verdict", "tag", "summary",
-           "render_markdown", "main"]
+__all__ = [
+    "CLAIMS_MD",
+    "LEDGER_JSON",
+    "TAG",
+    "VERDICTS",
+    "load",
+    "main",
+    "render_markdown",
+    "row",
+    "rows",
+    "summary",
+    "tag",
+    "verdict",
+]
 
 LEDGER_JSON = Path(__file__).resolve().parents[1] / "data" / "claims.json"
 CLAIMS_MD = Path(__file__).resolve().parents[2] / "docs" / "claims.md"     # in a source checkout
@@ -81,13 +93,13 @@ def render_markdown(path: str | Path = LEDGER_JSON) -> str:
     """docs/claims.md, rendered from the data."""
     d = _cached(str(path))
     s = summary(path)
-    out = [f"# {d['title']}", "", d["intro"], "",
-           f"**Summary:** {s['total']} claims checked ({s['article']} from the article, {s['lesson']} from the "
-           f"lesson): {s['holds']} hold, {s['wrong']} are wrong, {s['holds with a qualification']} hold with a "
-           f"qualification.", ""]
+    line = (f"**Summary:** {s['total']} claims checked ({s['article']} from the article, {s['lesson']} from the "
+            f"lesson): {s['holds']} hold, {s['wrong']} are wrong, {s['holds with a qualification']} hold with a "
+            f"qualification.")
+    out = [f"# {d['title']}", "", d["intro"], "", line, ""]
     for sec in d["sections"]:
-        out += [f"## {sec['heading']}", "", "| # | claim (quoted briefly) | where | computed by the library | verdict | "
-                "checked by |", "|---|---|---|---|---|---|"]
+        header = "| # | claim (quoted briefly) | where | computed by the library | verdict | checked by |"
+        out += [f"## {sec['heading']}", "", header, "|---|---|---|---|---|---|"]
         for r in sec["rows"]:
             refs = ", ".join(f"`{x}`" for x in r["checked_by"])
             out.append(f"| {r['id']} | {_cell(r['claim'])} | {_cell(r['where'])} | {_cell(r['computed'])} | "

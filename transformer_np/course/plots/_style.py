@@ -20,7 +20,7 @@ import contextlib
 import functools
 import os
 
-__all__ = ["DPI", "RC", "NAMES", "name", "pyplot", "figure", "styled", "save", "colorbar"]
+__all__ = ["DPI", "NAMES", "RC", "colorbar", "figure", "name", "pyplot", "save", "styled"]
 
 DPI = 150
 

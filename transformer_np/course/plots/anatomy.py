@@ -11,12 +11,29 @@ import numpy as np
 
 from ...model.config import EncoderConfig
 from ...model.flops import crossover_n, layer_flops
-from ..anatomy import (cls_attention, cls_gradient_map, compare_norm_positions, demo_config, figure2_maps,
-                       layer_shapes, parameter_budget, pitfall_no_layernorm)
+from ..anatomy import (
+    cls_attention,
+    cls_gradient_map,
+    compare_norm_positions,
+    demo_config,
+    figure2_maps,
+    layer_shapes,
+    parameter_budget,
+    pitfall_no_layernorm,
+)
 from ._style import colorbar, figure, name, save, styled
 
-__all__ = ["draw_wiring", "draw_norm_comparison", "draw_layer_dataflow", "draw_dependency_maps", "draw_cls",
-           "draw_no_layernorm", "draw_param_budget", "draw_complexity_model", "save_figures"]
+__all__ = [
+    "draw_cls",
+    "draw_complexity_model",
+    "draw_dependency_maps",
+    "draw_layer_dataflow",
+    "draw_no_layernorm",
+    "draw_norm_comparison",
+    "draw_param_budget",
+    "draw_wiring",
+    "save_figures",
+]
 
 SKIP = "#c0392b"           # the residual path
 LN_C, SUB_C, IO_C, ATT_C = "#f9e79f", "#dde8f5", "#e8e8e8", "#fadbd8"

@@ -6,8 +6,17 @@ from __future__ import annotations
 import numpy as np
 
 from ...model.flops import crossover_n
-from ..complexity import (BATCH, D_SWEEP, N_SWEEP, _config, _features, crossover_measured, fit, load_measurements,
-                          measure)
+from ..complexity import (
+    BATCH,
+    D_SWEEP,
+    N_SWEEP,
+    _config,
+    _features,
+    crossover_measured,
+    fit,
+    load_measurements,
+    measure,
+)
 from ._style import figure, save, styled
 
 __all__ = ["plot_complexity", "save_figures"]

@@ -10,7 +10,7 @@ import numpy as np
 from ..contextual import separation
 from ._style import colorbar, figure, save, styled
 
-__all__ = ["plot_bank_by_layer", "plot_pooling", "plot_heads", "plot_probes", "save_figures"]
+__all__ = ["plot_bank_by_layer", "plot_heads", "plot_pooling", "plot_probes", "save_figures"]
 
 
 def _layer_ticks(labels) -> list[str]:
@@ -80,7 +80,7 @@ def _head_title(report: dict, name: str, layer: int, head: int) -> str:
 def plot_heads(report: dict):
     """The attention maps of the heads chosen by :func:`~transformer_np.course.contextual.notable_heads`."""
     heads = report["heads"]
-    ncols = 2 if len(heads) > 2 else len(heads)
+    ncols = min(len(heads), 2)
     nrows = -(-len(heads) // ncols)
     fig, axes = figure(nrows, ncols, figsize=(5.0 * ncols + 1.0, 5.0 * nrows), squeeze=False)
     tok = report["attention_tokens"]

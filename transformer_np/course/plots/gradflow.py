@@ -12,8 +12,19 @@ import numpy as np
 from ..gradflow import INITS, SMALL_DIMS, VARIANTS, compute_all
 from ._style import figure, name, save, styled
 
-__all__ = ["COLORS", "STYLES", "SIGMA_RTOL", "plot_profile", "plot_ratio_vs_depth", "plot_last_w2_vs_depth",
-           "plot_by_layer", "plot_identity_vs_full", "plot_spectra", "plot_expansion", "save_figures"]
+__all__ = [
+    "COLORS",
+    "SIGMA_RTOL",
+    "STYLES",
+    "plot_by_layer",
+    "plot_expansion",
+    "plot_identity_vs_full",
+    "plot_last_w2_vs_depth",
+    "plot_profile",
+    "plot_ratio_vs_depth",
+    "plot_spectra",
+    "save_figures",
+]
 
 COLORS = {"pre": "tab:blue", "post": "tab:red", "no-residual": "tab:green", "no-layernorm": "tab:purple"}
 STYLES = {"xavier": "-", "bert": "--"}

@@ -14,8 +14,15 @@ import numpy as np
 
 from ._style import figure, save, styled
 
-__all__ = ["plot_loss_curve", "plot_stability", "plot_layer_grad_norms", "save_figures", "smooth",
-           "WARMUP_COLORS", "SEED_STYLES"]
+__all__ = [
+    "SEED_STYLES",
+    "WARMUP_COLORS",
+    "plot_layer_grad_norms",
+    "plot_loss_curve",
+    "plot_stability",
+    "save_figures",
+    "smooth",
+]
 
 WARMUP_COLORS = {0: "tab:red", 100: "tab:blue", 300: "tab:purple"}
 SEED_STYLES = ("-", "--", ":", "-.")
