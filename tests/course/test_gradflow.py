@@ -100,6 +100,14 @@ def test_residual_without_layernorm_grows_with_depth_under_xavier(seed):
     assert np.allclose(post, 1.0, atol=1e-6)
 
 
+def test_bert_init_keeps_residual_only_stack_near_identity():
+    """The growth without LayerNorm depends on the branch scale: under BERT's N(0, 0.02²) the same
+    residual-only stack barely moves at initialisation (ledger A14's qualification)."""
+    bert = np.array(gf.measure("no-layernorm", 24, "bert", 0, **SMALL)["rms_by_layer"])
+    xav = np.array(gf.measure("no-layernorm", 24, "xavier", 0, **SMALL)["rms_by_layer"])
+    assert bert[-1] < 1.1 * bert[0] and xav[-1] > 100 * xav[0]
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_probe_ratios_structure(seed):
     pre = gf.measure("pre", 6, "xavier", seed, probe_layer=2, **SMALL)

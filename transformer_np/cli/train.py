@@ -7,7 +7,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from ..course.stability import plot_loss_curve
+from ..course.plots.stability import plot_loss_curve
 from ..training.checkpoint import read_checkpoint_config
 from ..training.loop import CHECKPOINT, CURVE_JSON, CURVE_PNG, SCHEDULES, RunConfig, train
 from ..training.tasks import TASKS
@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", type=int, default=None, help=f"h, attention heads (default {d.heads})")
     parser.add_argument("--norm", choices=("pre", "post"), default=None,
                         help=f"LayerNorm placement (default {d.norm})")
+    parser.add_argument("--init", choices=("bert", "xavier"), default=None,
+                        help=f"encoder weight init: bert = N(0, 0.02²), xavier = Glorot-uniform (default {d.init})")
+    parser.add_argument("--betas", type=float, nargs=2, metavar=("B1", "B2"), default=None,
+                        help=f"AdamW's (β₁, β₂) (default {' '.join(str(b) for b in d.betas)})")
+    parser.add_argument("--adam-eps", dest="eps", type=float, default=None, help=f"AdamW's ε (default {d.eps:g})")
     parser.add_argument("--lr", type=float, default=None, help=f"peak learning rate of AdamW (default {d.lr})")
     parser.add_argument("--warmup", type=int, default=None,
                         help=f"linear warm-up steps, 0 = none (default {d.warmup})")
@@ -56,8 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _given(args: argparse.Namespace) -> dict:
     """The RunConfig fields set on the command line (flags left at None were not given)."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
-            if getattr(args, f.name, None) is not None}
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+             if getattr(args, f.name, None) is not None}
+    if "betas" in given:
+        given["betas"] = tuple(given["betas"])
+    return given
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     h = state.history
     c = state.cfg
-    title = f"{c.task}, {c.layers}-layer {c.norm.capitalize()}-LN, d={c.d_model}, lr {c.lr:g}, warm-up {c.warmup}"
+    title = (f"{c.task}, {c.layers}-layer {c.norm.capitalize()}-LN, {c.init} init, d={c.d_model}, lr {c.lr:g}, "
+             f"warm-up {c.warmup}")
     png = plot_loss_curve(h, out / CURVE_PNG, title)
     ran = state.step - state.start_step
     if state.start_step:

@@ -332,32 +332,37 @@ def _comparisons(H0, layer1, config) -> list[dict]:
 
 
 def _claims(layer1, causal1, window_norms, full_norms) -> list[dict]:
-    """The article's qualitative statements, each checked with a number."""
+    """The seeds' qualitative statements the worked example can check, each with a number.
+
+    Each names its row of the claims ledger (``ledger``) and carries the ledger's verdict (``verdict``, read
+    from transformer_np/data/claims.json, the one source of truth); ``holds`` is what this computation finds,
+    and tests/course/test_claims_ledger.py asserts that the two agree for every claim.
+    """
+    from .ledger import verdict
+
     z = layer1["layer_norm"]
     r = layer1["residual"]
     var = z.var(axis=1)
     same_order = all(np.array_equal(np.argsort(r[t], kind="stable"), np.argsort(z[t], kind="stable"))
                      for t in range(len(r)))
-    return [
-        {"claim": "'the' attends forward to 'sat' (bidirectional)",
-         "holds": bool(layer1["attention_weights"][0, 2] > 0),
-         "evidence": f"A[the, sat] = {layer1['attention_weights'][0, 2]:.4f}"},
-        {"claim": "a causal mask forbids it",
-         "holds": bool(causal1["attention_weights"][0, 2] == 0.0),
-         "evidence": f"causal A[the, :] = {_fmt(causal1['attention_weights'][0])}"},
-        {"claim": "LayerNorm gives unit variance (gamma = 1, beta = 0)",
-         "holds": bool(np.allclose(var, 1.0, atol=1e-9)),
-         "evidence": f"row variances of Z = {_fmt(var, 12)} (sigma^2/(sigma^2 + eps))"},
-        {"claim": "LayerNorm keeps the relative ordering of the entries",
-         "holds": bool(same_order), "evidence": "argsort of every row of the residual equals that of Z"},
-        {"claim": "depth widens the receptive field (shown with a +/-1 window mask)",
-         "holds": bool(window_norms["H1"][2] == 0.0 and window_norms["H2"][2] > 0),
-         "evidence": f"|dH1_the/dH0_sat| = {window_norms['H1'][2]:.4g}, "
-                     f"|dH2_the/dH0_sat| = {window_norms['H2'][2]:.4g}"},
-        {"claim": "with full attention one layer already reaches every token",
-         "holds": bool(np.all(full_norms["H1"] > 0)),
-         "evidence": f"|dH1_the/dH0_j| = {_fmt(full_norms['H1'])}"},
+    checks = [
+        ("A26", "'the' attends forward to 'sat' (bidirectional)",
+         bool(layer1["attention_weights"][0, 2] > 0), f"A[the, sat] = {layer1['attention_weights'][0, 2]:.4f}"),
+        ("A26", "a causal mask forbids it",
+         bool(causal1["attention_weights"][0, 2] == 0.0), f"causal A[the, :] = {_fmt(causal1['attention_weights'][0])}"),
+        ("A13", "LayerNorm gives unit variance (gamma = 1, beta = 0; exactly sigma^2/(sigma^2 + eps))",
+         bool(np.allclose(var, 1.0, atol=1e-9)), f"row variances of Z = {_fmt(var, 12)}"),
+        ("A25", "LayerNorm keeps the relative ordering of the entries",
+         bool(same_order), "argsort of every row of the residual equals that of Z"),
+        ("L14", "with a +/-1 window mask, depth widens the receptive field",
+         bool(window_norms["H1"][2] == 0.0 and window_norms["H2"][2] > 0),
+         f"window: |dH1_the/dH0_sat| = {window_norms['H1'][2]:.4g}, |dH2_the/dH0_sat| = {window_norms['H2'][2]:.4g}"),
+        ("L12", "with full attention one layer already reaches every token (A28, 'depth extends the "
+                f"receptive field': {verdict('A28')})",
+         bool(np.all(full_norms["H1"] > 0)), f"|dH1_the/dH0_j| = {_fmt(full_norms['H1'])}"),
     ]
+    return [{"claim": f"{cid} [ledger: {verdict(cid)}] {text}", "ledger": cid, "verdict": verdict(cid),
+             "holds": holds, "evidence": evidence} for cid, text, holds, evidence in checks]
 
 
 def _tolist(v):

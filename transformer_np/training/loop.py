@@ -38,6 +38,7 @@ from .._validate import check_choice, check_float, check_int, describe
 from ..errors import InputTypeError, InputValueError, NonFiniteError
 from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
+from ..model.params import INITS, init_params
 from .optim import AdamW, WarmupCosineSchedule, WarmupLinearSchedule, clip_grad_norm
 from .tasks import (TASKS, Task, accuracy, get_task, head_param_shapes, init_model, model_backward, model_forward,
                     task_config)
@@ -61,10 +62,13 @@ class RunConfig:
     "constant" (the fixed lr of the warm-up experiment), "linear" or "cosine" decay to 0 at
     ``steps``. ``weight_decay`` 0 makes AdamW plain Adam. ``clip`` 0 = no clipping (the
     global norm is logged either way). ``grad_norm_steps``: record per-layer gradient norms
-    for the first this-many steps.
+    for the first this-many steps. ``init``: the encoder's weight matrices ~ N(0, 0.02²)
+    ("bert") or Glorot-uniform ("xavier"; embeddings and the task head stay N(0, 0.02²)), see
+    :func:`~transformer_np.model.params.init_params`. ``betas``, ``eps``: AdamW's (β₁, β₂), ε.
     """
 
     task: str = "sort"
+    init: str = "bert"
     layers: int = 2
     d_model: int = 32
     heads: int = 4
@@ -93,6 +97,7 @@ class RunConfig:
         for name in ("warmup", "seed", "grad_norm_steps"):
             check_int(getattr(self, name), name, minimum=0)
         check_choice(self.norm, "norm", ("pre", "post"))
+        check_choice(self.init, "init", INITS)
         check_choice(self.schedule, "schedule", SCHEDULES)
         check_choice(self.dtype, "dtype", ("float32", "float64"))
         check_float(self.lr, "lr", 0.0, min_inclusive=False)
@@ -190,6 +195,8 @@ def _assemble(cfg: RunConfig, task: Task, mc: EncoderConfig, params: dict | None
     """The TrainState of ``cfg`` at step 0, with fresh parameters (seed) or the given ones."""
     if params is None:
         params = init_model(task, mc, seed=cfg.seed, dtype=np.dtype(cfg.dtype))
+        if cfg.init != "bert":              # the encoder's matrices re-drawn; embeddings (drawn first) unchanged
+            params.update(init_params(mc, seed=cfg.seed, dtype=np.dtype(cfg.dtype), init=cfg.init))
     opt = AdamW(params, lr=_schedule(cfg), betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
     erng = np.random.default_rng([cfg.seed, 4])                         # held-out batches: fixed per seed
     evals = [task.make_batch(erng, cfg.batch_size) for _ in range(cfg.eval_batches)]
