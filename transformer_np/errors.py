@@ -17,13 +17,17 @@ class                       builtin base          raised when
                                                   the limit allows (refused before allocating)
 ``FileFormatError``         ``ValueError``        a file (checkpoint, model folder, worksheet,
                                                   safetensors) is corrupt, foreign or inconsistent
+``ModelConfigError``        ``ValueError``        a model's ``config.json`` (or the dict read from
+                                                  it) has a missing, mistyped or out-of-range
+                                                  field, or describes an unsupported architecture
+                                                  (a ``FileFormatError``)
 ==========================  ====================  ==============================================
 """
 
 from __future__ import annotations
 
 __all__ = ["TransformerNPError", "InputTypeError", "InputValueError", "NonFiniteError", "StaleCacheError",
-           "ResourceLimitError", "FileFormatError"]
+           "ResourceLimitError", "FileFormatError", "ModelConfigError"]
 
 
 class TransformerNPError(Exception):
@@ -52,3 +56,8 @@ class ResourceLimitError(InputValueError):
 
 class FileFormatError(InputValueError):
     """A file is corrupt, foreign, or inconsistent with what it must describe."""
+
+
+class ModelConfigError(FileFormatError):
+    """A model configuration (``config.json`` or its dict) cannot describe a supported encoder: the message names
+    the field, what was expected and what was received (or lists the supported architectures)."""

@@ -61,7 +61,7 @@ def test_config_round_trip():
 @pytest.mark.parametrize("change, match", [
     ({"hidden_act": "silu"}, "hidden_act.*'silu'"),
     ({"position_embedding_type": "relative_key_query"}, "position_embedding_type.*relative_key_query"),
-    ({"model_type": "roberta"}, "model_type.*roberta"),
+    ({"model_type": "gpt2"}, "model_type.*gpt2.*supported.*roberta"),
     ({"is_decoder": True}, "is_decoder"),
     ({"add_cross_attention": True}, "add_cross_attention"),
 ])
