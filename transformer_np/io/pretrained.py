@@ -44,8 +44,7 @@ import numpy as np
 
 from .._validate import FLOAT_DTYPES, as_int_array, check_int, describe
 from ..model.config import EncoderConfig
-from ..model.encoder import encoder_forward
-from .interop import config_from_hf_dict, params_from_hf_state_dict
+from .interop import config_from_hf_dict, hf_forward, params_from_hf_state_dict
 from .safetensors import load_safetensors, read_safetensors_header
 from .tokenizer import WordPieceTokenizer
 from .._compat import forward_moved as _forward_moved
@@ -271,8 +270,8 @@ class PretrainedEncoder:
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {describe(flag)}")
         ids, mask, tt = self._check_batch(batch)
-        H, cache = encoder_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask,
-                                   token_type_ids=tt)
+        H, cache = hf_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask,
+                              token_type_ids=tt)
         if not (output_hidden_states or output_attentions):
             return H
         out = {"last_hidden_state": H}
@@ -328,7 +327,7 @@ def load_pretrained(path_or_name) -> PretrainedEncoder:
     """
     folder = model_folder(path_or_name)
     hf = _read_json(folder / "config.json")
-    config = config_from_hf_dict(hf)
+    config = config_from_hf_dict(hf, source=str(folder / "config.json"))
     params = _load_weights(folder, config)
     mode, normalize, st_max = _sentence_transformers_setup(folder)
     tok = WordPieceTokenizer.from_folder(folder)
