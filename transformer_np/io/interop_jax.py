@@ -219,9 +219,10 @@ def to_flax(params: dict, config: EncoderConfig, dtype=None, seed: int = 0, fast
         for p in path[:-1]:
             obj = obj[p] if isinstance(p, int) else getattr(obj, p)
         var = getattr(obj, path[-1])
-        if tuple(var.value.shape) != a.shape:
-            raise AssertionError(f"internal: {name} → {path} has shape {var.value.shape}, mapped {a.shape}")
-        var.value = jnp.asarray(a, dtype=var.value.dtype)
+        old = var.get_value()
+        if tuple(old.shape) != a.shape:
+            raise AssertionError(f"internal: {name} → {path} has shape {old.shape}, mapped {a.shape}")
+        var.set_value(jnp.asarray(a, dtype=old.dtype))
     return model
 
 
@@ -231,7 +232,7 @@ def from_flax(tree, config: EncoderConfig) -> dict[str, np.ndarray]:
     _, _, nnx = _require_flax()
     _check_config(config)
     state = nnx.state(tree, nnx.Param) if isinstance(tree, nnx.Module) else tree
-    pure = state.to_pure_dict() if hasattr(state, "to_pure_dict") else state
+    pure = nnx.to_pure_dict(state) if isinstance(state, nnx.State) else state
     out = {}
     for name, shape in param_shapes(config).items():
         path, _ = _flax_path(name, config)
