@@ -15,6 +15,10 @@ Four measurements, each printed and returned as JSON:
 3. ``key_bias``: |∂L/∂b_K| (zero in exact arithmetic) on both sides, next to |∂L/∂W_K|.
 4. ``jax_softmax``: a float64 Flax encoder with Flax's default attention (``jax.nn.dot_product_attention``, whose
    softmax runs in float32) and with Flax's explicit path, against ours.
+5. ``tolerances``: :func:`transformer_np.testing.compare_with_torch` at the default tolerances of each dtype on a
+   bert-base ``nn.TransformerEncoderLayer`` and a 12-layer bert-base ``BertModel`` (B = 8, n = 128; small shapes with
+   ``--quick``): the worst ratio |ours − ref| / (atol·S + rtol·|ref|) over every element of every tensor (≤ 1 passes)
+   and where it is — the margins quoted in docs/guide/testing.md.
 """
 
 from __future__ import annotations
@@ -243,6 +247,34 @@ def jax_softmax() -> dict:
     return res
 
 
+def tolerances(quick: bool) -> dict:
+    import torch
+    import transformers
+
+    from transformer_np.testing import TOLERANCES, compare_with_torch
+
+    B, n, d, h, f = (2, 16, 32, 4, 64) if quick else (8, 128, 768, 12, 3072)
+    L = 2 if quick else 12
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d, h, f, dropout=0.0, activation="gelu", batch_first=True)
+    model = transformers.BertModel(transformers.BertConfig(
+        hidden_size=d, num_attention_heads=h, intermediate_size=f, num_hidden_layers=L, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0))
+    x = np.random.default_rng(0).standard_normal((B, n, d))
+    ids = np.random.default_rng(1).integers(1000, 30000, size=(B, n))
+    out = {}
+    for dt in (np.float64, np.float32):
+        rtol, atol = TOLERANCES[np.dtype(dt)]
+        for label, rep in ((f"nn.TransformerEncoderLayer {(B, n, d, h, f)}", compare_with_torch(layer, x, dtype=dt)),
+                           (f"BertModel {L} layers, B = {B}, n = {n}", compare_with_torch(model, ids, dtype=dt))):
+            worst = max(rep.entries, key=lambda e: e.violation(rtol, atol)[0])
+            out[f"{np.dtype(dt).name}: {label}"] = {
+                "rtol": rtol, "atol": atol, "worst ratio": worst.violation(rtol, atol)[0], "at": worst.label,
+                "worst norm-relative error (key bias excluded)":
+                    max(e.norm_rel for e in rep.entries if not e.name.endswith("key.bias"))}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small shapes (seconds), as the test runs it")
@@ -254,7 +286,7 @@ def main(argv=None) -> int:
     res = {"machine": {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                        "torch_threads": torch.get_num_threads(), "python": platform.python_version()},
            "attention": attention(shape, with_bert=not args.quick), "pad_row": pad_row(), "key_bias": key_bias(),
-           "jax_softmax": jax_softmax()}
+           "jax_softmax": jax_softmax(), "tolerances": tolerances(args.quick)}
     text = json.dumps(res, indent=2)
     print(text)
     if args.out:
