@@ -17,8 +17,11 @@ Four measurements, each printed and returned as JSON:
    softmax runs in float32) and with Flax's explicit path, against ours.
 5. ``tolerances``: :func:`transformer_np.testing.compare_with_torch` at the default tolerances of each dtype on a
    bert-base ``nn.TransformerEncoderLayer`` and a 12-layer bert-base ``BertModel`` (B = 8, n = 128; small shapes with
-   ``--quick``): the worst ratio |ours − ref| / (atol·S + rtol·|ref|) over every element of every tensor (≤ 1 passes)
-   and where it is — the margins quoted in docs/guide/testing.md.
+   ``--quick``): the worst ratio |ours − ref| / (atol·S + rtol·|ref|) over every element of every tensor
+   (≤ 1 passes) and where it is — the margins quoted in docs/guide/testing.md.
+6. ``families``: every supported Hugging Face family (small random configs, every weight randomised, a padded
+   batch, eager and SDPA attention, float64) through :func:`compare_with_torch`: the output's and the worst
+   gradient's norm-relative error (the key bias excluded: see 3.).
 """
 
 from __future__ import annotations
@@ -275,6 +278,47 @@ def tolerances(quick: bool) -> dict:
     return out
 
 
+def families() -> dict:
+    import torch
+    import transformers as T
+
+    from transformer_np.testing import compare_with_torch
+
+    common = dict(vocab_size=40, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=12,
+                  max_position_embeddings=20, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                  layer_norm_eps=1e-7, pad_token_id=1)
+    configs = {"bert": T.BertConfig(**common), "ernie": T.ErnieConfig(**common),
+               "roberta": T.RobertaConfig(**common), "xlm-roberta": T.XLMRobertaConfig(**common),
+               "camembert": T.CamembertConfig(**common), "data2vec-text": T.Data2VecTextConfig(**common),
+               "distilbert": T.DistilBertConfig(vocab_size=40, dim=8, n_layers=2, n_heads=2, hidden_dim=12,
+                                                max_position_embeddings=20, dropout=0.0, attention_dropout=0.0,
+                                                pad_token_id=1),
+               "albert": T.AlbertConfig(**common, embedding_size=6), "electra": T.ElectraConfig(**common,
+                                                                                             embedding_size=6)}
+    rng = np.random.default_rng(0)
+    ids = rng.integers(2, 40, size=(3, 7))
+    am = np.ones((3, 7), dtype=np.int64)
+    am[1, 5:] = 0
+    am[2, :2] = 0
+    ids[am == 0] = 1
+    out = {}
+    for k, (name, cfg) in enumerate(configs.items()):
+        for attn in ("eager", "sdpa"):
+            cfg._attn_implementation = attn
+            model = T.AutoModel.from_config(cfg).double()
+            gen = torch.Generator().manual_seed(k)
+            with torch.no_grad():
+                for pname, p in model.named_parameters():
+                    z = torch.randn(p.shape, generator=gen, dtype=p.dtype)
+                    is_gamma = "norm" in pname.lower() and pname.endswith("weight")
+                    p.copy_(0.5 * z if p.ndim == 2 else (1 + 0.3 * z if is_gamma else 0.3 * z))
+            rep = compare_with_torch(model, ids, attention_mask=am)
+            grads = [e.norm_rel for e in rep.grads if not e.name.endswith(("key.bias", "k_lin.bias"))]
+            out[f"{name} ({attn})"] = {"output": rep["output"].norm_rel, "worst gradient": max(grads),
+                                       "passes the float64 defaults": rep.ok}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small shapes (seconds), as the test runs it")
@@ -286,7 +330,8 @@ def main(argv=None) -> int:
     res = {"machine": {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                        "torch_threads": torch.get_num_threads(), "python": platform.python_version()},
            "attention": attention(shape, with_bert=not args.quick), "pad_row": pad_row(), "key_bias": key_bias(),
-           "jax_softmax": jax_softmax(), "tolerances": tolerances(args.quick)}
+           "jax_softmax": jax_softmax(), "tolerances": tolerances(args.quick),
+           "families": families()}
     text = json.dumps(res, indent=2)
     print(text)
     if args.out:

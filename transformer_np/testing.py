@@ -547,7 +547,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     for fw, p in named:
         if p.grad is None:
             if fw in ours_g:
-                entries.append(_compare(fw, "grad", ours_g[fw], np.zeros(tuple(p.shape)), *names.get(fw, (None, False))))
+                zero = np.zeros(tuple(p.shape))
+                entries.append(_compare(fw, "grad", ours_g[fw], zero, *names.get(fw, (None, False))))
             else:
                 notes.append(f"{fw}: no gradient on either side (not on the path to the output)")
             continue

@@ -63,3 +63,11 @@ def test_jax_default_attention_is_float32_inside(findings):
 def test_default_tolerances_pass_with_margin(findings):
     for label, t in findings["tolerances"].items():
         assert t["worst ratio"] <= 0.1, (label, t)
+
+
+def test_every_family_agrees_to_float64_round_off(findings):
+    fam = findings["families"]
+    assert {k.split(" (")[0] for k in fam} == {"bert", "ernie", "roberta", "xlm-roberta", "camembert",
+                                               "data2vec-text", "distilbert", "albert", "electra"}
+    for label, r in fam.items():
+        assert r["passes the float64 defaults"] and r["output"] < 1e-13 and r["worst gradient"] < 1e-12, (label, r)

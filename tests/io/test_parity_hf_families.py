@@ -4,9 +4,10 @@ import and export both ways, task-model prefixes, bare layers, and load_pretrain
 Families: bert, ernie, roberta, xlm-roberta, camembert, data2vec-text (RoBERTa's position ids), distilbert,
 albert (factorised embeddings, one shared layer), electra (factorised and not). Small random configs built
 offline (no downloads), every weight randomised (LayerNorm γ/β and biases too), float64, padding in the batch
-(a left-padded row too), token types where the family has them. Loss L = ⟨R, last_hidden_state⟩ (+ ⟨R_p,
-pooler_output⟩ where the family has a pooler), R = 0 at padded positions. Criterion ‖ours − HF‖/‖HF‖ ≤ 1e-10 for
-every tensor; the key-bias gradient, zero in exact arithmetic, must be ≤ 1e-10 ‖∂L/∂W_K‖ on both sides.
+(a left-padded row too), token types where the family has them. Loss L = ⟨R, last_hidden_state⟩
+(+ ⟨R_p, pooler_output⟩ where the family has a pooler), R = 0 at padded positions. Criterion
+‖ours − HF‖/‖HF‖ ≤ 1e-10 for every tensor; the key-bias gradient, zero in exact arithmetic, must be
+≤ 1e-10 ‖∂L/∂W_K‖ on both sides.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
                                             "(or pip install -e '.[test]')")
 
-from transformer_np import EncoderConfig
-from transformer_np import encoder_backward
+from transformer_np import EncoderConfig  # noqa: E402
+from transformer_np import encoder_backward  # noqa: E402
 from transformer_np import encoder_forward  # noqa: E402
 from transformer_np.model.gradcheck import random_params  # noqa: E402
 from transformer_np.io.interop import (from_torch, params_from_torch_state_dict, to_torch_state_dict,  # noqa: E402

@@ -558,7 +558,8 @@ def _torch_layer_options(layer, where: str) -> dict:
     eps1 = _layernorm_eps(layer.norm1, where + ".norm1", d)
     eps2 = _layernorm_eps(layer.norm2, where + ".norm2", d)
     if eps1 != eps2:
-        raise InputValueError(f"{where}: norm1.eps = {eps1} and norm2.eps = {eps2} differ; one layer_norm_eps is supported")
+        raise InputValueError(f"{where}: norm1.eps = {eps1} and norm2.eps = {eps2} differ; "
+                              "one layer_norm_eps is supported")
     drops = {"self_attn.dropout": float(attn.dropout), "dropout.p": float(layer.dropout.p),
              "dropout1.p": float(layer.dropout1.p), "dropout2.p": float(layer.dropout2.p)}
     if len(set(drops.values())) > 1:
@@ -611,7 +612,8 @@ def from_torch(module, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]
         other = _torch_layer_options(layer, f"{where}[{i}]")
         diff = {k: (opts[k], other[k]) for k in opts if opts[k] != other[k]}
         if diff:
-            raise InputValueError(f"{where}[{i}] differs from {where}[0] in {diff}: all layers must share one configuration")
+            raise InputValueError(f"{where}[{i}] differs from {where}[0] in {diff}: "
+                                  "all layers must share one configuration")
     if norm is not None:
         eps = _layernorm_eps(norm, "module.norm", opts["d_model"])
         if eps != opts["layer_norm_eps"]:

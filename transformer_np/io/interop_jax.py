@@ -85,7 +85,8 @@ def _check_config(config) -> None:
 
 def _explicit_attention(query, key, value, bias=None, mask=None, broadcast_dropout=True, dropout_rng=None,
                         dropout_rate=0.0, deterministic=True, dtype=None, precision=None, module=None, **_):
-    """Flax's explicit attention: ``flax.nnx.nn.attention.dot_product_attention_weights`` then Σ_k A_qk V_k, in the input dtype."""
+    """Flax's explicit attention, in the input dtype: ``flax.nnx.nn.attention.dot_product_attention_weights``
+    (scores, mask, softmax), then Σ_k A_qk V_k."""
     _, jnp, _ = _require_flax()
     from flax.nnx.nn.attention import dot_product_attention_weights
 
@@ -106,8 +107,8 @@ def flax_encoder(config: EncoderConfig, dtype=np.float64, seed: int = 0, fast_at
     jdt = _jax_dtype(dtype)
     attn_kw = {} if fast_attention else {"attention_fn": _explicit_attention}
     d, h, f, eps = config.d_model, config.n_heads, config.d_ff, config.layer_norm_eps
-    acts = {"gelu": lambda x: jax.nn.gelu(x, approximate=False), "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
-            "relu": jax.nn.relu}
+    acts = {"gelu": lambda x: jax.nn.gelu(x, approximate=False),
+            "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True), "relu": jax.nn.relu}
     act = acts[config.activation]
     kw = {"dtype": jdt, "param_dtype": jdt}
 
