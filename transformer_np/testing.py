@@ -451,7 +451,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InputTypeError(f"seed must be an int >= 0, got {describe(seed)}")
     tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[dt]
-    mod = copy.deepcopy(module).to(tdt).eval()
+    mod = copy.deepcopy(module).to(device="cpu", dtype=tdt).eval()
     for p in mod.parameters():
         p.requires_grad_(True)
         p.grad = None
