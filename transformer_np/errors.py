@@ -25,15 +25,20 @@ class                       builtin base          raised when
                                                   error, an unknown key, a wrong shape, an unknown
                                                   token, a non-finite number or a size beyond hand
                                                   calculation
+``ModelConfigError``        ``ValueError``        a model's ``config.json`` (or the dict read from
+                                                  it) has a missing, mistyped or out-of-range
+                                                  field, or describes an unsupported architecture
 ==========================  ====================  ==============================================
 
-``CheckpointError``, ``ModelFolderError`` and ``WorksheetError`` are ``FileFormatError`` subclasses.
+``CheckpointError``, ``ModelFolderError``, ``WorksheetError`` and ``ModelConfigError`` are ``FileFormatError``
+subclasses.
 """
 
 from __future__ import annotations
 
 __all__ = ["TransformerNPError", "InputTypeError", "InputValueError", "NonFiniteError", "StaleCacheError",
-           "ResourceLimitError", "FileFormatError", "CheckpointError", "ModelFolderError", "WorksheetError"]
+           "ResourceLimitError", "FileFormatError", "CheckpointError", "ModelFolderError", "WorksheetError",
+           "ModelConfigError"]
 
 
 class TransformerNPError(Exception):
@@ -78,3 +83,8 @@ class WorksheetError(FileFormatError):
     """A worksheet is malformed: TOML syntax (the line is named), an unknown key (the nearest valid one is
     suggested), a wrong shape (key, expected and given shape), an unknown token, a non-finite number, or a
     size beyond hand calculation."""
+
+
+class ModelConfigError(FileFormatError):
+    """A model configuration (``config.json`` or its dict) cannot describe a supported encoder: the message names
+    the field, what was expected and what was received (or lists the supported architectures)."""

@@ -38,14 +38,15 @@ torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip inst
 transformers = pytest.importorskip("transformers", reason="HF parity tests need transformers: "
                                                           "pip install transformers (or pip install -e '.[test]')")
 
-from transformer_np import encoder_backward
-from transformer_np import encoder_forward
-from transformer_np import pooler_backward
+from transformer_np import encoder_backward  # noqa: E402
+from transformer_np import encoder_forward  # noqa: E402
+from transformer_np import pooler_backward  # noqa: E402
 from transformer_np import pooler_forward  # noqa: E402
 from transformer_np.model.gradcheck import random_params  # noqa: E402
 from transformer_np.io.interop import (config_from_hf_dict, from_hf_bert, hf_dict_from_config,  # noqa: E402
                                     hf_state_dict_from_params, params_from_hf_state_dict, to_hf_state_dict)
 
+pytestmark = pytest.mark.hf
 TOL64, TOL32 = 1e-10, 1e-5
 VOCAB, PAD = 30, 0
 B, N_POS = 3, 7

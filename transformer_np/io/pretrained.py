@@ -51,11 +51,10 @@ from pathlib import Path
 import numpy as np
 
 from .._validate import FLOAT_DTYPES, all_finite, as_int_array, check_int, describe
-from ..errors import ModelFolderError, ResourceLimitError, TransformerNPError
+from ..errors import ModelFolderError, TransformerNPError
 from ..model.budget import check_memory, estimate_encoder
 from ..model.config import EncoderConfig
-from ..model.encoder import encoder_forward
-from .interop import config_from_hf_dict, params_from_hf_state_dict
+from .interop import config_from_hf_dict, hf_forward, params_from_hf_state_dict
 from .jsonfile import read_json
 from .safetensors import load_safetensors, read_safetensors_header
 from .tokenizer import WordPieceTokenizer
@@ -101,37 +100,19 @@ def _read_json(path: Path, kind: type = dict):
     return read_json(path, kind=kind, error=ModelFolderError)
 
 
-# Size fields (of the BERT family and its relatives) that must be JSON integers when present.
-_HF_INT_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
-                  "max_position_embeddings", "type_vocab_size", "dim", "n_layers", "n_heads", "hidden_dim",
-                  "embedding_size", "num_hidden_groups", "inner_group_num")
-
-
-def _check_hf_sizes(hf: dict, path: Path) -> None:
-    """Integers are integers: ``"384"``, ``384.9``, ``true`` and ``null`` are refused, naming the field."""
-    for key in _HF_INT_FIELDS:
-        if key in hf:
-            v = hf[key]
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ModelFolderError(f"{path}: {key} must be an integer, got {v!r:.60}")
-            if v < 0:
-                raise ModelFolderError(f"{path}: {key} must be >= 0, got {v}")
-
-
 def _read_config(folder: Path) -> EncoderConfig:
     """config.json → EncoderConfig, then the memory check — before any per-layer table exists."""
     path = folder / "config.json"
     hf = _read_json(path)
-    _check_hf_sizes(hf, path)
     try:
-        config = config_from_hf_dict(hf)
+        config = config_from_hf_dict(hf, source=str(path))
+    except TransformerNPError:
+        raise                       # ModelConfigError / ResourceLimitError: already name the file and field
     except (TypeError, ValueError, OverflowError, KeyError) as e:
-        if isinstance(e, ResourceLimitError):
-            raise
-        detail = str(e) if isinstance(e, TransformerNPError) else f"{type(e).__name__}: {e}"
-        raise ModelFolderError(f"{path}: {detail}") from None
+        raise ModelFolderError(f"{path}: {type(e).__name__}: {e}") from None
     # the file's arrays and our converted ones exist together while loading
-    check_memory(estimate_encoder(config, np.float32, param_copies=2), f"loading the model in {folder}")
+    stack = getattr(config, "encoder", config)        # HFEncoderConfig (other families) wraps the stack's config
+    check_memory(estimate_encoder(stack, np.float32, param_copies=2), f"loading the model in {folder}")
     return config
 
 
@@ -343,8 +324,8 @@ class PretrainedEncoder:
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {describe(flag)}")
         ids, mask, tt = self._check_batch(batch)
-        H, cache = encoder_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask,
-                                   token_type_ids=tt)
+        H, cache = hf_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask,
+                              token_type_ids=tt)
         if not (output_hidden_states or output_attentions):
             return H
         out = {"last_hidden_state": H}
