@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+pytestmark = pytest.mark.torch  # test lane (pyproject.toml markers)
 
 from transformer_np.training.optim import (SGD, AdamW, InverseSqrtSchedule, WarmupCosineSchedule, WarmupLinearSchedule,
                                   clip_grad_norm, global_grad_norm, make_schedule, noam_schedule)
