@@ -78,7 +78,7 @@ def _lane_rules_out(markexpr: str, marks: set[str]) -> bool:
         for k in range(len(rest) + 1):
             for extra in itertools.combinations(rest, k):
                 have = marks | set(extra)
-                if expr.evaluate(lambda name, /, **kwargs: name in have):
+                if expr.evaluate(lambda name, /, have=have, **kwargs: name in have):
                     return False
         return True
     except Exception:  # an expression we cannot judge here: collect normally, -m deselects later
