@@ -101,7 +101,7 @@ def normalise(lines: list[str]) -> list[str]:
     """Both rules, skipping literal blocks that are already marked with ``::``."""
     lines = display_blocks(lines)
     result, literal_indent = [], None
-    for k, line in enumerate(lines):
+    for line in lines:
         if literal_indent is not None:
             if line.strip() and _indent(line) <= literal_indent:
                 literal_indent = None
