@@ -1,10 +1,17 @@
-"""The docs' docstring rule (docs/_ext/plaintext_docstrings.py): plain-text maths is shown as written, valid
-reStructuredText passes through untouched. Pure Python: runs in the fast lane without Sphinx."""
+"""The docs: every ```python block of a guide runs (lane marker per block, as for the README); the docstring
+rule of docs/_ext/plaintext_docstrings.py shows plain-text maths as written and leaves valid reStructuredText
+untouched (pure Python: runs in the fast lane without Sphinx)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+from test_readme import lanes_of, python_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 _EXT = ROOT / "docs" / "_ext" / "plaintext_docstrings.py"
@@ -46,3 +53,17 @@ def test_valid_rst_is_left_alone():
 def test_readme_is_the_docs_landing_page():
     index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
     assert "```{include} ../README.md" in index and ":relative-docs: docs/" in index
+
+
+GUIDE_BLOCKS = [(f"{page.stem}:{name}", code) for page in sorted((ROOT / "docs" / "guide").glob("*.md"))
+                for name, code in python_blocks(page.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize("code", [pytest.param(code, id=name, marks=[getattr(pytest.mark, m) for m in lanes_of(code)])
+                                  for name, code in GUIDE_BLOCKS])
+def test_guide_python_block_runs(code):
+    env = {**os.environ, "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)  # python -c puts the working directory (the repository root) first on sys.path
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"guide block failed\n--- code ---\n{code}--- stderr ---\n{proc.stderr}"

