@@ -18,6 +18,9 @@ run_pytest() {   # pytest's exit status 5 (no test collected) is a failure too, 
     return "$rc"
 }
 
-# The tests on two workers; the notebooks afterwards, serially (nbval must not run under xdist).
-run_pytest tests -n 2 -p no:cacheprovider "$@"
-run_pytest notebooks --nbval -p no:cacheprovider
+# The tests on two workers; the notebooks afterwards, serially (nbval must not run under xdist). Both always
+# run; the exit status is non-zero if either failed.
+status=0
+run_pytest tests -n 2 -p no:cacheprovider "$@" || status=$?
+run_pytest notebooks --nbval -p no:cacheprovider || status=$?
+exit "$status"
