@@ -67,3 +67,10 @@ def test_guide_python_block_runs(code):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, f"guide block failed\n--- code ---\n{code}--- stderr ---\n{proc.stderr}"
+
+
+def test_bars_in_a_simple_table_keep_the_columns():
+    row = "``context``  [A_1 | A_2]   same"
+    assert pd.escape_bars_in_table_row(row) == r"``context``  [A_1 \| A_2]  same"   # "same" stays in its column
+    table = ["=====  ====", "x      |x|", "=====  ===="]
+    assert pd.normalise(table) == ["=====  ====", r"x      \|x\|", "=====  ===="]

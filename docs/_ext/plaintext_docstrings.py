@@ -97,11 +97,44 @@ def display_blocks(lines: list[str]) -> list[str]:
     return out
 
 
+def escape_bars_in_table_row(line: str) -> str:
+    """Escape bars in a row of a simple table without moving its columns: each added backslash is taken
+    back from the next run of two or more spaces."""
+    if "|" not in line:
+        return line
+    out, deficit = [], 0
+    for i, part in enumerate(_INLINE.split(line)):
+        if i % 2:  # an inline literal or role: unchanged
+            out.append(part)
+            continue
+        k = 0
+        while k < len(part):
+            ch = part[k]
+            if ch == "|" and not (k and part[k - 1] == "\\"):
+                out.append("\\|")
+                deficit += 1
+                k += 1
+            elif ch == " " and deficit:
+                run = len(part[k:]) - len(part[k:].lstrip(" "))
+                take = min(deficit, run - 1) if run >= 2 else 0
+                out.append(" " * (run - take))
+                deficit -= take
+                k += run
+            else:
+                out.append(ch)
+                k += 1
+    return "".join(out)
+
+
 def normalise(lines: list[str]) -> list[str]:
     """Both rules, skipping literal blocks that are already marked with ``::``."""
     lines = display_blocks(lines)
+    tables = _table_lines(lines)
     result, literal_indent = [], None
-    for line in lines:
+    for k, line in enumerate(lines):
+        if k in tables:
+            result.append(escape_bars_in_table_row(line))
+            continue
         if literal_indent is not None:
             if line.strip() and _indent(line) <= literal_indent:
                 literal_indent = None
