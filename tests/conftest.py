@@ -15,7 +15,8 @@ selected lane is not even imported (``pytest_ignore_collect``), so the fast lane
 torch or transformers, even where they are installed.
 
 CI. Outside CI a test that needs a missing optional package skips with a message saying how to
-install it. With CI=true a skip is turned into a failure: a green CI run means every test ran.
+install it. With CI=true a skip — of a test, or of a whole file at import — is turned into a failure:
+a green CI run means every selected test ran.
 """
 
 from __future__ import annotations
@@ -164,6 +165,18 @@ def pytest_collection_modifyitems(config, items):
         have = {m.name for m in item.iter_markers()}
         for name in sorted(implied_markers(item) - have):
             item.add_marker(name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A whole file skipped at import (a module-level importorskip of a missing package) is a failure in CI too."""
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped:
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (f"{collector.nodeid} was skipped at collection in CI (CI=true), which counts as a failure: "
+                           f"{reason} (if the file needs an optional package, give it its lane marker)")
 
 
 @pytest.hookimpl(hookwrapper=True)
