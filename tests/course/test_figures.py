@@ -8,6 +8,7 @@ import sys
 import types
 
 import pytest
+pytestmark = pytest.mark.plot  # test lane (pyproject.toml markers)
 
 pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install matplotlib")
 

@@ -32,6 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 from helpers import nrel  # noqa: E402
 import pytest  # noqa: E402
+pytestmark = [pytest.mark.torch, pytest.mark.hf]  # test lane (pyproject.toml markers)
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
                                             "(or pip install -e '.[test]')")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from helpers import nrel
 import pytest
+pytestmark = pytest.mark.torch  # test lane (pyproject.toml markers)
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
                                             "(or pip install -e '.[test]')")

@@ -77,10 +77,10 @@ def cache_nbytes(cache: dict, include_params: bool = False) -> dict:
         include_params: also count the parameter arrays the cache refers to (W, γ).
 
     Returns:
-        ``{"entries": {dotted path: nbytes}, "groups": {sublayer: nbytes}, "total": int,
-        "param_refs": {dotted path: nbytes}}`` where ``total`` counts each underlying buffer
-        once (views share their owner's bytes) and ``entries``/``groups`` count each view at
-        its own size.
+        dict: ``entries`` ({dotted path: nbytes}), ``groups`` ({sublayer: nbytes}), ``total``
+        (int) and ``param_refs`` ({dotted path: nbytes}), where ``total`` counts each underlying
+        buffer once (views share their owner's bytes) and ``entries``/``groups`` count each view
+        at its own size.
     """
     if not isinstance(cache, dict):
         raise TypeError(f"cache must be the dict returned by a *_forward function, got {describe(cache)}")
