@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .._validate import check_choice, check_float, check_int, describe
+from ..errors import NonFiniteError
 from ..model.config import EncoderConfig
 from .optim import AdamW, WarmupCosineSchedule, WarmupLinearSchedule, clip_grad_norm
 from .tasks import TASKS, Task, accuracy, get_task, init_model, model_backward, model_forward, task_config
@@ -161,9 +162,7 @@ def _finite_or_none(fn):
     try:
         with np.errstate(all="ignore"):   # a diverging run overflows; the caller records it
             return fn()
-    except ValueError as e:
-        if "finite" not in str(e):
-            raise
+    except NonFiniteError:
         return None
 
 
