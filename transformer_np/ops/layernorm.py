@@ -87,7 +87,8 @@ def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
     ``eps`` must be a finite number > 0 (a bool is refused). Returns ``(y, cache)``.
     """
     check_layernorm_args(x, gamma, beta, eps)
-    return _layernorm_forward(x, gamma, beta, float(eps))
+    with np.errstate(over="ignore", invalid="ignore"):      # an overflow is reported as NonFiniteError
+        return _layernorm_forward(x, gamma, beta, float(eps))
 
 
 def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -64,8 +64,10 @@ def softmax(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
             as :func:`transformer_np.ops.masks.mask_value` does).
     """
     _check_input(x)
+    with np.errstate(over="ignore"):                        # x − max may round to −inf: exp gives 0, as it should
+        s = _softmax(x)
     if out is None:
-        return _softmax(x)
+        return s
     if not isinstance(out, np.ndarray):
         raise InputTypeError(f"out must be a numpy.ndarray like x (shape {x.shape}, dtype {x.dtype}), "
                              f"got {describe(out)}")
@@ -75,14 +77,15 @@ def softmax(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         raise InputValueError(f"out must have x's shape {x.shape}, got shape {out.shape}")
     if not out.flags.writeable:
         raise InputValueError("out must be writeable, got a read-only array")
-    out[...] = _softmax(x)
+    out[...] = s
     return out
 
 
 def softmax_forward(x: np.ndarray) -> tuple[np.ndarray, dict]:
     """Returns ``(s, cache)`` with s = softmax(x) over the last axis (x finite, last axis non-empty)."""
     _check_input(x)
-    s = _softmax(x)
+    with np.errstate(over="ignore"):
+        s = _softmax(x)
     return s, {"kind": "softmax", "s": s}
 
 
