@@ -154,7 +154,8 @@ def test_op_level_errors():
 CASES = {
     # config and init
     "config d_ff str": (lambda: tnp.EncoderConfig(1, 4, 2, "8"), TypeError, "d_ff"),
-    "config eps nan": (lambda: tnp.EncoderConfig(1, 4, 2, 8, layer_norm_eps=float("nan")), ValueError, "layer_norm_eps"),
+    "config eps nan": (lambda: tnp.EncoderConfig(1, 4, 2, 8, layer_norm_eps=float("nan")), ValueError,
+                       "layer_norm_eps"),
     "config max_len 0": (lambda: tnp.EncoderConfig(1, 4, 2, 8, max_len=0), ValueError, "max_len"),
     "config final_layer_norm str": (lambda: tnp.EncoderConfig(1, 4, 2, 8, final_layer_norm="yes"), TypeError,
                                     "final_layer_norm"),
@@ -183,7 +184,8 @@ CASES = {
     "tagger b": (lambda: tnp.tagger_forward(H, np.zeros((4, 2)), np.zeros(3)), ValueError, "b"),
     "pooler W not square": (lambda: tnp.pooler_forward(H, np.zeros((4, 2)), np.zeros(2)), ValueError, "W"),
     "ce labels float": (lambda: tnp.cross_entropy_forward(np.zeros((2, 3)), np.array([0.0, 1.0])), TypeError, "labels"),
-    "ce logits NaN": (lambda: tnp.cross_entropy_forward(np.array([[np.nan, 0.0]]), np.array([0])), ValueError, "logits"),
+    "ce logits NaN": (lambda: tnp.cross_entropy_forward(np.array([[np.nan, 0.0]]), np.array([0])), ValueError,
+                      "logits"),
     "ce ignore_index str": (lambda: tnp.cross_entropy_forward(np.zeros((1, 2)), np.array([0]), ignore_index="x"),
                             TypeError, "ignore_index"),
     "ce dloss str": (lambda: tnp.cross_entropy_backward("a", tnp.cross_entropy_forward(np.zeros((1, 2)),

@@ -44,7 +44,7 @@ from ..errors import InputTypeError, InputValueError
 from .cache import check_not_freed, release
 from .dropout import _dropout_backward, _dropout_forward
 from .linear import _linear_backward, _linear_forward
-from .softmax import _softmax, _softmax_backward
+from .softmax import _softmax as softmax   # the unchecked kernel: S was built here
 
 __all__ = ["attention_forward", "attention_backward", "mha_forward", "mha_backward",
            "MHA_PARAM_NAMES", "split_heads", "merge_heads"]
@@ -55,10 +55,11 @@ MHA_PARAM_NAMES = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
 # ----------------------------------------------------------------------------- the computation
 def _attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
                        dropout_p: float = 0.0, training: bool = False, rng=None) -> tuple[np.ndarray, dict]:
+    """S = Q Kᵀ/√d_k + M, A = softmax(S), O = A V (A after dropout in training)."""
     d_k = Q.shape[-1]
-    M = 0.0 if mask is None else mask                        # additive: 0 = allowed
-    S = Q @ K.swapaxes(-1, -2) / math.sqrt(d_k) + M          # (..., n_q, n_k)  (a Python float keeps float32)
-    A = _softmax(S)                                          # (..., n_q, n_k)
+    M = 0.0 if mask is None else mask                        # additive: 0 = allowed, very negative = hidden
+    S = Q @ K.swapaxes(-1, -2) / math.sqrt(d_k) + M          # (..., n_q, n_k)  (√ as a Python float keeps float32)
+    A = softmax(S)                                           # (..., n_q, n_k)  rows sum to 1
     A_drop, drop_cache = _dropout_forward(A, dropout_p, training, rng)
     O = A_drop @ V                                           # (..., n_q, d_v)
     cache = {"kind": "attention", "Q": Q, "K": K, "V": V, "scale": 1.0 / math.sqrt(d_k),
@@ -67,11 +68,13 @@ def _attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.nda
 
 
 def _attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The module docstring's backward, line by line."""
     Q, K, V, A, A_drop = cache["Q"], cache["K"], cache["V"], cache["weights"], cache["A_drop"]
     d_k = Q.shape[-1]
-    dV = A_drop.swapaxes(-1, -2) @ dO                        # (..., n_k, d_v)
-    dA = _dropout_backward(dO @ V.swapaxes(-1, -2), cache["dropout"])   # (..., n_q, n_k)
-    dS = _softmax_backward(dA, A)                            # A ⊙ (dA − rowsum(dA ⊙ A))
+    dV = A_drop.swapaxes(-1, -2) @ dO                        # (..., n_k, d_v)   dV = A_dropᵀ dO
+    dA_drop = dO @ V.swapaxes(-1, -2)                        # (..., n_q, n_k)   ∂L/∂A_drop = dO Vᵀ
+    dA = _dropout_backward(dA_drop, cache["dropout"])        # through the dropout mask (identity at eval)
+    dS = A * (dA - (dA * A).sum(axis=-1, keepdims=True))     # dS = A ⊙ (dA − rowsum(dA ⊙ A))
     dQ = dS @ K / math.sqrt(d_k)                             # (..., n_q, d_k)
     dK = dS.swapaxes(-1, -2) @ Q / math.sqrt(d_k)            # (..., n_k, d_k)
     return dQ, dK, dV

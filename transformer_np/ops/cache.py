@@ -25,17 +25,18 @@ naming no parameter. PyTorch allows the change and refuses only the stale *backw
 fingerprint gives the same behaviour.
 
 The fingerprint (:func:`fingerprint`) of a matrix W (d_in, d_out) is the vector rᵀW of its
-columns' weighted sums, with fixed pseudo-random weights r ∈ [1, 2) (one per row), in W's dtype: one
-read-only pass (``np.einsum``, single-threaded, no temporary): ~0.8 ms for the 7 M parameters
-of a BERT-base layer in float32, against ~130 ms for that layer's forward. Every column has its
-own sum and every row its own weight, so scaling, sign flips, zeroing, an optimiser step, new
-values, and swapping rows *or* columns all change it. A vector (bias, γ, β) is fingerprinted by
-a copy: any change is seen exactly. What a matrix fingerprint cannot see is a change below its
-own rounding: an entry moved by less than about √d_in · ε times the size of its column's entries
-(ε = 6e-8 in float32, 1.1e-16 in float64; e.g. one ulp of one entry) — a change whose effect on
-the gradients is of the order of the backward's own rounding error. (A wrap-around integer sum of the raw bits would see one-ulp
-changes but not ``W *= -1`` when rows have an even length; a float sum would not see a swap of
-two entries.) Replacing the array in the dict (``params[name] = new``) is seen by identity.
+columns' weighted sums, with fixed pseudo-random weights r ∈ [1, 2) (one per row), in W's dtype:
+one read-only pass (``np.einsum``, single-threaded, no temporary), ~0.8 ms for the 7 M
+parameters of a BERT-base layer in float32, against ~130 ms for that layer's forward. Every
+column has its own sum and every row its own weight, so scaling, sign flips, zeroing, an
+optimiser step, new values, and swapping rows *or* columns all change it. A vector (bias, γ, β)
+is fingerprinted by a copy: any change is seen exactly. What a matrix fingerprint cannot see is
+a change below its own rounding: an entry moved by less than about √d_in · ε times the size of
+its column's entries (ε = 6e-8 in float32, 1.1e-16 in float64; e.g. one ulp of one entry) — a
+change whose effect on the gradients is of the order of the backward's own rounding error.
+(A wrap-around integer sum of the raw bits would see one-ulp changes, but not ``W *= -1`` when
+the rows have an even length; a plain float sum would not see two entries swapped.)
+Replacing the array in the dict (``params[name] = new``) is seen by identity.
 """
 
 from __future__ import annotations
