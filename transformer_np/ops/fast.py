@@ -124,7 +124,8 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
     A = np.empty(score_shape, dtype=Q.dtype)
     for rows in _row_blocks(math.prod(score_shape[:-2]), *score_shape[-2:]):
         S = np.matmul(Q[..., rows, :], Kt, out=A[..., rows, :])   # (..., r, n_k) scores, in A's rows
-        S /= sqrt_dk                                         # in place: no second (r, n_k) array
+        S /= sqrt_dk                                         # in place; ÷ √d_k like the plain path (× 1/√d_k
+                                                             # rounds differently, and a stack amplifies it)
         if mask is not None:
             S += _mask_rows(mask, rows)
         softmax(S, out=S)                                    # A's rows = softmax of their scores
