@@ -9,7 +9,7 @@ from numpy.polynomial import chebyshev, polynomial
 
 import importlib
 
-erf_module = importlib.import_module("transformer_np.ops.erf")   # the module (the package re-exports the function as .erf)
+erf_module = importlib.import_module("transformer_np.ops.erf")   # the module (transformer_np.erf is the function)
 from transformer_np.ops.erf import erf
 
 ULP1 = 2.0 ** -23   # spacing of float32 just above 1: the "ulp" unit of the relative bound

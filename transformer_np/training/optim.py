@@ -237,14 +237,14 @@ class _Optimizer:
         _check_grads(grads)
         unknown = [k for k in grads if k not in self.params]
         if unknown:
-            raise ValueError(f"grads has names that are not parameters: {unknown[:5]}")
+            raise InputValueError(f"grads has names that are not parameters: {unknown[:5]}")
         for k, g in grads.items():
             if g.shape != self.params[k].shape:
-                raise ValueError(f"grads[{k!r}] must have the parameter's shape {self.params[k].shape}, "
+                raise InputValueError(f"grads[{k!r}] must have the parameter's shape {self.params[k].shape}, "
                                  f"got shape {g.shape}")
             if not np.all(np.isfinite(g)):
                 # one NaN would silently poison the parameter and its Adam moments forever
-                raise ValueError(f"grads[{k!r}] contains NaN/inf values: refusing to update (the run has "
+                raise NonFiniteError(f"grads[{k!r}] contains NaN/inf values: refusing to update (the run has "
                                  f"diverged; lower the lr, add warm-up or clip gradients)")
 
     def step(self, grads: dict) -> float:
