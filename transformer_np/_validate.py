@@ -11,7 +11,8 @@ The helpers below exist so those messages read the same everywhere.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 

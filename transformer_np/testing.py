@@ -246,7 +246,7 @@ class ComparisonReport:
     def ok(self) -> bool:
         return not self.failures()
 
-    def check(self, rtol: float | None = None, atol: float | None = None) -> "ComparisonReport":
+    def check(self, rtol: float | None = None, atol: float | None = None) -> ComparisonReport:
         """Raise ``AssertionError`` naming the first disagreeing tensor, the error, the tolerance and the index."""
         rtol, atol = _tolerances(self.dtype, rtol, atol, self.rtol, self.atol)
         bad = self.failures(rtol, atol)
@@ -437,9 +437,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     Returns:
         a :class:`ComparisonReport`; ``report.check()`` raises like :func:`assert_matches_torch`.
     """
-    from .io.interop import (_require_torch, from_hf, from_torch, hf_state_dict_from_params,
-                             torch_state_dict_from_params)
     from .io.hf_model import hf_backward, hf_forward
+    from .io.interop import _require_torch, from_hf, from_torch, hf_state_dict_from_params, torch_state_dict_from_params
     from .model.encoder import encoder_backward, encoder_forward
 
     torch = _require_torch()
@@ -523,9 +522,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         ours_g = torch_state_dict_from_params(grads, config, single_layer=single)
         names = _torch_names_ours(config, single)
     else:
-        from .io.families import pooler_rows
+        from .io.families import hf_name_table, pooler_rows
         from .io.interop import _as_family_config
-        from .io.families import hf_name_table
 
         ours_w = hf_state_dict_from_params(params, config)
         ours_g = hf_state_dict_from_params(grads, config)

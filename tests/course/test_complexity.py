@@ -11,7 +11,8 @@ from transformer_np.perf import memory
 
 
 def _rows(true):
-    rows = [{"n": n, "d": 256} for n in complexity.N_SWEEP["ns"]] + [{"n": 256, "d": d} for d in complexity.D_SWEEP["ds"]]
+    rows = ([{"n": n, "d": 256} for n in complexity.N_SWEEP["ns"]]
+            + [{"n": 256, "d": d} for d in complexity.D_SWEEP["ds"]])
     F = complexity._features([r["n"] for r in rows], [r["d"] for r in rows])
     for r, t in zip(rows, F @ true):
         r["seconds"] = float(t)

@@ -8,12 +8,13 @@ import sys
 import types
 
 import pytest
+
 pytestmark = pytest.mark.plot  # test lane (pyproject.toml markers)
 
 pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install matplotlib")
 
-from transformer_np.course import figures  # noqa: E402
 from transformer_np.cli import main  # noqa: E402
+from transformer_np.course import figures  # noqa: E402
 
 ANATOMY_FIGURES = {"anatomy_wiring_post_vs_pre.png", "anatomy_post_vs_pre_norms.png",
                    "anatomy_layer_dataflow.png", "anatomy_dependency_maps.png", "anatomy_cls_summary.png",

@@ -13,10 +13,9 @@ import json
 import numpy as np
 import pytest
 
-from transformer_np import encoder_backward
-from transformer_np import encoder_forward
-from transformer_np.course import gradflow as gf
+from transformer_np import encoder_backward, encoder_forward
 from transformer_np.cli import main
+from transformer_np.course import gradflow as gf
 
 TINY = {"d_model": 8, "n_heads": 2, "d_ff": 16, "n": 3}
 SMALL = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n": 4, "batch": 2}

@@ -18,8 +18,8 @@ import sys
 import numpy as np
 import pytest
 
-from transformer_np.course import trace as tr
 from transformer_np.cli import main
+from transformer_np.course import trace as tr
 from transformer_np.model.params import sub_params
 
 H0 = np.array([[1.0, 0.0, 1.0, 0.0],      # the   (the article's table)

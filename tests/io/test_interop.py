@@ -12,14 +12,16 @@ import re
 import numpy as np
 import pytest
 
-from transformer_np import EncoderConfig
-from transformer_np import encoder_backward
-from transformer_np import encoder_forward
-from transformer_np import validate_params
+from transformer_np import EncoderConfig, encoder_backward, encoder_forward, validate_params
+from transformer_np.io.interop import (
+    config_from_hf_dict,
+    hf_dict_from_config,
+    hf_state_dict_from_params,
+    params_from_hf_state_dict,
+    params_from_torch_state_dict,
+    torch_state_dict_from_params,
+)
 from transformer_np.model.gradcheck import random_params
-from transformer_np.io.interop import (config_from_hf_dict, hf_dict_from_config, hf_state_dict_from_params,
-                                    params_from_hf_state_dict, params_from_torch_state_dict,
-                                    torch_state_dict_from_params)
 
 HF_DICT = {"model_type": "bert", "vocab_size": 23, "hidden_size": 8, "num_hidden_layers": 2,
            "num_attention_heads": 2, "intermediate_size": 12, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
@@ -392,7 +394,7 @@ def test_hf_config_reads_the_stack_fields_and_rejects_a_bad_one():
     cfg = config_from_hf_dict(FAMILY_DICTS["albert"])
     assert cfg.norm_position == "post" and cfg.encoder.vocab_size == cfg.vocab_size == 30
     with pytest.raises(AttributeError):
-        cfg.no_such_field
+        _ = cfg.no_such_field
     with pytest.raises(ModelConfigError, match="model_type must be one of"):
         HFEncoderConfig("gpt2", cfg.encoder)
     with pytest.raises(ModelConfigError, match="share_layers must be True"):

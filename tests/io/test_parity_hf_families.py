@@ -17,9 +17,10 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from helpers import nrel  # noqa: E402
+import numpy as np
+import pytest
+
+from helpers import nrel
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0")
 transformers = pytest.importorskip("transformers", reason="HF parity tests need transformers: pip install transformers")
@@ -27,9 +28,16 @@ transformers = pytest.importorskip("transformers", reason="HF parity tests need 
 from transformer_np.errors import InputValueError, ModelConfigError  # noqa: E402
 from transformer_np.io.families import HFEncoderConfig, hf_param_shapes  # noqa: E402
 from transformer_np.io.hf_model import position_ids  # noqa: E402
-from transformer_np.io.interop import (config_from_hf_dict, from_hf, hf_backward, hf_dict_from_config,  # noqa: E402
-                                       hf_forward, hf_state_dict_from_params, params_from_hf_state_dict,
-                                       to_hf_state_dict)
+from transformer_np.io.interop import (  # noqa: E402
+    config_from_hf_dict,
+    from_hf,
+    hf_backward,
+    hf_dict_from_config,
+    hf_forward,
+    hf_state_dict_from_params,
+    params_from_hf_state_dict,
+    to_hf_state_dict,
+)
 from transformer_np.model.heads import pooler_backward, pooler_forward  # noqa: E402
 
 pytestmark = pytest.mark.hf

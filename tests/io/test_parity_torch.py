@@ -19,19 +19,27 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from helpers import nrel
 import pytest
+
+from helpers import nrel
+
 pytestmark = pytest.mark.torch  # test lane (pyproject.toml markers)
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
                                             "(or pip install -e '.[test]')")
 
-from transformer_np import EncoderConfig  # noqa: E402
-from transformer_np import encoder_backward  # noqa: E402
-from transformer_np import encoder_forward  # noqa: E402
+from transformer_np import (  # noqa: E402
+    EncoderConfig,
+    encoder_backward,
+    encoder_forward,
+)
+from transformer_np.io.interop import (  # noqa: E402
+    from_torch,
+    params_from_torch_state_dict,
+    to_torch_state_dict,
+    torch_state_dict_from_params,
+)
 from transformer_np.model.gradcheck import random_params  # noqa: E402
-from transformer_np.io.interop import (from_torch, params_from_torch_state_dict, to_torch_state_dict,  # noqa: E402
-                                    torch_state_dict_from_params)
 
 pytestmark = pytest.mark.torch
 TOL64, TOL32 = 1e-10, 1e-5

@@ -12,8 +12,15 @@ import pytest
 
 from transformer_np.errors import InputValueError
 from transformer_np.worksheets import check, load_worksheet
-from transformer_np.worksheets.generate import (MIN_VARIANCE, answer_key, key_markdown, new_worksheet,
-                                                student_markdown, to_toml, write_worksheet)
+from transformer_np.worksheets.generate import (
+    MIN_VARIANCE,
+    answer_key,
+    key_markdown,
+    new_worksheet,
+    student_markdown,
+    to_toml,
+    write_worksheet,
+)
 from transformer_np.worksheets.tomlio import parse_toml
 
 VARIANTS = [dict(), dict(heads=2), dict(norm="pre"), dict(backward=True), dict(norm="pre", backward=True, heads=2),

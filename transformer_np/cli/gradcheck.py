@@ -6,7 +6,8 @@ import argparse
 import json
 import math
 import sys
-from ..model.gradcheck import TOLERANCE, _H, run_all
+
+from ..model.gradcheck import _H, TOLERANCE, run_all
 
 
 # ----------------------------------------------------------------------------- CLI

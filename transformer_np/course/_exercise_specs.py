@@ -267,7 +267,9 @@ def _ln_bwd_variant(kind: str) -> Callable:
     def compute(a: dict, s: dict, dy: np.ndarray) -> dict:
         x, xhat, r, g = _ln_parts(a, s, dy)
         lead = _lead(x)
-        mean = lambda t: t.mean(axis=-1, keepdims=True)
+        def mean(t):
+            return t.mean(axis=-1, keepdims=True)
+
         if kind == "naive":
             return {"x": r * g}
         if kind == "no_var_term":
@@ -436,7 +438,8 @@ ATTENTION = Exercise(
                 "is dS = A ⊙ (dA − rowsum(dA ⊙ A)); then dQ = dS K/√d_k and dK = dSᵀ Q/√d_k",
                 _attention_bwd_variant("no_softmax_backward")),
         Mistake("transposed", "uses A where Aᵀ belongs: dV = Aᵀ dout", _attention_bwd_variant("dV_not_transposed")),
-        Mistake("transposed", "uses dS where dSᵀ belongs: dK = dSᵀ Q / √d_k", _attention_bwd_variant("dK_not_transposed")),
+        Mistake("transposed", "uses dS where dSᵀ belongs: dK = dSᵀ Q / √d_k",
+                _attention_bwd_variant("dK_not_transposed")),
     ),
 )
 

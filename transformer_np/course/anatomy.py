@@ -31,18 +31,18 @@ import math
 
 import numpy as np
 
-from ..ops.attention import attention_forward, mha_forward
+from .._compat import forward_moved as _forward_moved
+from .._validate import check_int, describe
 from ..model.config import EncoderConfig, count_parameters
 from ..model.encoder import encoder_backward, encoder_forward, encoder_layer_forward
-from ..ops.feedforward import ffn_forward
 from ..model.heads import cls_classifier_backward, cls_classifier_forward
+from ..model.params import init_params, layer_prefix, param_shapes, sub_params
+from ..ops.attention import attention_forward, mha_forward
+from ..ops.embeddings import sinusoidal_positional_encoding
+from ..ops.feedforward import ffn_forward
 from ..ops.layernorm import layernorm_forward
 from ..ops.masks import causal_mask, mask_value
-from ..model.params import init_params, layer_prefix, param_shapes, sub_params
 from ..ops.residual import residual_forward
-from ..ops.embeddings import sinusoidal_positional_encoding
-from .._validate import check_int, describe
-from .._compat import forward_moved as _forward_moved
 from ..perf.memory import cache_arrays, is_param_ref, owner
 
 __all__ = ["worked_example_layer1", "compare_norm_positions", "layer_shapes", "band_mask", "dependency_maps",

@@ -86,7 +86,7 @@ def _one_blas_thread():
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:                                                      # optional: timings then include
-        import contextlib                                                    # every BLAS thread's CPU time
+        import contextlib  # every BLAS thread's CPU time
         return contextlib.nullcontext()
     return threadpool_limits(1, user_api="blas")
 

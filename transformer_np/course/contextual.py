@@ -14,7 +14,8 @@ from ..io.pretrained import PretrainedEncoder, _check_sentences, cosine_similari
 
 __all__ = ["word_vectors_by_layer", "layer_labels", "sense_similarity_by_layer",
            "nearest_centroid_loo_accuracy", "mean_attention_distance", "probe_by_layer", "notable_heads",
-           "contextual_report", "separation", "BANK_SENTENCES", "POS_SENTENCES", "SENSE_SENTENCES", "ATTENTION_SENTENCE"]
+           "contextual_report", "separation", "BANK_SENTENCES", "POS_SENTENCES", "SENSE_SENTENCES",
+           "ATTENTION_SENTENCE"]
 
 
 # ----------------------------------------------------------------------------- contextual embeddings
@@ -109,24 +110,38 @@ def mean_attention_distance(attentions, attention_mask: np.ndarray) -> np.ndarra
 # Two small hand-made probing sets for the lesson's "syntax low, semantics high" intuition.
 # Each word (one vocabulary piece) occurs in two sentences per class.
 POS_SENTENCES = {   # syntax: word -> (used as a noun, used as a verb)
- "book": (["she read a book on the train .", "the book was long ."], ["please book a table for two .", "we book our flights early ."]),
- "watch": (["he wore a gold watch .", "my watch stopped at noon ."], ["we watch the news every night .", "they watch the birds ."]),
- "park": (["the children played in the park .", "a park opened nearby ."], ["you can park the car here .", "they park outside the shop ."]),
- "light": (["the light was too bright .", "turn off the light ."], ["light the candles now .", "they light a fire every evening ."]),
+ "book": (["she read a book on the train .", "the book was long ."],
+          ["please book a table for two .", "we book our flights early ."]),
+ "watch": (["he wore a gold watch .", "my watch stopped at noon ."],
+           ["we watch the news every night .", "they watch the birds ."]),
+ "park": (["the children played in the park .", "a park opened nearby ."],
+          ["you can park the car here .", "they park outside the shop ."]),
+ "light": (["the light was too bright .", "turn off the light ."],
+           ["light the candles now .", "they light a fire every evening ."]),
  "run": (["she went for a run .", "the run took an hour ."], ["i run every morning .", "they run to the station ."]),
- "play": (["we saw a play last night .", "the play was funny ."], ["the kids play outside .", "we play chess on sundays ."]),
+ "play": (["we saw a play last night .", "the play was funny ."],
+          ["the kids play outside .", "we play chess on sundays ."]),
  "fish": (["the fish swam away .", "we ate fish for dinner ."], ["they fish in the lake .", "we fish every summer ."]),
- "call": (["i missed your call .", "the call lasted an hour ."], ["please call me tomorrow .", "they call their mother daily ."]),
+ "call": (["i missed your call .", "the call lasted an hour ."],
+          ["please call me tomorrow .", "they call their mother daily ."]),
 }
 SENSE_SENTENCES = {  # semantics: word -> (natural sense, human-made / institutional sense)
- "bank": (["the river bank was muddy .", "we sat on the grassy bank ."], ["the bank raised interest rates .", "i opened an account at the bank ."]),
- "plant": (["the plant needs water and sunlight .", "a green plant grew by the window ."], ["the plant produces steel for cars .", "workers at the power plant went on strike ."]),
- "bat": (["a bat flew out of the cave .", "the bat hunts insects at night ."], ["he swung the bat at the ball .", "she bought a new cricket bat ."]),
- "spring": (["water flowed from the mountain spring .", "we drank from a cold spring ."], ["the spring in the mattress broke .", "a metal spring holds the door ."]),
- "mouse": (["the cat chased a mouse .", "a mouse ate the cheese ."], ["click the left mouse button .", "my computer mouse stopped working ."]),
- "crane": (["a crane stood in the marsh .", "the crane caught a fish ."], ["the crane lifted the steel beam .", "a tall crane towered over the site ."]),
- "seal": (["the seal swam near the rocks .", "a seal rested on the ice ."], ["break the seal on the envelope .", "the seal on the jar was tight ."]),
- "current": (["the current swept the boat away .", "a strong current runs in the river ."], ["the current flows through the wire .", "measure the electric current ."]),
+ "bank": (["the river bank was muddy .", "we sat on the grassy bank ."],
+          ["the bank raised interest rates .", "i opened an account at the bank ."]),
+ "plant": (["the plant needs water and sunlight .", "a green plant grew by the window ."],
+           ["the plant produces steel for cars .", "workers at the power plant went on strike ."]),
+ "bat": (["a bat flew out of the cave .", "the bat hunts insects at night ."],
+         ["he swung the bat at the ball .", "she bought a new cricket bat ."]),
+ "spring": (["water flowed from the mountain spring .", "we drank from a cold spring ."],
+            ["the spring in the mattress broke .", "a metal spring holds the door ."]),
+ "mouse": (["the cat chased a mouse .", "a mouse ate the cheese ."],
+           ["click the left mouse button .", "my computer mouse stopped working ."]),
+ "crane": (["a crane stood in the marsh .", "the crane caught a fish ."],
+           ["the crane lifted the steel beam .", "a tall crane towered over the site ."]),
+ "seal": (["the seal swam near the rocks .", "a seal rested on the ice ."],
+          ["break the seal on the envelope .", "the seal on the jar was tight ."]),
+ "current": (["the current swept the boat away .", "a strong current runs in the river ."],
+             ["the current flows through the wire .", "measure the electric current ."]),
 }
 
 

@@ -121,7 +121,7 @@ def _summarise(problems: list[Problem]) -> list[str]:
     for p in problems:
         groups.setdefault((p.code, p.message), []).append(p.output)
     lines = []
-    for (code, message), outputs in list(groups.items())[:_MAX_LINES]:
+    for (_code, message), outputs in list(groups.items())[:_MAX_LINES]:
         who = outputs[0] if len(outputs) == 1 else ", ".join(outputs[:3]) + (
             f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
         lines.append(f"  - {who}: {message}")
@@ -250,12 +250,13 @@ def _call(function_name: str, fn: Callable, *args: Any) -> Any:
             warnings.simplefilter("ignore")
             return fn(*args)
     except NotImplementedError as e:
+        detail = f": {e}" if str(e) else ""
         raise _Stop(Problem(function_name, "not_implemented",
-                            f"not written yet (it raised NotImplementedError{': ' + str(e) if str(e) else ''})"))
-    except Exception as e:  # noqa: BLE001 — any error in student code becomes feedback
+                            f"not written yet (it raised NotImplementedError{detail})")) from None
+    except Exception as e:
         msg = str(e).splitlines()[0] if str(e) else ""
         raise _Stop(Problem(function_name, "exception",
-                            f"raised {type(e).__name__}{': ' + msg if msg else ''}{_where(e)}"))
+                            f"raised {type(e).__name__}{': ' + msg if msg else ''}{_where(e)}")) from None
 
 
 def _out_and_cache(ex: Exercise, result: Any) -> tuple[np.ndarray, Any]:
@@ -500,7 +501,7 @@ def _gradcheck(ex: Exercise, forward: Callable, backward: Callable, case: Case,
         result = check_op(ex.name, run, back, arrays, seed=seed)
     except _Stop as stop:
         return stop.problem, ""
-    except Exception as e:  # noqa: BLE001 — student code raising mid-check
+    except Exception as e:
         msg = str(e).splitlines()[0] if str(e) else ""
         return Problem("gradient check", "exception",
                        f"your functions raised {type(e).__name__}{': ' + msg if msg else ''}{_where(e)} "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+
 from .._compat import forward_moved as _forward_moved
 
 __all__ = ["FIGURE_MODULES", "FigureError", "generate"]

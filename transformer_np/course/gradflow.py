@@ -33,22 +33,22 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
+from .._compat import forward_moved as _forward_moved
 from .._validate import check_choice, check_int
-from ..ops.attention import mha_backward, mha_forward
+from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
-from ..ops.dropout import dropout_backward
 from ..model.encoder import encoder_layer_backward, encoder_layer_forward
+from ..model.params import init_params, layer_prefix, sub_params
+from ..ops.attention import mha_backward, mha_forward
+from ..ops.dropout import dropout_backward
 from ..ops.feedforward import ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
-from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
-from ..model.params import init_params, layer_prefix, sub_params
 from ..ops.residual import residual_backward, residual_forward
-from .._compat import forward_moved as _forward_moved
 
 __all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "measure_estimate", "layer_forward", "layer_backward",
            "identity_backward", "sublayers", "stack_forward", "backprop_hidden", "measure", "sweep",

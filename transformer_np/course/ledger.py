@@ -106,7 +106,8 @@ def render_markdown(path: str | Path = LEDGER_JSON) -> str:
                        f"{r['verdict']} | {refs} |")
         out.append("")
     e = d["errata"]
-    out += [f"## {e['heading']}", "", e["intro"], "", "| quantity | article | computed | ledger row |", "|---|---|---|---|"]
+    out += [f"## {e['heading']}", "", e["intro"], "",
+            "| quantity | article | computed | ledger row |", "|---|---|---|---|"]
     out += [f"| `{x['quantity']}` | {x['article']} | {x['computed']} | {x['row']} |" for x in e["rows"]]
     out += ["", f"## {d['not_checkable']['heading']}", "", d["not_checkable"]["text"], ""]
     return "\n".join(out)

@@ -37,15 +37,15 @@ import math
 
 import numpy as np
 
+from .._compat import forward_moved as _forward_moved
 from ..model.config import EncoderConfig
 from ..model.encoder import encoder_backward, encoder_forward, encoder_layer_backward
+from ..model.params import init_params, layer_prefix, sub_params
 from ..ops.attention import mha_forward
 from ..ops.feedforward import ffn_forward
 from ..ops.layernorm import layernorm_forward
 from ..ops.masks import causal_mask, mask_value
-from ..model.params import init_params, layer_prefix, sub_params
 from ..ops.residual import residual_forward
-from .._compat import forward_moved as _forward_moved
 
 __all__ = ["TOKENS", "H0_TABLE", "LN_EPS", "SEED", "ARTICLE_FIGURES", "trace_config", "trace_params",
            "walk_layer", "window_mask", "format_matrix", "hidden_jacobian", "jacobian_norms",
@@ -349,7 +349,8 @@ def _claims(layer1, causal1, window_norms, full_norms) -> list[dict]:
         ("A26", "'the' attends forward to 'sat' (bidirectional)",
          bool(layer1["attention_weights"][0, 2] > 0), f"A[the, sat] = {layer1['attention_weights'][0, 2]:.4f}"),
         ("A26", "a causal mask forbids it",
-         bool(causal1["attention_weights"][0, 2] == 0.0), f"causal A[the, :] = {_fmt(causal1['attention_weights'][0])}"),
+         bool(causal1["attention_weights"][0, 2] == 0.0),
+         f"causal A[the, :] = {_fmt(causal1['attention_weights'][0])}"),
         ("A13", "LayerNorm gives unit variance (gamma = 1, beta = 0; exactly sigma^2/(sigma^2 + eps))",
          bool(np.allclose(var, 1.0, atol=1e-9)), f"row variances of Z = {_fmt(var, 12)}"),
         ("A25", "LayerNorm keeps the relative ordering of the entries",

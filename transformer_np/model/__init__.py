@@ -6,8 +6,16 @@
 
 from .config import EncoderConfig, count_parameters
 from .encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
-from .heads import (cls_classifier_backward, cls_classifier_forward, mean_pool_backward, mean_pool_forward,
-                    pooler_backward, pooler_forward, tagger_backward, tagger_forward)
+from .heads import (
+                    cls_classifier_backward,
+                    cls_classifier_forward,
+                    mean_pool_backward,
+                    mean_pool_forward,
+                    pooler_backward,
+                    pooler_forward,
+                    tagger_backward,
+                    tagger_forward,
+)
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .params import init_params, param_shapes, validate_params
 

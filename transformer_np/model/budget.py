@@ -76,7 +76,7 @@ class MemoryEstimate:
     def total(self) -> int:
         return int(sum(self.parts.values()))
 
-    def __add__(self, other: "MemoryEstimate") -> "MemoryEstimate":
+    def __add__(self, other: MemoryEstimate) -> MemoryEstimate:
         parts = dict(self.parts)
         for k, v in other.parts.items():
             parts[k] = parts.get(k, 0) + v

@@ -40,8 +40,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import (all_finite, as_float_array, as_int_array, check_bool, check_cache, check_dout,
-                         check_rng, describe, mismatch_detail)
+from .._validate import (
+    all_finite,
+    as_float_array,
+    as_int_array,
+    check_bool,
+    check_cache,
+    check_dout,
+    check_rng,
+    describe,
+    mismatch_detail,
+)
 from ..errors import InputTypeError, InputValueError, NonFiniteError
 from ..ops import fast as _fast_ops
 from ..ops import plain as _plain_ops

@@ -22,12 +22,11 @@ import math
 
 import numpy as np
 
-from .._validate import (FLOAT_DTYPES, check_choice, check_float_dtype, check_int, describe,
-                        mismatch_detail)
+from .._validate import FLOAT_DTYPES, check_choice, check_float_dtype, check_int, describe, mismatch_detail
 from ..ops.attention import MHA_PARAM_NAMES
+from ..ops.feedforward import FFN_PARAM_NAMES
 from .budget import check_memory, estimate_encoder
 from .config import EncoderConfig
-from ..ops.feedforward import FFN_PARAM_NAMES
 
 __all__ = ["param_shapes", "init_params", "validate_params", "layer_prefix", "sub_params",
            "OPTIONAL_PARAMS"]

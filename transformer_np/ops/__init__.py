@@ -10,13 +10,34 @@ modules (``transformer_np.ops.erf``, ``transformer_np.ops.softmax``), which a pa
 would shadow. Import them from their modules, or from ``transformer_np``.
 """
 
-from .activations import (ACTIVATIONS, activation_backward, activation_forward, gelu_backward, gelu_forward,
-                          gelu_tanh_backward, gelu_tanh_forward, relu_backward, relu_forward)
-from .attention import (MHA_PARAM_NAMES, attention_backward, attention_forward, merge_heads, mha_backward,
-                        mha_forward, split_heads)
+from .activations import (
+                          ACTIVATIONS,
+                          activation_backward,
+                          activation_forward,
+                          gelu_backward,
+                          gelu_forward,
+                          gelu_tanh_backward,
+                          gelu_tanh_forward,
+                          relu_backward,
+                          relu_forward,
+)
+from .attention import (
+                          MHA_PARAM_NAMES,
+                          attention_backward,
+                          attention_forward,
+                          merge_heads,
+                          mha_backward,
+                          mha_forward,
+                          split_heads,
+)
 from .dropout import dropout_backward, dropout_forward
-from .embeddings import (embedding_backward, embedding_forward, embeddings_backward, embeddings_forward,
-                         sinusoidal_positional_encoding)
+from .embeddings import (
+                          embedding_backward,
+                          embedding_forward,
+                          embeddings_backward,
+                          embeddings_forward,
+                          sinusoidal_positional_encoding,
+)
 from .feedforward import FFN_PARAM_NAMES, ffn_backward, ffn_forward
 from .layernorm import layernorm_backward, layernorm_forward
 from .linear import linear_backward, linear_forward

@@ -38,13 +38,12 @@ import math
 
 import numpy as np
 
-from .._validate import (as_float_array, check_bool, check_cache, check_dout, check_float, check_int, check_rng,
-                         describe)
+from .._validate import as_float_array, check_bool, check_cache, check_dout, check_float, check_int, check_rng, describe
 from ..errors import InputTypeError, InputValueError
 from .cache import check_not_freed, release
 from .dropout import _dropout_backward, _dropout_forward
 from .linear import _linear_backward, _linear_forward
-from .softmax import _softmax as softmax   # the unchecked kernel: S was built here
+from .softmax import _softmax as softmax  # the unchecked kernel: S was built here
 
 __all__ = ["attention_forward", "attention_backward", "mha_forward", "mha_backward",
            "MHA_PARAM_NAMES", "split_heads", "merge_heads"]

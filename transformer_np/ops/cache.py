@@ -41,7 +41,8 @@ Replacing the array in the dict (``params[name] = new``) is seen by identity.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -108,7 +109,7 @@ class ParamGuard:
     or list), so the cache walkers of :mod:`transformer_np.perf.memory` do not count it.
     """
 
-    __slots__ = ("params", "arrays", "prints", "label")
+    __slots__ = ("arrays", "label", "params", "prints")
 
     def __init__(self, params: dict, names: Iterable[str], identity_only: Iterable[str] = (),
                  label: str = "params"):

@@ -19,8 +19,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import (as_float_array, as_int_array, check_bool, check_cache, check_choice, check_dout, check_int,
-                         describe)
+from .._validate import (
+    as_float_array,
+    as_int_array,
+    check_bool,
+    check_cache,
+    check_choice,
+    check_dout,
+    check_int,
+    describe,
+)
 from ..errors import InputTypeError, InputValueError
 from .layernorm import _layernorm_backward, _layernorm_forward, check_layernorm_args
 

@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from .activations import _activation_backward as activation_backward, _activation_forward as activation_forward
-from .attention import (_attention_backward as attention_backward, _attention_forward as attention_forward,
-                        _mha_backward, _mha_forward as mha_forward)
+from .activations import _activation_backward as activation_backward
+from .activations import _activation_forward as activation_forward
+from .attention import _attention_backward as attention_backward
+from .attention import _attention_forward as attention_forward
+from .attention import _mha_backward
+from .attention import _mha_forward as mha_forward
 from .cache import release
-from .dropout import _dropout_backward as dropout_backward, _dropout_forward as dropout_forward
-from .feedforward import _ffn_backward, _ffn_forward as ffn_forward
-from .layernorm import _layernorm_backward as layernorm_backward, _layernorm_forward as layernorm_forward
-from .linear import _linear_backward as linear_backward, _linear_forward as linear_forward
-from .residual import _residual_backward as residual_backward, _residual_forward as residual_forward
+from .dropout import _dropout_backward as dropout_backward
+from .dropout import _dropout_forward as dropout_forward
+from .feedforward import _ffn_backward
+from .feedforward import _ffn_forward as ffn_forward
+from .layernorm import _layernorm_backward as layernorm_backward
+from .layernorm import _layernorm_forward as layernorm_forward
+from .linear import _linear_backward as linear_backward
+from .linear import _linear_forward as linear_forward
+from .residual import _residual_backward as residual_backward
+from .residual import _residual_forward as residual_forward
 from .softmax import _softmax as softmax
 
 __all__ = ["linear_forward", "linear_backward", "softmax", "attention_forward", "attention_backward",

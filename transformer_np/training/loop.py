@@ -34,15 +34,24 @@ from pathlib import Path
 
 import numpy as np
 
+from .._compat import forward_moved as _forward_moved
 from .._validate import check_choice, check_float, check_int, describe
 from ..errors import InputTypeError, InputValueError, NonFiniteError
 from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
 from ..model.params import INITS, init_params
 from .optim import AdamW, WarmupCosineSchedule, WarmupLinearSchedule, clip_grad_norm
-from .tasks import (TASKS, Task, accuracy, get_task, head_param_shapes, init_model, model_backward, model_forward,
-                    task_config)
-from .._compat import forward_moved as _forward_moved
+from .tasks import (
+    TASKS,
+    Task,
+    accuracy,
+    get_task,
+    head_param_shapes,
+    init_model,
+    model_backward,
+    model_forward,
+    task_config,
+)
 
 __all__ = ["RunConfig", "TrainState", "build", "train_step", "evaluate", "train", "layer_grad_norms",
            "estimate_run", "save_checkpoint", "load_checkpoint", "save_loss_curve"]
@@ -119,7 +128,7 @@ class RunConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
+    def from_dict(cls, d: dict) -> RunConfig:
         """The inverse of :meth:`to_dict` (fields not given take their defaults); validated."""
         if not isinstance(d, dict):
             raise InputTypeError(f"a run config must be a dict, got {describe(d)}")
@@ -274,7 +283,7 @@ def evaluate(state: TrainState) -> tuple[float, float]:
     """Mean loss and accuracy over the fixed held-out batches (no dropout)."""
     losses, accs = [], []
     for batch in state.eval_batches:
-        out = _finite_or_none(lambda: model_forward(state.params, state.model_config, state.task, batch))
+        out = _finite_or_none(lambda b=batch: model_forward(state.params, state.model_config, state.task, b))
         if out is None:
             return float("nan"), float("nan")
         losses.append(out[0])

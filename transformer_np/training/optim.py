@@ -33,7 +33,7 @@ shape, are finite, and Adam's second moment is ≥ 0.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -88,8 +88,8 @@ def _candidates(m: Marking, step: Step):
         for k in range(ws.decimals - 1, -1, -1):
             rounded = [a if key in (H0_KEY, DH_KEY) else round_half_away(a, k) for key, a in zip(step.inputs, args)]
             if any(not np.array_equal(r, a) for r, a in zip(rounded, args)):
-                yield "early_rounding", f"what this step gives from its inputs rounded to {k} decimal{'s' if k != 1 else ''}", step, \
-                    step.fn(*rounded)
+                what = f"what this step gives from its inputs rounded to {k} decimal{'s' if k != 1 else ''}"
+                yield "early_rounding", what, step, step.fn(*rounded)
         for up in _unwritten_ancestors(m, step):
             for mis in up.mistakes:
                 v = mis.fn(*(m.chain[k] for k in mis.inputs))

@@ -22,8 +22,8 @@ Backward of attention, per head (the library's ``attention_backward``, with its 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -148,7 +148,7 @@ def _layernorm_propagate(gamma, beta, eps):
     σ², even push σ² below 0. When the statistics are the student's own written values (not x's), they
     stay fixed while x moves.
     """
-    from .marking import propagated                         # marking imports this module
+    from .marking import propagated  # marking imports this module
 
     def prop(args, errs, rounding, rss=False):
         x, mean, var = args
@@ -240,8 +240,8 @@ class _LayerBuilder:
         p, eps, d = self.p, self.ws.eps, self.d
         g, b = p[f"gamma{which}"], p[f"beta{which}"]
         mean, var = f"{prefix}_mean", f"{prefix}_var"
-        sample = [("sample_variance", (x, mean), _sample_var, f"the variance divided by d - 1 = {d - 1} instead of d = {d}")] \
-            if d > 1 else []
+        sample = ([("sample_variance", (x, mean), _sample_var,
+                    f"the variance divided by d - 1 = {d - 1} instead of d = {d}")] if d > 1 else [])
         self.add(mean, (x,), _mean, f"mean of each row of {xname}", local="row")
         self.add(var, (x, mean), _var, f"mean of (x - mean)^2 over the d = {d} entries of each row of {xname}",
                  sample, local="row")
@@ -338,7 +338,8 @@ class _LayerBuilder:
                  local="row")
         self.add("d_W_O", ("context", "d_attention_output"), _linear_grad(p["W_O"], p["b_O"], 1),
                  "context^T d_attention_output")
-        self.add("d_b_O", ("d_attention_output",), _linear_grad(p["W_O"], p["b_O"], 2), "column sums of d_attention_output")
+        self.add("d_b_O", ("d_attention_output",), _linear_grad(p["W_O"], p["b_O"], 2),
+                 "column sums of d_attention_output")
         A, dA = head_names("attention_weights", h), head_names("d_attention_weights", h)
         dS = head_names("d_scores", h)
         for i in range(h):
@@ -407,7 +408,8 @@ class _LayerBuilder:
             lin1 = _linear_grad(W1, b1, 0)
             self.add("d_layer_norm", ("d_residual2", "d_ffn_hidden"), lambda r, g: r + lin1(g),
                      "d_residual2 + d_ffn_hidden W_1^T",
-                     [("no_residual", ("d_ffn_hidden",), lin1, "d_ffn_hidden W_1^T without the skip path's d_residual2")],
+                     [("no_residual", ("d_ffn_hidden",), lin1,
+                       "d_ffn_hidden W_1^T without the skip path's d_residual2")],
                      local="row")
             for n, w in (("d_residual", 0), ("d_gamma1", 1), ("d_beta1", 2)):
                 self.add(n, ("residual", "d_layer_norm"), _layernorm_grad(g1, be1, eps, w),
@@ -420,7 +422,8 @@ class _LayerBuilder:
             proj = self.proj_input_grad()
             self.add_key(in_key, in_name, ("d_residual", "d_Q", "d_K", "d_V"), lambda r, q, k, v: r + proj(q, k, v),
                          "d_residual + d_Q W_Q^T + d_K W_K^T + d_V W_V^T",
-                         [("no_residual", ("d_Q", "d_K", "d_V"), proj, "d_Q W_Q^T + d_K W_K^T + d_V W_V^T without the skip path's d_residual")],
+                         [("no_residual", ("d_Q", "d_K", "d_V"), proj,
+                           "d_Q W_Q^T + d_K W_K^T + d_V W_V^T without the skip path's d_residual")],
                          local="row")
         else:
             self.add("d_residual2", ("d_H",), _copy, "d_H (H = residual2)", local="element")
@@ -431,7 +434,8 @@ class _LayerBuilder:
             ln2 = _layernorm_grad(g2, be2, eps, 0)
             self.add("d_residual", ("d_residual2", "residual", "d_layer_norm2"), lambda r, x2, g: r + ln2(x2, g),
                      "d_residual2 + LayerNorm backward of d_layer_norm2 at residual",
-                     [("no_residual", ("residual", "d_layer_norm2"), ln2, "the LayerNorm backward alone, without the skip path's d_residual2")],
+                     [("no_residual", ("residual", "d_layer_norm2"), ln2,
+                       "the LayerNorm backward alone, without the skip path's d_residual2")],
                      local="row")
             for n, w in (("d_gamma2", 1), ("d_beta2", 2)):
                 self.add(n, ("residual", "d_layer_norm2"), _layernorm_grad(g2, be2, eps, w),
@@ -449,7 +453,8 @@ class _LayerBuilder:
             ln1 = _layernorm_grad(g1, be1, eps, 0)
             self.add_key(in_key, in_name, ("d_residual", x, "d_layer_norm"), lambda r, x0, g: r + ln1(x0, g),
                          f"d_residual + LayerNorm backward of d_layer_norm at {xn}",
-                         [("no_residual", (x, "d_layer_norm"), ln1, "the LayerNorm backward alone, without the skip path's d_residual")],
+                         [("no_residual", (x, "d_layer_norm"), ln1,
+                           "the LayerNorm backward alone, without the skip path's d_residual")],
                          local="row")
         return self.steps
 
