@@ -148,7 +148,7 @@ def test_summary_counts_match_the_rows(claim_rows):
 def test_the_page_is_rendered_from_the_data():
     from transformer_np.course import ledger
     assert LEDGER.read_text(encoding="utf-8") == ledger.render_markdown(), \
-        "docs/claims.md differs from transformer_np/data/claims.json: python -m transformer_np.course.ledger --write"
+        "docs/claims.md differs from transformer_np/data/claims.json: python scripts/render_claims.py --write"
 
 
 def test_every_verdict_is_one_of_three():

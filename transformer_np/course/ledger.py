@@ -6,18 +6,16 @@ qualification`` — and the tests and notebooks that compute it, plus the worked
 
 Everything that states a verdict reads it from here: :func:`transformer_np.course.trace.run_trace` (its ``claims``
 carry the ledger id and verdict), the notebooks (they print :func:`tag`), and ``docs/claims.md``, which is
-*rendered* from the data (:func:`render_markdown`; ``python -m transformer_np.course.ledger --write``). In other
+*rendered* from the data (:func:`render_markdown`; ``python scripts/render_claims.py --write``). In other
 prose a verdict is written as a tag, ``[A11: holds with a qualification]``; ``tests/course/test_claims_ledger.py``
 checks every tag in the docs and notebooks against the data, so the two cannot disagree.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import re
-import sys
 from pathlib import Path
 
 __all__ = [
@@ -26,7 +24,6 @@ __all__ = [
     "TAG",
     "VERDICTS",
     "load",
-    "main",
     "render_markdown",
     "row",
     "rows",
@@ -111,27 +108,3 @@ def render_markdown(path: str | Path = LEDGER_JSON) -> str:
     out += [f"| `{x['quantity']}` | {x['article']} | {x['computed']} | {x['row']} |" for x in e["rows"]]
     out += ["", f"## {d['not_checkable']['heading']}", "", d["not_checkable"]["text"], ""]
     return "\n".join(out)
-
-
-def main(argv=None) -> int:
-    """``python -m transformer_np.course.ledger [--write | --check]``: print, write or check docs/claims.md."""
-    ap = argparse.ArgumentParser(prog="python -m transformer_np.course.ledger", description=main.__doc__)
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--write", action="store_true", help=f"write {CLAIMS_MD}")
-    g.add_argument("--check", action="store_true", help=f"exit 1 if {CLAIMS_MD} is not what the data renders")
-    args = ap.parse_args(argv)
-    text = render_markdown()
-    if args.write:
-        CLAIMS_MD.write_text(text, encoding="utf-8")
-        print(f"wrote {CLAIMS_MD}")
-    elif args.check:
-        same = CLAIMS_MD.is_file() and CLAIMS_MD.read_text(encoding="utf-8") == text
-        print(f"{CLAIMS_MD}: {'up to date' if same else 'differs from the ledger data: run --write'}")
-        return 0 if same else 1
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
