@@ -6,27 +6,27 @@ Quantities of one layer, in the order they are computed (``n`` tokens, ``d`` = `
 ``h`` heads of width ``d_k = d / h``, ``f`` = ``d_ff``; "per head" names get ``_head1`` …
 ``_head{h}`` when ``h > 1``):
 
-==================== ========= ==========================================================
-name                 shape     Post-LN (BERT)               Pre-LN
-==================== ========= ==========================================================
-``layer_norm_mean``  (n,)      mean of ``residual``          mean of the layer input x
-``layer_norm_var``   (n,)      variance (÷ d) of ``residual`` variance (÷ d) of x
-``layer_norm``       (n, d)    LN_1(``residual``)            LN_1(x), the attention's input
-``Q`` ``K`` ``V``    (n, d)    x W + b                       LN_1(x) W + b
-``scores``           (n, n)    Q_h K_hᵀ / √d_k, per head     same
-``attention_weights`` (n, n)   softmax of each row of scores same
-``context``          (n, d)    [A_1 V_1 | … | A_h V_h]       same
-``attention_output`` (n, d)    context W_O + b_O             same
-``residual``         (n, d)    x + attention_output          same
-``layer_norm2_mean`` (n,)      mean of ``residual2``         mean of ``residual``
-``layer_norm2_var``  (n,)      variance of ``residual2``     variance of ``residual``
-``layer_norm2``      (n, d)    — (it is ``H``)               LN_2(``residual``), the FFN's input
-``ffn_hidden``       (n, f)    layer_norm W_1 + b_1          layer_norm2 W_1 + b_1
-``ffn_activation``   (n, f)    act(ffn_hidden)               same
-``ffn_output``       (n, d)    ffn_activation W_2 + b_2      same
-``residual2``        (n, d)    layer_norm + ffn_output       residual + ffn_output
-``H``                (n, d)    LN_2(residual2)               residual2 (no final LayerNorm)
-==================== ========= ==========================================================
+===================== ====== ============================== ===================================
+name                  shape  Post-LN (BERT)                 Pre-LN
+===================== ====== ============================== ===================================
+``layer_norm_mean``   (n,)   mean of ``residual``           mean of the layer input x
+``layer_norm_var``    (n,)   variance (÷ d) of ``residual`` variance (÷ d) of x
+``layer_norm``        (n, d) LN_1(``residual``)             LN_1(x), the attention's input
+``Q`` ``K`` ``V``     (n, d) x W + b                        LN_1(x) W + b
+``scores``            (n, n) Q_h K_hᵀ / √d_k, per head      same
+``attention_weights`` (n, n) softmax of each row of scores  same
+``context``           (n, d) [A_1 V_1 | … | A_h V_h]        same
+``attention_output``  (n, d) context W_O + b_O              same
+``residual``          (n, d) x + attention_output           same
+``layer_norm2_mean``  (n,)   mean of ``residual2``          mean of ``residual``
+``layer_norm2_var``   (n,)   variance of ``residual2``      variance of ``residual``
+``layer_norm2``       (n, d) — (it is ``H``)                LN_2(``residual``), the FFN's input
+``ffn_hidden``        (n, f) layer_norm W_1 + b_1           layer_norm2 W_1 + b_1
+``ffn_activation``    (n, f) act(ffn_hidden)                same
+``ffn_output``        (n, d) ffn_activation W_2 + b_2       same
+``residual2``         (n, d) layer_norm + ffn_output        residual + ffn_output
+``H``                 (n, d) LN_2(residual2)                residual2 (no final LayerNorm)
+===================== ====== ============================== ===================================
 
 So ``layer_norm`` is always the output of the layer's *first* LayerNorm and ``residual`` always the
 first residual sum; in Pre-LN the first LayerNorm comes before attention, in Post-LN after it.
