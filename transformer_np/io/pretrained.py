@@ -55,6 +55,7 @@ from .._validate import FLOAT_DTYPES, all_finite, as_int_array, check_int, descr
 from ..errors import ModelFolderError, TransformerNPError
 from ..model.budget import check_memory, estimate_encoder
 from ..model.config import EncoderConfig
+from ..model.heads import token_count
 from .interop import config_from_hf_dict, hf_forward, params_from_hf_state_dict
 from .jsonfile import read_json
 from .safetensors import load_safetensors, read_safetensors_header
@@ -195,10 +196,12 @@ def pool(H: np.ndarray, attention_mask: np.ndarray, mode: str = "mean") -> np.nd
     """Sentence vectors from token vectors, as sentence-transformers' Pooling module.
 
     H (B, T, d), attention_mask (B, T) of 0/1 → (B, d):
-        mean:           Σ_i m_i H_i / max(Σ_i m_i, 1e-9)
+        mean:           Σ_i m_i H_i / max(Σ_i m_i, 1)
         cls:            H_0 (the [CLS] position)
         max:            max over real tokens (padding set to −1e9 first)
-        mean_sqrt_len:  Σ_i m_i H_i / √max(Σ_i m_i, 1e-9)
+        mean_sqrt_len:  Σ_i m_i H_i / √max(Σ_i m_i, 1)
+    The token count is the library's one pooling rule, :func:`transformer_np.model.heads.token_count`
+    (for 0/1 masks the same numbers as sentence-transformers' clamp at 1e-9).
     """
     if mode not in POOLING_MODES:
         raise ValueError(f"mode must be one of {POOLING_MODES}, got {mode!r}")
@@ -210,7 +213,7 @@ def pool(H: np.ndarray, attention_mask: np.ndarray, mode: str = "mean") -> np.nd
     if mode == "max":
         return np.where(m > 0, H, H.dtype.type(-1e9)).max(axis=1)
     s = (H * m).sum(axis=1)                                             # (B, d)
-    n = np.maximum(m.sum(axis=1), H.dtype.type(1e-9))                   # (B, 1)
+    n = token_count(m[..., 0])                                          # (B, 1)
     return s / n if mode == "mean" else s / np.sqrt(n)
 
 

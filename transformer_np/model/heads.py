@@ -18,8 +18,18 @@ from .._validate import as_float_array, check_cache, check_dout
 from ..ops.linear import linear_backward, linear_forward
 from ..ops.masks import validate_attention_mask
 
-__all__ = ["mean_pool_forward", "mean_pool_backward", "cls_classifier_forward", "cls_classifier_backward",
-           "pooler_forward", "pooler_backward", "tagger_forward", "tagger_backward"]
+__all__ = ["token_count", "mean_pool_forward", "mean_pool_backward", "cls_classifier_forward",
+           "cls_classifier_backward", "pooler_forward", "pooler_backward", "tagger_forward", "tagger_backward"]
+
+
+def token_count(m: np.ndarray) -> np.ndarray:
+    """The one pooling rule: the number of real tokens per row, floored at 1. m (B, n) of 0/1 → (B, 1).
+
+    For a 0/1 mask this is Σ_i m_i whenever a row has a token (sentence-transformers' clamp at 1e-9 gives the
+    same numbers), and a fully padded row pools to 0 instead of 0/0. Used by :func:`mean_pool_forward` and by
+    :func:`transformer_np.io.pretrained.pool`.
+    """
+    return np.maximum(m.sum(axis=1, keepdims=True), m.dtype.type(1))   # (B, 1)
 
 
 def mean_pool_forward(H: np.ndarray, attention_mask: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
@@ -30,7 +40,7 @@ def mean_pool_forward(H: np.ndarray, attention_mask: np.ndarray | None = None) -
         m = np.ones((B, n), dtype=H.dtype)
     else:
         m = validate_attention_mask(attention_mask, (B, n)).astype(H.dtype)
-    count = np.maximum(m.sum(axis=1, keepdims=True), 1.0)            # (B, 1)
+    count = token_count(m)                                           # (B, 1)
     w = m / count                                                    # (B, n) pooling weights
     pooled = np.einsum("bn,bnd->bd", w, H)                           # (B, d)
     return pooled, {"kind": "mean_pool", "w": w, "shape": H.shape}
