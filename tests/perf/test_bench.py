@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -42,9 +43,103 @@ def test_interleaved_ratio_is_median_of_per_round_ratios(monkeypatch):
     assert out["a_ms"] == 4000.0 and out["b_ms"] == 1000.0
 
 
+def test_interleaved_reports_the_spread_of_the_rounds(monkeypatch):
+    """Per-round ratios 2, 3, 4, 5, 10: min 2, quartiles 3 and 5 (inclusive method), max 10,
+    range (10 − 2) / 4 = 2."""
+    durations = iter([0, 0, 2, 1, 3, 1, 4, 1, 5, 1, 10, 1])
+    clock = {"t": 0.0}
+
+    def tick():
+        clock["t"] += next(durations)
+
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["t"])
+    out = bench.interleaved(tick, tick, rounds=5, warmup=1)
+    assert out["spread"] == {"min": 2.0, "q1": 3.0, "median": 4.0, "q3": 5.0, "max": 10.0, "rel_range": 2.0}
+    assert bench.spread([1.5])["rel_range"] == 0.0
+
+
+def _doc(other_before=0.0, other_rows=(0.0,), spreads=(0.05,), threads=2):
+    rows = [{"shape": "bert-base", "dtype": "float32", "mode": "fwd", "other_load_cores": o,
+             "spread": {"min": 1.0, "max": 1.0 + s, "rel_range": s}} for o, s in zip(other_rows, spreads)]
+    return {"results": rows, "machine": {"cpu_count": 2, "threads": threads, "load_average": [0.1, 0.1, 0.1],
+                                         "other_load_cores_before": other_before}}
+
+
+def test_busy_warnings_quiet_machine_says_nothing():
+    assert bench.busy_warnings(_doc()) == []
+    assert bench.busy_warnings(_doc(other_before=None, other_rows=(None,))) == []   # unknown: no claim
+
+
+def test_busy_warnings_name_the_load_and_the_thread_advice():
+    w = bench.busy_warnings(_doc(other_rows=(0.0, 1.3), spreads=(0.05, 0.05)))
+    assert len(w) == 1 and "busy" in w[0] and "1.3 of its 2 cores" in w[0] and "--threads 1" in w[0]
+    w1 = bench.busy_warnings(_doc(other_before=0.9, threads=1))
+    assert len(w1) == 1 and "busy" in w1[0] and "--threads 1" not in w1[0]
+    # a wide round-to-round spread is its own warning, even when no other process was seen
+    w2 = bench.busy_warnings(_doc(spreads=(0.05, 0.6), other_rows=(0.0, 0.0)))
+    assert len(w2) == 1 and "unsteady" in w2[0] and "1.00–1.60" in w2[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc/stat")
+def test_other_load_sees_a_spinning_child_process():
+    """A child that spins for 1.5 s at our priority shows up as about one core of other load;
+    our own spinning does not (it is subtracted)."""
+    spin = "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.3)                                          # past the interpreter's start
+        with bench.OtherLoad() as seen:
+            time.sleep(0.8)
+    finally:
+        child.kill()
+        child.wait()
+    assert seen.cores is not None and seen.cores >= 0.5
+    with bench.OtherLoad() as own:
+        end = time.perf_counter() + 0.5
+        while time.perf_counter() < end:
+            pass
+    assert own.cores is not None and own.cores < seen.cores
+
+
+def test_recommended_threads_is_one_only_when_busy(monkeypatch):
+    assert bench.recommended_threads(others=0.1, available=2) == 2
+    assert bench.recommended_threads(others=bench.BUSY_CORES, available=2) == 1
+    monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: None)    # not measurable (no /proc)
+    assert bench.recommended_threads(available=2) == 2                    # unknown load: left as it is
+    monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: 1.8)
+    assert bench.recommended_threads(available=2) == 1                    # measured when not given
+
+
+def test_busy_start_lowers_the_threads_and_says_so(monkeypatch):
+    """When other processes keep the machine busy before the run, the default is 1 thread each side,
+    the document says from how many it was lowered, and OpenBLAS gets its thread count back after."""
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    torch = pytest.importorskip("torch")
+
+    def blas_threads():
+        return [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"][0]["num_threads"]
+
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        torch_before = torch.get_num_threads()
+        monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: 1.5)
+        doc = bench.run_benchmark([bench.parse_shape(TINY)], ["float32"], ("fwd",), rounds=1, memory=False)
+        assert doc["machine"]["threads"] == 1 and doc["machine"]["torch_threads"] == 1
+        assert doc["machine"]["threads_lowered_from"] == 2
+        assert any("instead of 2" in w for w in doc["warnings"])
+        assert any("busy" in w for w in doc["warnings"])
+        assert blas_threads() == 2                                    # restored after the run
+        # an explicit thread count is kept even on a busy machine
+        doc = bench.run_benchmark([bench.parse_shape(TINY)], ["float32"], ("fwd",), rounds=1, memory=False,
+                                  threads=2)
+        assert doc["machine"]["threads"] == 2 and doc["machine"]["threads_lowered_from"] is None
+        torch.set_num_threads(torch_before)
+
+
 def test_parse_shape_names_and_custom():
     assert bench.parse_shape("bert-base") == ("bert-base", (8, 128, 768, 12, 3072))
     assert bench.parse_shape("long")[1] == (2, 2048, 64, 4, 256)
+    assert bench.parse_shape("attn-512")[1] == (2, 512, 64, 4, 256)
     assert bench.parse_shape(TINY)[1] == (2, 8, 16, 2, 32)
     for bad in ("huge", "1,2,3", "2,8,15,2,32", "2,8,16,0,32", "a,b,c,d,e"):
         with pytest.raises(ValueError, match="shape"):
@@ -131,12 +226,18 @@ def test_bench_quick_json_schema_on_a_tiny_shape():
                           "peak_fraction"}
         assert r["shape"] == TINY and r["dtype"] == "float32"
         assert r["numpy_ms"] > 0 and r["torch_ms"] > 0 and r["ratio_vs_torch"] > 0
+        sp = r["spread"]                                          # the per-round ratios' spread
+        assert sp["min"] <= sp["q1"] <= sp["median"] <= sp["q3"] <= sp["max"]
+        assert sp["median"] == pytest.approx(r["ratio_vs_torch"], abs=1e-3)
+        assert r["other_load_cores"] is None or r["other_load_cores"] >= 0
         # GFLOP/s is the FLOP function's count over NumPy's median time (rounding aside)
         flops = layer_flops(cfg, 2, 8, r["mode"])["total"]
         assert r["gflops"] == pytest.approx(flops / (r["numpy_ms"] / 1e3) / 1e9, rel=0.02, abs=0.06)
         peak = doc["machine"]["matmul_peak_gflops"]["float32"]
         assert r["peak_fraction"] == pytest.approx(r["gflops"] / peak, rel=0.05, abs=2e-3)
     assert doc["machine"]["threads"] >= 1 and doc["machine"]["torch_threads"] == doc["machine"]["threads"]
+    assert isinstance(doc["warnings"], list) and all(isinstance(w, str) for w in doc["warnings"])
+    assert doc["warnings"] == bench.busy_warnings(doc)
 
 
 def test_bench_numpy_and_torch_sides_compute_the_same_layer():
@@ -219,3 +320,22 @@ def test_torch_saved_bytes_counts_activations_like_our_cache():
     assert saved >= 2 * 2 * 8 * 32 * 4
     ours = bench.cache_report(dims, "float32")["total"]
     assert saved / 2 < ours < saved * 2
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc")
+def test_busy_study_runs_its_cells_and_stops_its_busy_loops():
+    """Two cells on a tiny shape: without and with one busy loop. The loop is gone afterwards (killed
+    by pid), and with it running the other processes used more of the machine."""
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    before = set(os.listdir("/proc"))
+    rows = bench.busy_study((2, 8, 16, 2, 32), threads=(1,), spinners=(0, 1), rounds=2, spin_seconds=60)
+    assert [(r["threads"], r["spinners"]) for r in rows] == [(1, 0), (1, 1)]
+    for r in rows:
+        assert r["numpy_ms"] > 0 and r["torch_ms"] > 0 and r["ratio_min"] <= r["ratio_vs_torch"] <= r["ratio_max"]
+        assert r["numpy_cpu_s_per_call"] >= 0 and r["torch_cpu_s_per_call"] >= 0
+    assert rows[1]["other_load_cores"] > 0.3                      # the busy loop was seen
+    spinners = [p for p in set(os.listdir("/proc")) - before if p.isdigit()
+                and "while time.time() < end" in open(f"/proc/{p}/cmdline", errors="replace").read()
+                if os.path.exists(f"/proc/{p}/cmdline")]
+    assert spinners == []
+    assert "| 1 | 1 |" in bench.format_busy_study(rows)
