@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="threads for both sides (default: OpenBLAS's, or 1 when other processes "
                              "keep the machine busy at the start: see the warning)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--recompute", action="store_true",
+                        help="also time the NumPy layer with store_attention=False (A recomputed by row blocks "
+                             "in the backward); on by default for the full run, off with --quick")
     parser.add_argument("--busy-study", action="store_true",
                         help="instead of the table: thread count 1/2 x 0/1/2 busy-loop processes (started and "
                              "stopped by the command) on --shape (default bert-base), float32 fwd+bwd; a few minutes")
@@ -47,7 +50,8 @@ def run(args) -> int:
     dtypes = args.dtype or (["float32"] if args.quick else list(DTYPES))
     memory = not (args.no_memory or args.quick)
     log = None if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
-    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log)
+    recompute = args.recompute or not (args.quick or args.shape or args.dtype)
+    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log, recompute)
     if args.minilm or not (args.quick or args.shape or args.dtype):
         try:
             doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"])

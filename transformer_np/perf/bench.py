@@ -107,10 +107,11 @@ def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int, int]]:
 
 
 # ----------------------------------------------------------------------------- the two sides
-def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = False
-               ) -> tuple[Callable, Callable, object]:
+def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = False,
+               store_attention: bool = True) -> tuple[Callable, Callable, object]:
     """``(numpy_call, torch_call, config)`` running one layer in ``mode`` on identical weights/inputs
-    (``free_cache`` is passed to the NumPy backward)."""
+    (``free_cache`` is passed to the NumPy backward, ``store_attention`` to the NumPy forward)."""
+    kw = {} if store_attention else {"store_attention": False}
     torch = _import_torch()
     from ..model.encoder import encoder_layer_backward, encoder_layer_forward
     from ..io.interop import from_torch
@@ -132,7 +133,7 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
         layer.eval()
 
         def np_call():
-            return encoder_layer_forward(x, p, config)
+            return encoder_layer_forward(x, p, config, **kw)
 
         def torch_call():
             # op-by-op eager, like ours; the switch is global to torch: restore it after the call
@@ -148,7 +149,7 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
         xt.requires_grad_(True)
 
         def np_call():
-            _, cache = encoder_layer_forward(x, p, config)
+            _, cache = encoder_layer_forward(x, p, config, **kw)
             return encoder_layer_backward(dy, cache, free_cache=free_cache)
 
         def torch_call():
@@ -424,7 +425,8 @@ import ctypes, gc, json, sys, numpy as np, torch
 from transformer_np.perf.bench import build_pair
 side, dims, dtype, threads = sys.argv[1], tuple(json.loads(sys.argv[2])), sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(threads)
-np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd", free_cache=(side != "numpy-default"))
+np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd", free_cache=(side != "numpy-default"),
+                                   store_attention=(side != "numpy-recompute"))
 np.ones((64, 64)) @ np.ones((64, 64)); torch.ones(64, 64) @ torch.ones(64, 64)   # start both thread pools
 
 def status(key):   # VmRSS / VmHWM of /proc/self/status, in bytes
@@ -472,13 +474,15 @@ def torch_saved_nbytes(dims, dtype: str) -> int:
     return int(sum(seen.values()))
 
 
-def measure_memory(dims, dtype: str, threads: int) -> dict:
-    """Peak memory of one fwd+bwd, each side in a fresh process (see the module docstring)."""
+def measure_memory(dims, dtype: str, threads: int, recompute: bool = False) -> dict:
+    """Peak memory of one fwd+bwd, each side in a fresh process (see the module docstring);
+    ``recompute`` adds the NumPy side with ``store_attention=False``."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
                OPENBLAS_NUM_THREADS=str(threads))
     out = {}
-    for side in ("numpy", "torch", "numpy-tracemalloc", "numpy-default"):
+    sides = ("numpy", "torch", "numpy-tracemalloc", "numpy-default") + (("numpy-recompute",) if recompute else ())
+    for side in sides:
         proc = subprocess.run([sys.executable, "-c", _CHILD, side, json.dumps(list(dims)), dtype, str(threads)],
                               capture_output=True, text=True, env=env, timeout=600)
         if proc.returncode != 0:
@@ -487,11 +491,15 @@ def measure_memory(dims, dtype: str, threads: int) -> dict:
     return {"numpy_rss_bytes": out["numpy"], "torch_rss_bytes": out["torch"],
             "numpy_tracemalloc_bytes": out["numpy-tracemalloc"],
             "numpy_default_rss_bytes": out["numpy-default"],
+            "numpy_recompute_rss_bytes": out.get("numpy-recompute"),
             "ratio_vs_torch": out["numpy"] / out["torch"] if out["torch"] else None,
+            "ratio_vs_torch_recompute": out["numpy-recompute"] / out["torch"]
+            if out["torch"] and "numpy-recompute" in out else None,
             "method": "VmHWM after minus VmRSS before one fwd+bwd, in a fresh process per side, after "
                       "malloc_trim(0) and a high-water-mark reset (clear_refs 5); NumPy backward with "
-                      "free_cache=True (numpy_default_rss_bytes: the default backward); tracemalloc peak of "
-                      "NumPy's allocations as a cross-check"}
+                      "free_cache=True (numpy_default_rss_bytes: the default backward; numpy_recompute_rss_bytes: "
+                      "free_cache=True and store_attention=False, the attention matrix recomputed by row blocks "
+                      "like torch's fused attention does); tracemalloc peak of NumPy's allocations as a cross-check"}
 
 
 def cache_report(dims, dtype: str) -> dict:
@@ -511,8 +519,12 @@ def cache_report(dims, dtype: str) -> dict:
 
 # ----------------------------------------------------------------------------- the run
 def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = True,
-                  threads: int | None = None, log=None) -> dict:
-    """Every (shape, dtype, mode) row, plus memory and machine info; the ``--json`` document."""
+                  threads: int | None = None, log=None, recompute: bool = False) -> dict:
+    """Every (shape, dtype, mode) row, plus memory and machine info; the ``--json`` document.
+
+    ``recompute=True`` adds ``doc["recompute"]``: the same rows with the NumPy layer run with
+    ``store_attention=False`` (A recomputed by row blocks in the backward, see
+    :func:`transformer_np.ops.fast.attention_forward`)."""
     torch = _import_torch()
     others_before = other_load()
     blas_threads, source = _blas_threads()
@@ -533,7 +545,7 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     machine["other_load_cores_before"] = _round(others_before)
     machine["threads_lowered_from"] = lowered_from
     try:
-        return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log)
+        return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute)
     finally:
         if limiter is not None:
             limiter.restore_original_limits()
@@ -567,39 +579,51 @@ def _limit_blas_threads(threads: int):
     return threadpool_limits(threads, user_api="blas")
 
 
-def _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log) -> dict:
+def _timed_row(name, dims, dtype, mode, rounds, peak, store_attention=True) -> dict:
+    """One interleaved NumPy-vs-torch row (see :func:`run_benchmark`)."""
+    np_call, torch_call, config = build_pair(dims, dtype, mode, store_attention=store_attention)
+    with OtherLoad() as others:
+        t = interleaved(np_call, torch_call, rounds)
+    flops = layer_flops(config, dims[0], dims[1], mode)["total"]
+    gflops = flops / (t["a_ms"] / 1e3) / 1e9
+    return {"shape": name, "dtype": dtype, "mode": mode, "numpy_ms": round(t["a_ms"], 2),
+            "torch_ms": round(t["b_ms"], 2), "ratio_vs_torch": round(t["ratio"], 3),
+            "gflops": round(gflops, 1), "peak_fraction": round(gflops / peak, 3),
+            "torch_gflops": round(flops / (t["b_ms"] / 1e3) / 1e9, 1), "rounds": rounds,
+            "spread": {k: round(v, 3) for k, v in t["spread"].items()},
+            "other_load_cores": _round(others.cores)}
+
+
+def _log_row(log, row, label: str = "") -> None:
+    if log:
+        sp = row["spread"]
+        log(f"{row['shape']:10s} {row['dtype']:8s} {row['mode']:8s}{label} numpy {row['numpy_ms']:9.1f} ms  torch "
+            f"{row['torch_ms']:9.1f} ms  ratio {row['ratio_vs_torch']:.3f} (rounds: min {sp['min']:.2f}, "
+            f"IQR {sp['q1']:.2f}–{sp['q3']:.2f}, max {sp['max']:.2f}; others used "
+            f"{_fmt_cores(row['other_load_cores'])} cores)")
+
+
+def _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute=False) -> dict:
     peaks = {}
-    results = []
+    results, recomputed = [], []
     for name, dims in shapes:
         for dtype in dtypes:
             if dtype not in peaks:
                 peaks[dtype] = matmul_peak(dtype)
             for mode in modes:
-                np_call, torch_call, config = build_pair(dims, dtype, mode)
-                with OtherLoad() as others:
-                    t = interleaved(np_call, torch_call, rounds)
-                flops = layer_flops(config, dims[0], dims[1], mode)["total"]
-                gflops = flops / (t["a_ms"] / 1e3) / 1e9
-                row = {"shape": name, "dtype": dtype, "mode": mode, "numpy_ms": round(t["a_ms"], 2),
-                       "torch_ms": round(t["b_ms"], 2), "ratio_vs_torch": round(t["ratio"], 3),
-                       "gflops": round(gflops, 1), "peak_fraction": round(gflops / peaks[dtype], 3),
-                       "torch_gflops": round(flops / (t["b_ms"] / 1e3) / 1e9, 1), "rounds": rounds,
-                       "spread": {k: round(v, 3) for k, v in t["spread"].items()},
-                       "other_load_cores": _round(others.cores)}
-                results.append(row)
-                if log:
-                    sp = row["spread"]
-                    log(f"{name:10s} {dtype:8s} {mode:8s} numpy {row['numpy_ms']:9.1f} ms  torch "
-                        f"{row['torch_ms']:9.1f} ms  ratio {row['ratio_vs_torch']:.3f} (rounds: min {sp['min']:.2f}, "
-                        f"IQR {sp['q1']:.2f}–{sp['q3']:.2f}, max {sp['max']:.2f}; others used "
-                        f"{_fmt_cores(row['other_load_cores'])} cores)")
+                results.append(_timed_row(name, dims, dtype, mode, rounds, peaks[dtype]))
+                _log_row(log, results[-1])
+            if recompute:
+                for mode in modes:
+                    recomputed.append(_timed_row(name, dims, dtype, mode, rounds, peaks[dtype], store_attention=False))
+                    _log_row(log, recomputed[-1], " [store_attention=False]")
     machine["matmul_peak_gflops"] = {k: round(v, 1) for k, v in peaks.items()}
     mem = {}
     if memory:
         for name, dims in shapes:
             for dtype in dtypes:
                 key = f"{name}/{dtype}"
-                mem[key] = measure_memory(dims, dtype, threads)
+                mem[key] = measure_memory(dims, dtype, threads, recompute)
                 cache = cache_report(dims, dtype)
                 mem[key]["numpy_cache_bytes"] = cache["total"]
                 mem[key]["numpy_cache_bytes_by_sublayer"] = cache["groups"]
@@ -612,6 +636,8 @@ def _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log) -> d
     except OSError:
         pass
     doc = {"results": results, "memory": mem, "machine": machine}
+    if recompute:
+        doc["recompute"] = recomputed
     doc["warnings"] = busy_warnings(doc)
     return doc
 
@@ -675,20 +701,25 @@ def format_table(doc: dict) -> str:
     lines = ["| shape | dtype | mode | NumPy ms | torch ms | NumPy/torch | rounds min–max | NumPy GFLOP/s "
              "| of matmul peak | torch GFLOP/s |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in doc["results"]:
+    rows = [(r, "") for r in doc["results"]] + [(r, " (store_attention=False)") for r in doc.get("recompute", [])]
+    for r, label in rows:
         sp = r.get("spread")
         rng = f"{sp['min']:.2f}–{sp['max']:.2f}" if sp else "n/a"
-        lines.append(f"| {r['shape']} | {r['dtype']} | {r['mode']} | {r['numpy_ms']:.1f} | {r['torch_ms']:.1f} | "
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['mode']}{label} | {r['numpy_ms']:.1f} | {r['torch_ms']:.1f} | "
                      f"{r['ratio_vs_torch']:.2f}× | {rng} | {r['gflops']:.1f} | {100 * r['peak_fraction']:.0f}% | "
                      f"{r['torch_gflops']:.1f} |")
     if doc.get("memory"):
         lines += ["", "| shape/dtype | NumPy peak (RSS growth, free_cache) | torch peak (RSS growth) | NumPy/torch | "
+                      "NumPy peak, store_attention=False | its NumPy/torch | "
                       "NumPy peak, default backward | NumPy tracemalloc peak (free_cache) | NumPy cache | "
-                      "torch saved tensors |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                      "torch saved tensors |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for key, m in doc["memory"].items():
             ratio = "n/a" if m["ratio_vs_torch"] is None else f"{m['ratio_vs_torch']:.2f}×"
+            rc = m.get("ratio_vs_torch_recompute")
             lines.append(f"| {key} | {m['numpy_rss_bytes'] / 2**20:.1f} MiB | {m['torch_rss_bytes'] / 2**20:.1f} MiB "
-                         f"| {ratio} | {m.get('numpy_default_rss_bytes', float('nan')) / 2**20:.1f} MiB "
+                         f"| {ratio} | {(m.get('numpy_recompute_rss_bytes') or float('nan')) / 2**20:.1f} MiB "
+                         f"| {'n/a' if rc is None else f'{rc:.2f}×'} "
+                         f"| {m.get('numpy_default_rss_bytes', float('nan')) / 2**20:.1f} MiB "
                          f"| {m['numpy_tracemalloc_bytes'] / 2**20:.1f} MiB | "
                          f"{m['numpy_cache_bytes'] / 2**20:.1f} MiB | "
                          f"{m.get('torch_saved_bytes', float('nan')) / 2**20:.1f} MiB |")
