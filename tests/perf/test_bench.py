@@ -58,6 +58,31 @@ def test_interleaved_reports_the_spread_of_the_rounds(monkeypatch):
     assert bench.spread([1.5])["rel_range"] == 0.0
 
 
+def test_interleaved_cpu_clock_reads_the_process_time(monkeypatch):
+    """clock="cpu" times by time.process_time (the wall clock is not read at all)."""
+    durations = iter([0, 0, 3, 1, 6, 2])
+    clock = {"t": 0.0}
+
+    def tick():
+        clock["t"] += next(durations)
+
+    monkeypatch.setattr(bench.time, "process_time", lambda: clock["t"])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: 1 / 0)
+    out = bench.interleaved(tick, tick, rounds=2, warmup=1, clock="cpu")
+    assert out["ratios"] == [3.0, 3.0]
+
+
+def test_cpu_clock_needs_one_thread():
+    with pytest.raises(ValueError, match="threads=1"):
+        bench.run_benchmark([bench.parse_shape(TINY)], ["float32"], ("fwd",), rounds=1, memory=False, threads=2,
+                            clock="cpu")
+    with pytest.raises(ValueError, match="clock"):
+        bench.run_benchmark([bench.parse_shape(TINY)], ["float32"], ("fwd",), rounds=1, memory=False, threads=1,
+                            clock="sundial")
+    proc = _run_cli("--quick", "--clock", "cpu")
+    assert proc.returncode == 2 and "--threads 1" in proc.stderr
+
+
 def _doc(other_before=0.0, other_rows=(0.0,), spreads=(0.05,), threads=2):
     rows = [{"shape": "bert-base", "dtype": "float32", "mode": "fwd", "other_load_cores": o,
              "spread": {"min": 1.0, "max": 1.0 + s, "rel_range": s}} for o, s in zip(other_rows, spreads)]
@@ -237,6 +262,7 @@ def test_bench_quick_json_schema_on_a_tiny_shape():
         assert r["peak_fraction"] == pytest.approx(r["gflops"] / peak, rel=0.05, abs=2e-3)
     assert doc["machine"]["threads"] >= 1 and doc["machine"]["torch_threads"] == doc["machine"]["threads"]
     assert isinstance(doc["warnings"], list) and all(isinstance(w, str) for w in doc["warnings"])
+    assert doc["machine"]["clock"] == "wall"
     assert doc["warnings"] == bench.busy_warnings(doc)
 
 

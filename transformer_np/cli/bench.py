@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="threads for both sides (default: OpenBLAS's, or 1 when other processes "
                              "keep the machine busy at the start: see the warning)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="time by the wall clock (default) or by the process's CPU time; cpu needs "
+                             "--threads 1 and is the steadier measure on a busy machine")
     parser.add_argument("--recompute", action="store_true",
                         help="also time the NumPy layer with store_attention=False (A recomputed by row blocks "
                              "in the backward); on by default for the full run, off with --quick")
@@ -51,10 +54,13 @@ def run(args) -> int:
     memory = not (args.no_memory or args.quick)
     log = None if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
     recompute = args.recompute or not (args.quick or args.shape or args.dtype)
-    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log, recompute)
+    if args.clock == "cpu" and args.threads != 1:
+        raise ValueError(f"--clock cpu needs --threads 1 (CPU time of several threads counts their waiting), "
+                         f"got --threads {args.threads}")
+    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log, recompute, args.clock)
     if args.minilm or not (args.quick or args.shape or args.dtype):
         try:
-            doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"])
+            doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"], clock=args.clock)
         except ImportError as e:
             doc["minilm"] = {"unavailable": str(e)}
         if "unavailable" in doc["minilm"] and not args.json:

@@ -159,19 +159,25 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
     return np_call, torch_call, config
 
 
-def interleaved(a: Callable, b: Callable, rounds: int, warmup: int = 1) -> dict:
+#: The clocks a row can be timed with: wall time, or this process's CPU time ("cpu": only meaningful with
+#: one thread each side — then it is the work done, whatever share of the cores other processes leave).
+CLOCKS = ("wall", "cpu")
+
+
+def interleaved(a: Callable, b: Callable, rounds: int, warmup: int = 1, clock: str = "wall") -> dict:
     """Time a and b alternately (A B A B …); medians of the times and of the per-round a/b,
-    and the spread of those ratios (:func:`spread`)."""
+    and the spread of those ratios (:func:`spread`). ``clock``: one of :data:`CLOCKS`."""
+    now = (lambda: time.perf_counter()) if clock == "wall" else (lambda: time.process_time())
     for _ in range(warmup):
         a()
         b()
     ta, tb = [], []
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0 = now()
         a()
-        t1 = time.perf_counter()
+        t1 = now()
         b()
-        t2 = time.perf_counter()
+        t2 = now()
         ta.append(t1 - t0)
         tb.append(t2 - t1)
     ratios = [x / y for x, y in zip(ta, tb)]
@@ -519,12 +525,20 @@ def cache_report(dims, dtype: str) -> dict:
 
 # ----------------------------------------------------------------------------- the run
 def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = True,
-                  threads: int | None = None, log=None, recompute: bool = False) -> dict:
+                  threads: int | None = None, log=None, recompute: bool = False, clock: str = "wall") -> dict:
     """Every (shape, dtype, mode) row, plus memory and machine info; the ``--json`` document.
 
     ``recompute=True`` adds ``doc["recompute"]``: the same rows with the NumPy layer run with
     ``store_attention=False`` (A recomputed by row blocks in the backward, see
-    :func:`transformer_np.ops.fast.attention_forward`)."""
+    :func:`transformer_np.ops.fast.attention_forward`). ``clock="cpu"`` times each call by this
+    process's CPU time instead of the wall clock (``threads`` must then be 1: with more, CPU time
+    also counts threads waiting for each other) — on a busy machine the wall clock measures the
+    other processes as much as the code; a single thread's CPU time measures the work."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and threads != 1:
+        raise ValueError(f"clock='cpu' needs threads=1 (CPU time of several threads counts their waiting), "
+                         f"got threads={threads}")
     torch = _import_torch()
     others_before = other_load()
     blas_threads, source = _blas_threads()
@@ -544,8 +558,9 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     machine = machine_info(threads, source)
     machine["other_load_cores_before"] = _round(others_before)
     machine["threads_lowered_from"] = lowered_from
+    machine["clock"] = clock
     try:
-        return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute)
+        return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute, clock)
     finally:
         if limiter is not None:
             limiter.restore_original_limits()
@@ -579,11 +594,11 @@ def _limit_blas_threads(threads: int):
     return threadpool_limits(threads, user_api="blas")
 
 
-def _timed_row(name, dims, dtype, mode, rounds, peak, store_attention=True) -> dict:
+def _timed_row(name, dims, dtype, mode, rounds, peak, store_attention=True, clock="wall") -> dict:
     """One interleaved NumPy-vs-torch row (see :func:`run_benchmark`)."""
     np_call, torch_call, config = build_pair(dims, dtype, mode, store_attention=store_attention)
     with OtherLoad() as others:
-        t = interleaved(np_call, torch_call, rounds)
+        t = interleaved(np_call, torch_call, rounds, clock=clock)
     flops = layer_flops(config, dims[0], dims[1], mode)["total"]
     gflops = flops / (t["a_ms"] / 1e3) / 1e9
     return {"shape": name, "dtype": dtype, "mode": mode, "numpy_ms": round(t["a_ms"], 2),
@@ -603,7 +618,7 @@ def _log_row(log, row, label: str = "") -> None:
             f"{_fmt_cores(row['other_load_cores'])} cores)")
 
 
-def _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute=False) -> dict:
+def _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute=False, clock="wall") -> dict:
     peaks = {}
     results, recomputed = [], []
     for name, dims in shapes:
@@ -611,11 +626,12 @@ def _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, reco
             if dtype not in peaks:
                 peaks[dtype] = matmul_peak(dtype)
             for mode in modes:
-                results.append(_timed_row(name, dims, dtype, mode, rounds, peaks[dtype]))
+                results.append(_timed_row(name, dims, dtype, mode, rounds, peaks[dtype], clock=clock))
                 _log_row(log, results[-1])
             if recompute:
                 for mode in modes:
-                    recomputed.append(_timed_row(name, dims, dtype, mode, rounds, peaks[dtype], store_attention=False))
+                    recomputed.append(_timed_row(name, dims, dtype, mode, rounds, peaks[dtype], store_attention=False,
+                                                 clock=clock))
                     _log_row(log, recomputed[-1], " [store_attention=False]")
     machine["matmul_peak_gflops"] = {k: round(v, 1) for k, v in peaks.items()}
     mem = {}
@@ -650,7 +666,8 @@ def _fmt_cores(v: float | None) -> str:
     return "?" if v is None else f"{v:.2f}"
 
 
-def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | None = None) -> dict:
+def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | None = None,
+                      clock: str = "wall") -> dict:
     """Sentences/s of :meth:`PretrainedEncoder.encode` (float32) vs sentence-transformers on the
     same ``n_sentences`` generated sentences, interleaved, median of per-round ratios."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -669,20 +686,20 @@ def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | N
         if threads != _blas_threads()[0]:
             limiter = _limit_blas_threads(threads)
     try:
-        return _minilm_rounds(ours, st, n_sentences, rounds)
+        return _minilm_rounds(ours, st, n_sentences, rounds, clock)
     finally:
         if limiter is not None:
             limiter.restore_original_limits()
 
 
-def _minilm_rounds(ours, st, n_sentences: int, rounds: int) -> dict:
+def _minilm_rounds(ours, st, n_sentences: int, rounds: int, clock: str = "wall") -> dict:
     sentences = _sentences(n_sentences)
     t = interleaved(lambda: ours.encode(sentences, batch_size=32),
-                    lambda: st.encode(sentences, batch_size=32, normalize_embeddings=True), rounds)
+                    lambda: st.encode(sentences, batch_size=32, normalize_embeddings=True), rounds, clock=clock)
     agree = float(np.abs(ours.encode(sentences[:64]) - st.encode(sentences[:64], normalize_embeddings=True)).max())
     return {"sentences": n_sentences, "numpy_per_s": round(n_sentences / (t["a_ms"] / 1e3), 1),
             "sentence_transformers_per_s": round(n_sentences / (t["b_ms"] / 1e3), 1),
-            "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds,
+            "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds, "clock": clock,
             "max_abs_diff_embeddings": agree}
 
 
@@ -728,7 +745,8 @@ def format_table(doc: dict) -> str:
                   f"each side ({mach['threads_source']}), NumPy {mach['numpy']}, torch {mach['torch']}, "
                   f"matmul peak {mach.get('matmul_peak_gflops')} GFLOP/s, load average "
                   f"{mach.get('load_average')} before / {mach.get('load_average_after')} after, other processes "
-                  f"{_fmt_cores(mach.get('other_load_cores_before'))} cores before the run."]
+                  f"{_fmt_cores(mach.get('other_load_cores_before'))} cores before the run; times by the "
+                  f"{'process CPU time' if mach.get('clock') == 'cpu' else 'wall clock'}."]
     for w in doc.get("warnings", []):
         lines += ["", f"**Warning:** {w}"]
     if "minilm" in doc:
