@@ -15,27 +15,48 @@ and an N-layer stack. Quick start::
 """
 
 from . import _compat
-from .ops.activations import (activation_backward, activation_forward, gelu_backward, gelu_forward,
-                          gelu_tanh_backward, gelu_tanh_forward, relu_backward, relu_forward)
-from .ops.attention import (attention_backward, attention_forward, merge_heads, mha_backward, mha_forward,
-                        split_heads)
+from .io.pretrained import load_pretrained
 from .model.config import EncoderConfig, count_parameters
-from .ops.dropout import dropout_backward, dropout_forward
-from .ops.embeddings import (embedding_backward, embedding_forward, embeddings_backward, embeddings_forward,
-                         sinusoidal_positional_encoding)
 from .model.encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
+from .model.heads import (
+    cls_classifier_backward,
+    cls_classifier_forward,
+    mean_pool_backward,
+    mean_pool_forward,
+    pooler_backward,
+    pooler_forward,
+    tagger_backward,
+    tagger_forward,
+)
+from .model.losses import cross_entropy_backward, cross_entropy_forward
+from .model.params import init_params, param_shapes, validate_params
+from .ops.activations import (
+    activation_backward,
+    activation_forward,
+    gelu_backward,
+    gelu_forward,
+    gelu_tanh_backward,
+    gelu_tanh_forward,
+    relu_backward,
+    relu_forward,
+)
+from .ops.attention import attention_backward, attention_forward, merge_heads, mha_backward, mha_forward, split_heads
+from .ops.dropout import dropout_backward, dropout_forward
+from .ops.embeddings import (
+    embedding_backward,
+    embedding_forward,
+    embeddings_backward,
+    embeddings_forward,
+    sinusoidal_positional_encoding,
+)
 from .ops.erf import erf
 from .ops.feedforward import ffn_backward, ffn_forward
-from .model.heads import (cls_classifier_backward, cls_classifier_forward, mean_pool_backward, mean_pool_forward,
-                    pooler_backward, pooler_forward, tagger_backward, tagger_forward)
 from .ops.layernorm import layernorm_backward, layernorm_forward
 from .ops.linear import linear_backward, linear_forward
-from .model.losses import cross_entropy_backward, cross_entropy_forward
 from .ops.masks import causal_mask, combine_masks, padding_mask
-from .model.params import init_params, param_shapes, validate_params
-from .io.pretrained import load_pretrained
 from .ops.residual import residual_backward, residual_forward
 from .ops.softmax import softmax, softmax_backward, softmax_forward
+from .worksheets import check
 
 __version__ = "0.2.0"
 
@@ -57,6 +78,7 @@ __all__ = [
     "attention_backward",
     "attention_forward",
     "causal_mask",
+    "check",
     "cls_classifier_backward",
     "cls_classifier_forward",
     "combine_masks",

@@ -1,16 +1,22 @@
 """Argument checks shared by the public functions.
 
-Every public entry point checks its arguments once, at the boundary, and raises a
-``TypeError`` (wrong kind of thing) or ``ValueError`` (right kind, wrong shape or
-value) whose message names the argument, what was expected and what was received.
-The private helpers below exist so those messages read the same everywhere.
+Every public entry point checks its arguments once, at the boundary, and raises an
+:class:`~transformer_np.errors.InputTypeError` (a ``TypeError``: wrong kind of thing),
+:class:`~transformer_np.errors.InputValueError` (a ``ValueError``: right kind, wrong shape or
+value) or :class:`~transformer_np.errors.NonFiniteError` (NaN/inf where finite numbers are
+required) whose message names the argument, what was expected and what was received.
+Internal calls (the encoder calling ops, ops calling ops, the fast path) do not check again.
+The helpers below exist so those messages read the same everywhere.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
+
+from .errors import InputTypeError, InputValueError, NonFiniteError
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -32,20 +38,20 @@ def as_float_array(x: Any, name: str, ndim: int | Sequence[int] | None = None,
     """Check that ``x`` is a float32/float64 ndarray of the given rank (optionally
     of the given dtype) with only finite values, and return it unchanged."""
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray of float32 or float64, got {describe(x)}")
+        raise InputTypeError(f"{name} must be a numpy.ndarray of float32 or float64, got {describe(x)}")
     if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must have dtype float32 or float64, got dtype {x.dtype}")
+        raise InputTypeError(f"{name} must have dtype float32 or float64, got dtype {x.dtype}")
     if dtype is not None and x.dtype != np.dtype(dtype):
-        raise TypeError(f"{name} must have dtype {np.dtype(dtype)} (the dtype of the other "
+        raise InputTypeError(f"{name} must have dtype {np.dtype(dtype)} (the dtype of the other "
                         f"operands), got dtype {x.dtype}")
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if x.ndim not in allowed:
             want = " or ".join(str(a) for a in allowed)
-            raise ValueError(f"{name} must have {want} dimensions, got shape {x.shape}")
+            raise InputValueError(f"{name} must have {want} dimensions, got shape {x.shape}")
     if finite and not all_finite(x):
         bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
-        raise ValueError(f"{name} must contain only finite values, got {bad} NaN/inf entries")
+        raise NonFiniteError(f"{name} must contain only finite values, got {bad} NaN/inf entries")
     return x
 
 
@@ -67,7 +73,7 @@ def check_shape(x: np.ndarray, name: str, shape: Sequence[int | None]) -> None:
     ok = x.ndim == len(shape) and all(s is None or s == t for s, t in zip(shape, x.shape))
     if not ok:
         want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
-        raise ValueError(f"{name} must have shape {want}, got shape {x.shape}")
+        raise InputValueError(f"{name} must have shape {want}, got shape {x.shape}")
 
 
 def as_int_array(x: Any, name: str, ndim: int | None = None) -> np.ndarray:
@@ -76,16 +82,16 @@ def as_int_array(x: Any, name: str, ndim: int | None = None) -> np.ndarray:
         try:
             x = np.asarray(x)
         except ValueError as e:  # ragged lists
-            raise ValueError(f"{name} must be a rectangular array of integers, got a ragged "
+            raise InputValueError(f"{name} must be a rectangular array of integers, got a ragged "
                              f"{type(x).__name__}") from e
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray of integers, got {describe(x)}")
+        raise InputTypeError(f"{name} must be a numpy.ndarray of integers, got {describe(x)}")
     if x.dtype == bool or not np.issubdtype(x.dtype, np.integer):
-        raise TypeError(f"{name} must have an integer dtype, got dtype {x.dtype}")
+        raise InputTypeError(f"{name} must have an integer dtype, got dtype {x.dtype}")
     if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {x.shape}")
+        raise InputValueError(f"{name} must have {ndim} dimensions, got shape {x.shape}")
     if x.dtype.kind == "u" and x.size and x.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} has values too large for an index, got {int(x.max())}")
+        raise InputValueError(f"{name} has values too large for an index, got {int(x.max())}")
     return x.astype(np.int64, copy=False)
 
 
@@ -94,31 +100,31 @@ def check_int(x: Any, name: str, minimum: int | None = None, maximum: int | None
     if x is None and allow_none:
         return
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {describe(x)}")
+        raise InputTypeError(f"{name} must be an int, got {describe(x)}")
     if minimum is not None and x < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {x}")
+        raise InputValueError(f"{name} must be >= {minimum}, got {x}")
     if maximum is not None and x > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {x}")
+        raise InputValueError(f"{name} must be <= {maximum}, got {x}")
 
 
 def check_float(x: Any, name: str, minimum: float | None = None, maximum: float | None = None,
                 min_inclusive: bool = True, max_inclusive: bool = True) -> None:
     if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {describe(x)}")
+        raise InputTypeError(f"{name} must be a number, got {describe(x)}")
     if not np.isfinite(x):
-        raise ValueError(f"{name} must be finite, got {x}")
+        raise NonFiniteError(f"{name} must be finite, got {x}")
     if minimum is not None and (x < minimum or (x == minimum and not min_inclusive)):
         op = ">=" if min_inclusive else ">"
-        raise ValueError(f"{name} must be {op} {minimum}, got {x}")
+        raise InputValueError(f"{name} must be {op} {minimum}, got {x}")
     if maximum is not None and (x > maximum or (x == maximum and not max_inclusive)):
         op = "<=" if max_inclusive else "<"
-        raise ValueError(f"{name} must be {op} {maximum}, got {x}")
+        raise InputValueError(f"{name} must be {op} {maximum}, got {x}")
 
 
 def check_choice(x: Any, name: str, choices: Iterable[Any]) -> None:
     choices = tuple(choices)
     if not isinstance(x, str) or x not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}; got {x!r}")
+        raise InputValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}; got {x!r}")
 
 
 def mismatch_detail(missing: Sequence[str], unexpected: Sequence[str], most: int = 8) -> str:
@@ -136,20 +142,20 @@ def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
     try:
         dt = np.dtype(dtype)
     except TypeError as e:
-        raise TypeError(f"{name} must be float32 or float64, got {dtype!r}") from e
+        raise InputTypeError(f"{name} must be float32 or float64, got {dtype!r}") from e
     if dt not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be float32 or float64, got {dt}")
+        raise InputTypeError(f"{name} must be float32 or float64, got {dt}")
     return dt
 
 
 def check_bool(x: Any, name: str) -> None:
     if not isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {describe(x)}")
+        raise InputTypeError(f"{name} must be a bool, got {describe(x)}")
 
 
 def check_rng(rng: Any, name: str = "rng") -> np.random.Generator:
     if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"{name} must be a numpy.random.Generator (e.g. np.random.default_rng(0)), "
+        raise InputTypeError(f"{name} must be a numpy.random.Generator (e.g. np.random.default_rng(0)), "
                         f"got {describe(rng)}")
     return rng
 
@@ -161,7 +167,7 @@ def check_cache(cache: Any, name: str, kind: str) -> dict:
             got = f"the cache of {cache['kind']}_forward"
         else:
             got = describe(cache)
-        raise TypeError(f"{name} must be the cache returned by {kind}_forward, got {got}")
+        raise InputTypeError(f"{name} must be the cache returned by {kind}_forward, got {got}")
     return cache
 
 
@@ -173,6 +179,6 @@ def check_dout(dout: Any, name: str, like: tuple[int, ...], finite: bool = False
     gradient, and an overflow there is reported once, by the stack, with its cause."""
     x = as_float_array(dout, name, finite=finite)
     if x.shape != tuple(like):
-        raise ValueError(f"{name} must have the shape of the forward output {tuple(like)}, "
+        raise InputValueError(f"{name} must have the shape of the forward output {tuple(like)}, "
                          f"got shape {x.shape}")
     return x

@@ -17,13 +17,28 @@ class                       builtin base          raised when
                                                   the limit allows (refused before allocating)
 ``FileFormatError``         ``ValueError``        a file (checkpoint, model folder, worksheet,
                                                   safetensors) is corrupt, foreign or inconsistent
+``CheckpointError``         ``ValueError``        a training checkpoint is corrupt, foreign, or
+                                                  does not match the run it should continue
+``ModelFolderError``        ``ValueError``        a model folder (config.json, tokenizer files,
+                                                  sentence-transformers files, weights) is invalid
+``WorksheetError``          ``ValueError``        a worksheet (TOML file or dict) has a syntax
+                                                  error, an unknown key, a wrong shape, an unknown
+                                                  token, a non-finite number or a size beyond hand
+                                                  calculation
+``ModelConfigError``        ``ValueError``        a model's ``config.json`` (or the dict read from
+                                                  it) has a missing, mistyped or out-of-range
+                                                  field, or describes an unsupported architecture
 ==========================  ====================  ==============================================
+
+``CheckpointError``, ``ModelFolderError``, ``WorksheetError`` and ``ModelConfigError`` are ``FileFormatError``
+subclasses.
 """
 
 from __future__ import annotations
 
 __all__ = ["TransformerNPError", "InputTypeError", "InputValueError", "NonFiniteError", "StaleCacheError",
-           "ResourceLimitError", "FileFormatError"]
+           "ResourceLimitError", "FileFormatError", "CheckpointError", "ModelFolderError", "WorksheetError",
+           "ModelConfigError"]
 
 
 class TransformerNPError(Exception):
@@ -52,3 +67,24 @@ class ResourceLimitError(InputValueError):
 
 class FileFormatError(InputValueError):
     """A file is corrupt, foreign, or inconsistent with what it must describe."""
+
+
+class CheckpointError(FileFormatError):
+    """A training checkpoint is corrupt, foreign, or inconsistent with its own config or with the run
+    it should continue (the message names the entry, what was expected and what was found)."""
+
+
+class ModelFolderError(FileFormatError):
+    """A model folder is invalid: a JSON file of the wrong shape or type, a path leaving the folder,
+    a tokenizer vocabulary that does not fit, non-finite weights (the message names the file and key)."""
+
+
+class WorksheetError(FileFormatError):
+    """A worksheet is malformed: TOML syntax (the line is named), an unknown key (the nearest valid one is
+    suggested), a wrong shape (key, expected and given shape), an unknown token, a non-finite number, or a
+    size beyond hand calculation."""
+
+
+class ModelConfigError(FileFormatError):
+    """A model configuration (``config.json`` or its dict) cannot describe a supported encoder: the message names
+    the field, what was expected and what was received (or lists the supported architectures)."""

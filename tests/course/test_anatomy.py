@@ -10,7 +10,6 @@ import pytest
 import transformer_np as tnp
 from transformer_np import EncoderConfig
 from transformer_np.course import anatomy
-from transformer_np.model.flops import layer_flops
 from transformer_np.model.params import init_params
 
 
@@ -251,25 +250,7 @@ def test_bert_totals():
     assert anatomy.parameter_budget(EncoderConfig.bert_large())["total"] == 334_092_288
 
 
-# ----------------------------------------------------------------------------- complexity
-def test_fit_recovers_a_known_cost_model():
-    cfgs = [(EncoderConfig(n_layers=1, d_model=d, n_heads=4, d_ff=4 * d), n)
-            for d, n in [(32, 16), (32, 64), (32, 256), (32, 1024), (64, 64), (128, 64), (256, 64)]]
-    a, b, c = 2e-10, 5e-11, 1e-4
-    times = []
-    for cfg, n in cfgs:
-        f = layer_flops(cfg, 1, n)
-        times.append(a * f["attention_scores"] + b * (f["projections"] + f["ffn"]) + c)
-    fit = anatomy.fit_complexity(cfgs, times)
-    assert fit["a"] == pytest.approx(a, rel=1e-6) and fit["b"] == pytest.approx(b, rel=1e-6)
-    assert fit["measured_crossover"] == pytest.approx(b / a * 6 * 32, rel=1e-6)
-
-
-def test_time_layer_runs():
-    t = anatomy.time_layer(EncoderConfig(n_layers=1, d_model=16, n_heads=2, d_ff=64), 1, 8, repeats=1)
-    assert 0.0 < t < 5.0
-
-
+# ----------------------------------------------------------------------------- memory
 def test_space_attention_maps_vs_ffn_activations():
     """Article: "Space is dominated by the attention score matrices, O(n²) per layer … plus O(nd)".
     Measured on a real BERT-base-width layer's cache: the maps are B·h·n² (h·n², not n²), the rest

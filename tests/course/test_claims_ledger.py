@@ -142,3 +142,68 @@ def test_summary_counts_match_the_rows(claim_rows):
     assert art == sum(r[0].startswith("A") for r in claim_rows) and les == sum(r[0].startswith("L") for r in claim_rows)
     assert (ok, wrong, qual) == (verdicts.count("holds"), verdicts.count("wrong"),
                                  verdicts.count("holds with a qualification"))
+
+
+# ----------------------------------------------------------------------------- one source of truth
+def test_the_page_is_rendered_from_the_data():
+    from transformer_np.course import ledger
+    assert LEDGER.read_text(encoding="utf-8") == ledger.render_markdown(), \
+        "docs/claims.md differs from transformer_np/data/claims.json: python -m transformer_np.course.ledger --write"
+
+
+def test_every_verdict_is_one_of_three():
+    from transformer_np.course import ledger
+    assert all(r["verdict"] in ledger.VERDICTS for r in ledger.rows())
+    with pytest.raises(ValueError, match="claim_id must be a row of the ledger"):
+        ledger.verdict("A999")
+
+
+def test_the_ledger_and_trace_agree_on_every_verdict():
+    """Every claim `trace` checks names a ledger row, prints the ledger's verdict, and its own computation
+    agrees with it (holds <-> 'holds' / 'holds with a qualification'; fails <-> 'wrong')."""
+    from transformer_np.course import ledger
+    from transformer_np.course.trace import format_trace, run_trace
+    t = run_trace()
+    assert len(t["claims"]) >= 5
+    text = format_trace(t)
+    for c in t["claims"]:
+        v = ledger.verdict(c["ledger"])
+        assert c["verdict"] == v
+        assert c["holds"] == (v != "wrong"), f"trace finds {c['claim']!r} {'holds' if c['holds'] else 'fails'}, " \
+                                             f"the ledger says {c['ledger']}: {v}"
+        assert f"{c['ledger']} [ledger: {v}]" in c["claim"] and c["claim"] in text
+
+
+def test_every_verdict_tag_in_the_docs_and_notebooks_is_the_ledgers():
+    """Prose outside the ledger quotes a verdict as [A11: holds with a qualification]; each must match."""
+    import json as _json
+
+    from transformer_np.course import ledger
+    texts = {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "docs").rglob("*.md") if p.name != "claims.md"}
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        cells = _json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        parts = ["".join(c["source"]) for c in cells]
+        parts += ["".join(o.get("text", "")) for c in cells for o in c.get("outputs", [])]
+        texts[nb.name] = "\n".join(parts)
+    seen = 0
+    for name, text in texts.items():
+        for cid, verdict in ledger.TAG.findall(text):
+            seen += 1
+            assert ledger.verdict(cid) == verdict, f"{name} says [{cid}: {verdict}], the ledger says {ledger.tag(cid)}"
+    assert seen >= 10, "the lessons and docs should quote the ledger's verdicts as tags"
+
+
+def test_training_numbers_in_A43_are_the_stored_experiments():
+    """A43/L21 quote the stored runs; every 'mean (min–max)' they give matches
+    notebooks/data/training_stability.json."""
+    import json as _json
+
+    from transformer_np.course import ledger, stability
+    table = stability.stability_table(_json.loads(stability.STABILITY_JSON.read_text())["runs"])
+    quoted = ledger.row("A43").get("data", [])
+    assert len(quoted) >= 8
+    for q in quoted:
+        r = stability.find_row(table, **q["condition"])
+        assert (r["loss_mean"], r["loss_min"], r["loss_max"], r["stalled"]) == \
+               (q["loss_mean"], q["loss_min"], q["loss_max"], q["stalled"]), q["condition"]
+        assert f"{q['loss_mean']:.2f}" in ledger.row("A43")["computed"]

@@ -9,11 +9,12 @@ import types
 
 import pytest
 
+pytestmark = pytest.mark.plot  # test lane (pyproject.toml markers)
+
 pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install matplotlib")
 
-from transformer_np.course import anatomy
-from transformer_np.course import figures  # noqa: E402
 from transformer_np.cli import main  # noqa: E402
+from transformer_np.course import figures  # noqa: E402
 
 ANATOMY_FIGURES = {"anatomy_wiring_post_vs_pre.png", "anatomy_post_vs_pre_norms.png",
                    "anatomy_layer_dataflow.png", "anatomy_dependency_maps.png", "anatomy_cls_summary.png",
@@ -28,7 +29,7 @@ def _digests(directory):
 def test_anatomy_figures_are_written_and_deterministic(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["figures", "--only", "anatomy", "--out", str(a)]) == 0
-    assert main(["figures", "--only", "transformer_np.course.anatomy", "--out", str(b)]) == 0
+    assert main(["figures", "--only", "transformer_np.course.plots.anatomy", "--out", str(b)]) == 0
     out = capsys.readouterr().out
     assert "8 figure(s) written to" in out
     da, db = _digests(a), _digests(b)
@@ -69,10 +70,10 @@ def test_a_failing_module_does_not_stop_the_others(tmp_path, monkeypatch, capsys
 
 
 def test_every_registered_module_is_called_in_order():
-    assert figures.FIGURE_MODULES == ("transformer_np.course.plots.trace", "transformer_np.course.gradflow",
-                                      "transformer_np.course.contextual", "transformer_np.course.stability",
-                                      "transformer_np.course.anatomy", "transformer_np.perf.bench",
-                                      "transformer_np.course.complexity")
+    assert figures.FIGURE_MODULES == ("transformer_np.course.plots.trace", "transformer_np.course.plots.gradflow",
+                                      "transformer_np.course.plots.contextual", "transformer_np.course.plots.stability",
+                                      "transformer_np.course.plots.anatomy", "transformer_np.perf.bench",
+                                      "transformer_np.course.plots.complexity")
 
 
 def test_bad_arguments(tmp_path, capsys):
@@ -92,13 +93,74 @@ def test_python_dash_m_help():
 
 
 def test_timings_figure_only_on_request(tmp_path, monkeypatch):
-    fake = {"n_values": [8, 16], "t_n": [1e-4, 2e-4], "d_values": [8, 16], "t_d": [1e-4, 3e-4],
-            "d_fixed": 8, "n_fixed": 8, "fit": {"a": 1e-9, "b": 1e-9, "c": 0.0, "model_crossover": 48.0,
-                                               "measured_crossover": 48.0}}
-    monkeypatch.setattr(anatomy, "measure_complexity", lambda: fake)
-    paths = anatomy.save_figures(str(tmp_path), timings=True)
-    assert str(tmp_path / "anatomy_complexity_measured.png") in paths
-    assert len(paths) == len(ANATOMY_FIGURES) + 1
+    """complexity.png comes from the stored timings unless --timings asks for a fresh measurement."""
+    from transformer_np.course import complexity
+    from transformer_np.course.plots import complexity as plot_complexity
+
+    stored = complexity.load_measurements()
+    calls = []
+    monkeypatch.setattr(plot_complexity, "measure", lambda: calls.append(1) or stored)
+    assert [p.split("/")[-1] for p in plot_complexity.save_figures(str(tmp_path))] == ["complexity.png"]
+    assert calls == []
+    plot_complexity.save_figures(str(tmp_path / "t"), timings=True)
+    assert calls == [1]
+    assert anatomy_has_no_timing_figure()
+
+
+def anatomy_has_no_timing_figure() -> bool:
+    import inspect
+
+    from transformer_np.course.plots import anatomy
+    return "timings" not in inspect.signature(anatomy.save_figures).parameters
+
+
+def test_every_study_draws_nothing_itself():
+    """The studies compute; their plots modules draw: no study module imports matplotlib or saves a PNG."""
+    import pathlib
+
+    course = pathlib.Path(figures.__file__).parent
+    for study in ("gradflow", "anatomy", "contextual", "stability", "complexity", "trace"):
+        text = (course / f"{study}.py").read_text(encoding="utf-8")
+        assert "matplotlib" not in text and "savefig" not in text, study
+
+
+def test_old_names_resolve_to_the_plots_modules():
+    from transformer_np.course import anatomy, complexity, contextual, gradflow, stability
+    from transformer_np.course.plots import anatomy as pa
+    from transformer_np.course.plots import complexity as pc
+    from transformer_np.course.plots import contextual as px
+    from transformer_np.course.plots import gradflow as pg
+    from transformer_np.course.plots import stability as ps
+    assert gradflow.save_figures is pg.save_figures and gradflow.plot_spectra is pg.plot_spectra
+    assert anatomy.draw_wiring is pa.draw_wiring and anatomy.save_figures is pa.save_figures
+    assert contextual.plot_heads is px.plot_heads and stability.plot_stability is ps.plot_stability
+    assert complexity.save_figures is pc.save_figures
+    from transformer_np.training.loop import plot_loss_curve
+    assert plot_loss_curve is ps.plot_loss_curve
+
+
+def _dpi(path) -> int:
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and b"Software" not in data and b"tIME" not in data, path
+    i = data.index(b"pHYs") + 4
+    return round(int.from_bytes(data[i:i + 4], "big") * 0.0254)     # pixels per metre -> dpi
+
+
+def test_the_style_writes_150_dpi_without_varying_metadata(tmp_path):
+    from transformer_np.course.plots import _style
+    from transformer_np.course.plots import trace as pt
+
+    assert _style.DPI >= 150
+    assert all(_dpi(p) >= 150 for p in pt.save_figures(str(tmp_path)))
+
+
+def test_every_committed_figure_is_at_least_150_dpi():
+    import pathlib
+
+    pngs = sorted((pathlib.Path(__file__).resolve().parents[2] / "figures").glob("*.png"))
+    assert len(pngs) >= 28
+    low = {p.name: _dpi(p) for p in pngs if _dpi(p) < 150}
+    assert not low, f"figures below 150 dpi (regenerate with python -m transformer_np figures): {low}"
 
 
 def test_missing_optional_package_is_a_skip_but_a_broken_import_is_a_failure(tmp_path, monkeypatch):

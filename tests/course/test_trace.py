@@ -18,8 +18,9 @@ import sys
 import numpy as np
 import pytest
 
-from transformer_np.course import trace as tr
 from transformer_np.cli import main
+from transformer_np.course import trace as tr
+from transformer_np.model.params import sub_params
 
 H0 = np.array([[1.0, 0.0, 1.0, 0.0],      # the   (the article's table)
                [0.0, 1.0, 0.0, 1.0],      # cat
@@ -291,8 +292,44 @@ def test_window_mask_and_walk_bad_input(trace):
     assert (m == 0).sum() == 10 and m[0, 2] < -1e300
     with pytest.raises(ValueError, match="width"):
         tr.window_mask(3, -1)
-    with pytest.raises(ValueError, match="norm_position"):
-        tr.walk_layer(H0[None], {}, trace["config"].replace(norm_position="pre"))
+    p = sub_params(trace["params"], "layers.0.")
+    with pytest.raises(ValueError, match=r"\(B, n, d_model\)"):
+        tr.walk_layer(H0, p, trace["config"])                       # (n, d): the batch axis is required
+    with pytest.raises(ValueError, match=r"\(B, n, d_model\)"):
+        tr.walk_layer(np.zeros((1, 3, 5)), p, trace["config"])
+    with pytest.raises(TypeError, match="config"):
+        tr.walk_layer(H0[None], p, {"n_heads": 1})
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("heads", [1, 2])
+def test_walk_layer_shows_every_head_and_batch_item(norm, heads):
+    """walk_layer on a batch of 2 with 2 heads, Post-LN and Pre-LN: every head's scores and weights, every
+    batch item, and the output equal to encoder_layer_forward's (the walk is the layer)."""
+    from transformer_np import encoder_layer_forward, init_params
+    cfg = tr.trace_config().replace(n_layers=1, n_heads=heads, norm_position=norm, final_layer_norm=False)
+    params = init_params(cfg, seed=3, init="xavier")
+    p = sub_params(params, "layers.0.")
+    x = np.random.default_rng(0).normal(size=(2, 3, 4))
+    w = tr.walk_layer(x, p, cfg)
+    out, cache = encoder_layer_forward(x, p, cfg)
+    np.testing.assert_array_equal(w["H"], out)
+    assert w["scores"].shape == w["attention_weights"].shape == (2, heads, 3, 3)
+    np.testing.assert_array_equal(w["attention_weights"], cache["attn"]["attn"]["weights"])
+    dk = 4 // heads
+    for b in range(2):
+        for i in range(heads):
+            cols = slice(i * dk, (i + 1) * dk)
+            a_in = x[b] if norm == "post" else w["layer_norm"][b]
+            Q = a_in @ p["attn.W_Q"][:, cols] + p["attn.b_Q"][cols]
+            K = a_in @ p["attn.W_K"][:, cols] + p["attn.b_K"][cols]
+            np.testing.assert_allclose(w["scores"][b, i], Q @ K.T / np.sqrt(dk), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(w["residual"], x + w["attention_output"], rtol=0, atol=0)
+    if norm == "pre":
+        assert "layer_norm2" in w
+        np.testing.assert_array_equal(w["ffn_residual"], w["H"])
+    else:
+        assert "layer_norm2" not in w
 
 
 # ----------------------------------------------------------------------------- figures

@@ -8,7 +8,7 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from transformer_np.io import pretrained as P  # noqa: E402
+from transformer_np.io import pretrained as P
 
 SENTENCES = ["a", "The quick brown fox jumps over the lazy dog near the river bank today.",
              "short one", "Attention is all you need, said the paper.", "x y z",

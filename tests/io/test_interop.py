@@ -7,18 +7,21 @@ returns them). The framework-facing parity tests are tests/test_parity_*.py.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
-from transformer_np import EncoderConfig
-from transformer_np import encoder_backward
-from transformer_np import encoder_forward
-from transformer_np import validate_params
+from transformer_np import EncoderConfig, encoder_backward, encoder_forward, validate_params
+from transformer_np.io.interop import (
+    config_from_hf_dict,
+    hf_dict_from_config,
+    hf_state_dict_from_params,
+    params_from_hf_state_dict,
+    params_from_torch_state_dict,
+    torch_state_dict_from_params,
+)
 from transformer_np.model.gradcheck import random_params
-from transformer_np.io.interop import (config_from_hf_dict, hf_dict_from_config, hf_state_dict_from_params,
-                                    params_from_hf_state_dict, params_from_torch_state_dict,
-                                    torch_state_dict_from_params)
 
 HF_DICT = {"model_type": "bert", "vocab_size": 23, "hidden_size": 8, "num_hidden_layers": 2,
            "num_attention_heads": 2, "intermediate_size": 12, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
@@ -61,7 +64,7 @@ def test_config_round_trip():
 @pytest.mark.parametrize("change, match", [
     ({"hidden_act": "silu"}, "hidden_act.*'silu'"),
     ({"position_embedding_type": "relative_key_query"}, "position_embedding_type.*relative_key_query"),
-    ({"model_type": "roberta"}, "model_type.*roberta"),
+    ({"model_type": "gpt2"}, "model_type.*gpt2.*supported.*roberta"),
     ({"is_decoder": True}, "is_decoder"),
     ({"add_cross_attention": True}, "add_cross_attention"),
 ])
@@ -217,3 +220,182 @@ def test_real_minilm_checkpoint_round_trips():
     back = hf_state_dict_from_params(params, cfg)
     assert set(back) == set(state) - {"embeddings.position_ids"}
     assert all(np.array_equal(back[k], state[k]) for k in back)
+
+
+# ----------------------------------------------------------------------------- the other families (NumPy only)
+from transformer_np.errors import InputTypeError, ModelConfigError  # noqa: E402
+from transformer_np.io.families import FAMILIES, HFEncoderConfig, hf_param_shapes  # noqa: E402
+from transformer_np.io.hf_model import hf_backward, hf_forward  # noqa: E402
+from transformer_np.io.interop import hf_module_names  # noqa: E402
+
+BERT_LIKE = dict(vocab_size=30, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=12,
+                 max_position_embeddings=16, type_vocab_size=2, hidden_act="gelu", layer_norm_eps=1e-12,
+                 hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, pad_token_id=1)
+FAMILY_DICTS = {
+    "bert": dict(BERT_LIKE, model_type="bert"),
+    "ernie": dict(BERT_LIKE, model_type="ernie", use_task_id=False),
+    "roberta": dict(BERT_LIKE, model_type="roberta", type_vocab_size=1),
+    "xlm-roberta": dict(BERT_LIKE, model_type="xlm-roberta", type_vocab_size=1),
+    "camembert": dict(BERT_LIKE, model_type="camembert", type_vocab_size=1),
+    "data2vec-text": dict(BERT_LIKE, model_type="data2vec-text", type_vocab_size=1),
+    "albert": dict(BERT_LIKE, model_type="albert", embedding_size=6, num_hidden_groups=1, inner_group_num=1),
+    "electra": dict(BERT_LIKE, model_type="electra", embedding_size=6),
+    "distilbert": dict(model_type="distilbert", vocab_size=30, dim=8, n_layers=2, n_heads=2, hidden_dim=12,
+                       max_position_embeddings=16, activation="gelu", dropout=0.1, attention_dropout=0.1,
+                       pad_token_id=0, sinusoidal_pos_embds=False),
+}
+INT_FIELDS = {"distilbert": ("dim", "n_layers", "n_heads", "hidden_dim", "vocab_size", "max_position_embeddings")}
+BAD_INTS = [(True, "the boolean true"), ("384", "the string '384'"), (384.9, "the number 384.9"),
+            (8.0, "the number 8.0"), (None, "null"), (float("inf"), "Infinity"), (float("nan"), "NaN"),
+            (0, "the integer 0"), (-3, "the integer -3"), ([8], "a list of 1 items"), (2**40, "the integer")]
+
+
+def test_every_supported_family_has_a_config_dict_here():
+    assert set(FAMILY_DICTS) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("family", list(FAMILY_DICTS))
+def test_family_configs_map_and_round_trip(family):
+    cfg = config_from_hf_dict(FAMILY_DICTS[family])
+    assert isinstance(cfg, EncoderConfig if family == "bert" else HFEncoderConfig)
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff, cfg.vocab_size) == (8, 2, 2, 12, 30)
+    assert config_from_hf_dict(hf_dict_from_config(cfg)) == cfg
+    if family in ("roberta", "xlm-roberta", "camembert", "data2vec-text"):
+        assert cfg.max_len == 16 - 2 and cfg.n_positions == 16          # positions start at pad + 1 = 2
+    if family == "albert":
+        assert cfg.share_layers and cfg.has_projection and cfg.E == 6 and cfg.activation == "gelu"
+    if family == "distilbert":
+        assert cfg.type_vocab_size == 0 and cfg.layer_norm_eps == 1e-12 and not cfg.family.pooler
+    import pickle
+
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+@pytest.mark.parametrize("family", list(FAMILY_DICTS))
+def test_family_state_dicts_round_trip_and_name_the_tensor(family):
+    cfg = config_from_hf_dict(FAMILY_DICTS[family])
+    rng = np.random.default_rng(0)
+    shapes = hf_param_shapes(cfg) if family != "bert" else None
+    params = random_params(cfg, seed=1) if family == "bert" else {k: rng.normal(size=s) for k, s in shapes.items()}
+    sd = hf_state_dict_from_params(params, cfg)
+    names = hf_module_names(cfg)
+    assert set(sd) == {names[k] for k in params}
+    back = params_from_hf_state_dict(sd, cfg)
+    assert list(back) == list(params) and all(np.array_equal(back[k], params[k]) for k in params)
+    victim = names["layers.1.ffn.W_2"] if family != "albert" else names["layers.0.ffn.W_2"]
+    with pytest.raises(ValueError, match=rf"missing \['{re.escape(victim)}'\]"):
+        params_from_hf_state_dict({k: v for k, v in sd.items() if k != victim}, cfg)
+    task = {FAMILIES[cfg.model_type if family != "bert" else "bert"].base_prefix + "." + k: v for k, v in sd.items()}
+    task["classifier.weight"] = np.zeros((2, 8))                   # a task head outside the prefix
+    back = params_from_hf_state_dict(task, cfg)
+    assert all(np.array_equal(back[k], params[k]) for k in params)
+
+
+@pytest.mark.parametrize("family", ["roberta", "albert", "electra", "distilbert"])
+def test_family_forward_backward_in_numpy(family):
+    """hf_forward / hf_backward run without torch: shapes, every gradient present, finite differences agree."""
+    cfg = config_from_hf_dict(dict(FAMILY_DICTS[family], **({"dropout": 0.0, "attention_dropout": 0.0}
+                                                           if family == "distilbert" else {})))
+    rng = np.random.default_rng(2)
+    params = {k: rng.normal(size=s) * (0.5 if len(s) == 2 else 0.3) for k, s in hf_param_shapes(cfg).items()}
+    ids = rng.integers(2, 30, size=(2, 5))
+    am = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    ids[am == 0] = cfg.pad_token_id if cfg.pad_token_id is not None else 0
+    R = rng.normal(size=(2, 5, 8)) * am[:, :, None]
+    H, cache = hf_forward(params, cfg, input_ids=ids, attention_mask=am)
+    grads = hf_backward(R, cache)
+    assert H.shape == (2, 5, 8) and set(grads) == set(params)
+    name = "embeddings.project.W" if cfg.has_projection else "embeddings.ln.gamma"
+    idx = (1, 2) if name.endswith("W") else (3,)
+    eps = 1e-6
+    plus, minus = dict(params), dict(params)
+    for p, s in ((plus, eps), (minus, -eps)):
+        p[name] = params[name].copy()
+        p[name][idx] += s
+    fd = (np.sum(hf_forward(plus, cfg, input_ids=ids, attention_mask=am)[0] * R)
+          - np.sum(hf_forward(minus, cfg, input_ids=ids, attention_mask=am)[0] * R)) / (2 * eps)
+    assert abs(fd - grads[name][idx]) <= 1e-7 * max(1.0, abs(fd))
+
+
+@pytest.mark.parametrize("family", list(FAMILY_DICTS))
+@pytest.mark.parametrize("bad, shown", BAD_INTS, ids=[repr(b) for b, _ in BAD_INTS])
+def test_integer_fields_are_integers_in_range(family, bad, shown):
+    for field in INT_FIELDS.get(family, ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                         "intermediate_size", "vocab_size", "max_position_embeddings")):
+        with pytest.raises(ModelConfigError) as info:
+            config_from_hf_dict(dict(FAMILY_DICTS[family], **{field: bad}), source="model/config.json")
+        msg = str(info.value)
+        assert msg.startswith(f"model/config.json field '{field}' must be an integer in [1, 2147483647]"), msg
+        assert shown in msg, msg
+
+
+@pytest.mark.parametrize("field, bad, expected", [
+    ("layer_norm_eps", "1e-12", "a finite number in (0, 1]"), ("layer_norm_eps", float("inf"), "Infinity"),
+    ("layer_norm_eps", 0, "(0, 1]"), ("layer_norm_eps", True, "the boolean true"),
+    ("hidden_dropout_prob", 1.0, "[0, 1)"), ("hidden_dropout_prob", -0.1, "[0, 1)"),
+    ("attention_probs_dropout_prob", None, "null"), ("hidden_act", 5, "one of 'gelu'"),
+    ("hidden_act", "silu", "the string 'silu'"), ("pad_token_id", 30, "pad_token_id' must be < vocab_size"),
+    ("pad_token_id", -1, "an integer in [0, 2147483647] or null"), ("type_vocab_size", 0, "the integer 0"),
+    ("is_decoder", "yes", "a boolean"), ("is_decoder", True, "encoder only"),
+    ("model_type", 7, "the integer 7"), ("architectures", "BertModel", "'architectures' must be a list"),
+    ("embedding_size", 6.0, "the number 6.0"),
+])
+def test_other_fields_are_checked_and_named(field, bad, expected):
+    family = "electra"
+    d = dict(FAMILY_DICTS[family], **{field: bad})
+    if field == "architectures":
+        del d["model_type"]
+    with pytest.raises(ModelConfigError, match=re.escape(expected)) as info:
+        config_from_hf_dict(d)
+    assert field in str(info.value)
+
+
+def test_family_from_architectures_and_errors():
+    d = dict(FAMILY_DICTS["roberta"])
+    del d["model_type"]
+    assert config_from_hf_dict(dict(d, architectures=["RobertaForMaskedLM"])).model_type == "roberta"
+    dd = {k: v for k, v in FAMILY_DICTS["distilbert"].items() if k != "model_type"}
+    assert config_from_hf_dict(dict(dd, architectures=["DistilBertForSequenceClassification"])).model_type == \
+        "distilbert"
+    with pytest.raises(ModelConfigError, match=r"architectures \['GPT2LMHeadModel'\].*supported: bert"):
+        config_from_hf_dict(dict(d, architectures=["GPT2LMHeadModel"]))
+    assert isinstance(config_from_hf_dict(d), EncoderConfig)      # neither: an old BERT config.json
+    with pytest.raises(InputTypeError, match="hf_config must be a dict"):
+        config_from_hf_dict("config.json")
+    with pytest.raises(ModelConfigError, match="use_task_id"):
+        config_from_hf_dict(dict(FAMILY_DICTS["ernie"], use_task_id=True))
+    with pytest.raises(ModelConfigError, match="inner_group_num' = 2"):
+        config_from_hf_dict(dict(FAMILY_DICTS["albert"], inner_group_num=2))
+    with pytest.raises(ModelConfigError, match="divisible"):
+        config_from_hf_dict(dict(FAMILY_DICTS["roberta"], num_attention_heads=3))
+    with pytest.raises(ModelConfigError, match="max_position_embeddings' must exceed pad_token_id"):
+        config_from_hf_dict(dict(FAMILY_DICTS["roberta"], max_position_embeddings=2))
+
+
+def test_a_huge_layer_count_is_refused_from_the_counts(monkeypatch):
+    """A config.json asking for 10^6 layers meets a small state dict: refused from the tensor counts, without
+    building a million-layer name table."""
+    import time
+
+    cfg = config_from_hf_dict(FAMILY_DICTS["roberta"])
+    rng = np.random.default_rng(0)
+    sd = hf_state_dict_from_params({k: rng.normal(size=s) for k, s in hf_param_shapes(cfg).items()}, cfg)
+    huge = config_from_hf_dict(dict(FAMILY_DICTS["roberta"], num_hidden_layers=10**6))
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"it has 37 tensors, the config needs 16000005"):
+        params_from_hf_state_dict(sd, huge)
+    assert time.perf_counter() - t0 < 1.0
+    huge_bert = bert_cfg(num_hidden_layers=10**6)
+    with pytest.raises(ValueError, match="the config needs"):
+        params_from_hf_state_dict(hf_state_dict_from_params(random_params(bert_cfg()), bert_cfg()), huge_bert)
+
+
+def test_hf_config_reads_the_stack_fields_and_rejects_a_bad_one():
+    cfg = config_from_hf_dict(FAMILY_DICTS["albert"])
+    assert cfg.norm_position == "post" and cfg.encoder.vocab_size == cfg.vocab_size == 30
+    with pytest.raises(AttributeError):
+        _ = cfg.no_such_field
+    with pytest.raises(ModelConfigError, match="model_type must be one of"):
+        HFEncoderConfig("gpt2", cfg.encoder)
+    with pytest.raises(ModelConfigError, match="share_layers must be True"):
+        HFEncoderConfig("albert", cfg.encoder.replace(share_layers=False))

@@ -114,3 +114,72 @@ def test_no_pickle_anywhere_in_the_package():
                 or "allow_pickle=True" in text or "torch.load(" in text:
             offenders.append(path.name)
     assert offenders == []
+
+
+# ----------------------------------------------------------------------------- checkpoints and strict JSON
+def _small_checkpoint() -> bytes:
+    import tempfile
+
+    from transformer_np.training.loop import RunConfig, train
+
+    with tempfile.TemporaryDirectory() as d:
+        train(RunConfig(task="sort", layers=1, d_model=8, heads=2, steps=2, eval_every=2, batch_size=2,
+                        eval_batches=1, grad_norm_steps=1), out=d)
+        return (pathlib.Path(d) / "checkpoint.npz").read_bytes()
+
+
+CKPT = _small_checkpoint()
+CKPT_FUZZ = settings(max_examples=300, deadline=None, derandomize=True,
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                            HealthCheck.function_scoped_fixture])
+
+
+def _check_checkpoint(data: bytes, tmp_path) -> None:
+    """Either a CheckpointError, or a state whose arrays are exactly the file's (a flip in zip
+    metadata the reader does not use, e.g. a timestamp, is harmless)."""
+    from transformer_np.errors import CheckpointError
+    from transformer_np.training.loop import load_checkpoint
+
+    p = tmp_path / "checkpoint.npz"
+    p.write_bytes(data)
+    try:
+        state = load_checkpoint(p)
+    except CheckpointError as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    with np.load(p, allow_pickle=False) as z:
+        for k, v in state.params.items():
+            np.testing.assert_array_equal(v, z["param/" + k])
+        assert state.step == int(z["step"])
+
+
+@CKPT_FUZZ
+@given(st.lists(st.tuples(st.integers(0, len(CKPT) - 1), st.integers(0, 255)), min_size=1, max_size=4))
+def test_checkpoint_byte_flips(tmp_path, flips):
+    data = bytearray(CKPT)
+    for pos, byte in flips:
+        data[pos] = byte
+    _check_checkpoint(bytes(data), tmp_path)
+
+
+@CKPT_FUZZ
+@given(st.integers(0, len(CKPT)), st.binary(max_size=16), st.integers(0, 64))
+def test_checkpoint_truncations_insertions_deletions(tmp_path, pos, insert, delete):
+    _check_checkpoint(CKPT[:pos] + insert + CKPT[pos + delete:], tmp_path)
+
+
+JSONISH = st.text(alphabet='{}[]",:0123456789.eE+-truefalsnNaIiy \\\n', max_size=80)
+
+
+@FUZZ
+@given(JSONISH)
+def test_strict_json_either_parses_or_raises_a_file_format_error(text):
+    from transformer_np.errors import FileFormatError
+    from transformer_np.io.jsonfile import loads_strict
+
+    try:
+        value = loads_strict(text, "x.json")
+    except FileFormatError as e:
+        assert str(e).startswith("x.json: ")
+        return
+    assert json.loads(text) == value

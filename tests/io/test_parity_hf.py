@@ -29,23 +29,35 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-from helpers import nrel  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
+
+from helpers import nrel
+
+pytestmark = [pytest.mark.torch, pytest.mark.hf]  # test lane (pyproject.toml markers)
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
                                             "(or pip install -e '.[test]')")
 transformers = pytest.importorskip("transformers", reason="HF parity tests need transformers: "
                                                           "pip install transformers (or pip install -e '.[test]')")
 
-from transformer_np import encoder_backward
-from transformer_np import encoder_forward
-from transformer_np import pooler_backward
-from transformer_np import pooler_forward  # noqa: E402
+from transformer_np import (  # noqa: E402
+    encoder_backward,
+    encoder_forward,
+    pooler_backward,
+    pooler_forward,
+)
+from transformer_np.io.interop import (  # noqa: E402
+    config_from_hf_dict,
+    from_hf_bert,
+    hf_dict_from_config,
+    hf_state_dict_from_params,
+    params_from_hf_state_dict,
+    to_hf_state_dict,
+)
 from transformer_np.model.gradcheck import random_params  # noqa: E402
-from transformer_np.io.interop import (config_from_hf_dict, from_hf_bert, hf_dict_from_config,  # noqa: E402
-                                    hf_state_dict_from_params, params_from_hf_state_dict, to_hf_state_dict)
 
+pytestmark = pytest.mark.hf
 TOL64, TOL32 = 1e-10, 1e-5
 VOCAB, PAD = 30, 0
 B, N_POS = 3, 7

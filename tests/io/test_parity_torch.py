@@ -19,19 +19,29 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from helpers import nrel
 import pytest
+
+from helpers import nrel
+
+pytestmark = pytest.mark.torch  # test lane (pyproject.toml markers)
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
                                             "(or pip install -e '.[test]')")
 
-from transformer_np import EncoderConfig
-from transformer_np import encoder_backward
-from transformer_np import encoder_forward  # noqa: E402
+from transformer_np import (  # noqa: E402
+    EncoderConfig,
+    encoder_backward,
+    encoder_forward,
+)
+from transformer_np.io.interop import (  # noqa: E402
+    from_torch,
+    params_from_torch_state_dict,
+    to_torch_state_dict,
+    torch_state_dict_from_params,
+)
 from transformer_np.model.gradcheck import random_params  # noqa: E402
-from transformer_np.io.interop import (from_torch, params_from_torch_state_dict, to_torch_state_dict,  # noqa: E402
-                                    torch_state_dict_from_params)
 
+pytestmark = pytest.mark.torch
 TOL64, TOL32 = 1e-10, 1e-5
 B, N_POS, D, N_HEADS, D_FF, EPS = 3, 5, 8, 2, 16, 1e-6
 
@@ -185,9 +195,32 @@ def test_single_encoder_layer():
     out_t, dx_t = run_torch(layer, x, am, True, R)
     assert nrel(H, out_t) <= TOL64
     assert nrel(grads["inputs_embeds"], dx_t) <= TOL64
-    mapped = to_torch_state_dict(grads, config, single_layer=True)
+    mapped = to_torch_state_dict(grads, config)            # a bare layer in, the bare layer's names out
+    assert set(mapped) == {name for name, _ in layer.named_parameters()}
     for name, p in layer.named_parameters():
         assert nrel(mapped[name].numpy(), p.grad) <= TOL64, name
+    explicit = to_torch_state_dict(grads, config, single_layer=True)   # the old spelling still works
+    assert all(torch.equal(explicit[k], mapped[k]) for k in mapped)
+
+
+def test_bare_layer_config_equals_the_plain_one_and_round_trips():
+    """from_torch(layer) gives a TorchLayerConfig: equal to the plain EncoderConfig, hashable the same, and
+    every export / import defaults to the layer's own names; single_layer=False still forces layers.0.*."""
+    layer = _layer(norm_first=True, dtype=torch.float64)
+    config, params = from_torch(layer)
+    plain = EncoderConfig(**config.to_dict())
+    assert config == plain and plain == config and hash(config) == hash(plain)
+    assert type(config).__name__ == "TorchLayerConfig" and type(plain) is EncoderConfig
+    sd = torch_state_dict_from_params(params, config)
+    assert set(sd) == set(layer.state_dict())
+    for name, t in layer.state_dict().items():
+        assert np.array_equal(sd[name], t.numpy()), name
+    again = params_from_torch_state_dict(layer.state_dict(), config)
+    assert all(np.array_equal(again[k], params[k]) for k in params)
+    assert set(to_torch_state_dict(params, config, single_layer=False)) == {"layers.0." + k for k in sd}
+    assert set(to_torch_state_dict(params, plain)) == {"layers.0." + k for k in sd}    # a plain config: the stack
+    two = config.replace(n_layers=2)                                                # no longer a single layer
+    assert set(torch_state_dict_from_params(random_params(two), two)) >= {"layers.1.linear1.weight"}
 
 
 def test_float32_outputs():

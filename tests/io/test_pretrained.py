@@ -14,9 +14,9 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from transformer_np.io import pretrained as P  # noqa: E402
-from transformer_np.cli import main as cli_main  # noqa: E402
-from transformer_np.io.safetensors import load_safetensors, save_safetensors  # noqa: E402
+from transformer_np.cli import main as cli_main
+from transformer_np.io import pretrained as P
+from transformer_np.io.safetensors import load_safetensors, save_safetensors
 
 LONG = ("The encoder stack turns a sequence of static token embeddings into contextual ones; "
         "each layer combines multi-head self-attention with a position-wise feed-forward network, "
@@ -263,7 +263,8 @@ def test_missing_unexpected_misshapen_tensors(tiny_folder, tmp_path):
     d = _broken_copy(tiny_folder, tmp_path / "a", lambda s: s.pop(name))
     with pytest.raises(ValueError, match=f"missing.*{name}"):
         P.load_pretrained(d)
-    d = _broken_copy(tiny_folder, tmp_path / "b", lambda s: s.update({"encoder.layer.9.extra": np.zeros(2, np.float32)}))
+    d = _broken_copy(tiny_folder, tmp_path / "b",
+                     lambda s: s.update({"encoder.layer.9.extra": np.zeros(2, np.float32)}))
     with pytest.raises(ValueError, match="unexpected.*encoder.layer.9.extra"):
         P.load_pretrained(d)
     d = _broken_copy(tiny_folder, tmp_path / "c", lambda s: s.update({name: np.zeros((16, 15), np.float32)}))
@@ -375,7 +376,8 @@ def test_bank_vectors_and_labels(model):
     V = P.word_vectors_by_layer(model, S, "bank")
     assert V.shape == (8, 2, 384)
     assert P.layer_labels(6) == ["E_tok", "H^(0)", "H^(1)", "H^(2)", "H^(3)", "H^(4)", "H^(5)", "H^(6)"]
-    np.testing.assert_array_equal(V[0, 0], model.params_as(np.float64)["embeddings.word"][model.tokenizer.vocab["bank"]])
+    bank = model.tokenizer.vocab["bank"]
+    np.testing.assert_array_equal(V[0, 0], model.params_as(np.float64)["embeddings.word"][bank])
     with pytest.raises(ValueError, match="not a token of the sentence"):
         P.word_vectors_by_layer(model, ["no such word here"], "bank")
     with pytest.raises(ValueError, match="not a single piece"):

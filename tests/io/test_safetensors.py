@@ -11,8 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transformer_np.io.safetensors import (MAX_HEADER_SIZE, dumps_safetensors, load_safetensors,
-                                           loads_safetensors, read_safetensors_header, save_safetensors)
+from transformer_np.io.safetensors import (
+    MAX_HEADER_SIZE,
+    dumps_safetensors,
+    load_safetensors,
+    loads_safetensors,
+    read_safetensors_header,
+    save_safetensors,
+)
 
 
 def _tensors():

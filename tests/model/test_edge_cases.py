@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import transformer_np as tnp
+from transformer_np.errors import NonFiniteError
 from transformer_np.model.gradcheck import random_params
 
 
@@ -43,14 +44,15 @@ def test_cross_entropy_all_ignored_is_zero_not_nan():
     assert np.all(tnp.cross_entropy_backward(1.0, c) == 0)
 
 
+@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_tiny_shapes(dtype, norm):
+def test_tiny_shapes(dtype, norm, fast):
     """n = 1, batch 1, d_k = 1 (d_model = n_heads), one layer."""
     cfg = tnp.EncoderConfig(n_layers=1, d_model=2, n_heads=2, d_ff=1, norm_position=norm, dropout=0.0)
     params = {k: v.astype(dtype) for k, v in random_params(cfg).items()}
     x = np.array([[[0.3, -1.2]]], dtype=dtype)
-    H, cache = tnp.encoder_forward(params, cfg, inputs_embeds=x)
+    H, cache = tnp.encoder_forward(params, cfg, inputs_embeds=x, fast=fast)
     assert H.shape == (1, 1, 2) and H.dtype == dtype
     grads = tnp.encoder_backward(np.ones_like(H), cache)
     assert _all_finite(H, *grads.values())
@@ -68,15 +70,16 @@ def test_sequence_at_exactly_max_len():
         tnp.encoder_forward(params, cfg, input_ids=np.zeros((1, 6), dtype=int))
 
 
+@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_fully_padded_rows_forward_and_backward(dtype, norm):
+def test_fully_padded_rows_forward_and_backward(dtype, norm, fast):
     cfg = tnp.EncoderConfig(n_layers=2, d_model=4, n_heads=2, d_ff=8, vocab_size=9, max_len=8,
                             dropout=0.0, norm_position=norm)
     params = tnp.init_params(cfg, seed=0, dtype=dtype)
     ids = np.array([[1, 2, 3, 4], [0, 0, 0, 0], [5, 0, 0, 0]])
     am = np.array([[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 0, 0]])
-    H, cache = tnp.encoder_forward(params, cfg, input_ids=ids, attention_mask=am)
+    H, cache = tnp.encoder_forward(params, cfg, input_ids=ids, attention_mask=am, fast=fast)
     grads = tnp.encoder_backward(np.ones_like(H), cache)
     assert _all_finite(H, *grads.values())
     pooled, c = tnp.mean_pool_forward(H, am)
@@ -87,12 +90,13 @@ def test_fully_padded_rows_forward_and_backward(dtype, norm):
 @pytest.mark.parametrize("dtype, scale", [(np.float64, 1e-30), (np.float64, 1e6), (np.float32, 1e-20),
                                           (np.float32, 1e4)])
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_huge_and_tiny_inputs_embeds(dtype, scale, norm):
+@pytest.mark.parametrize("fast", [True, False])
+def test_huge_and_tiny_inputs_embeds(dtype, scale, norm, fast):
     cfg = tnp.EncoderConfig(n_layers=2, d_model=8, n_heads=2, d_ff=16, norm_position=norm, dropout=0.0)
     params = tnp.init_params(cfg, seed=0, dtype=dtype)
     x = (scale * np.random.default_rng(0).standard_normal((2, 3, 8))).astype(dtype)
     with np.errstate(under="ignore"):                  # gradual underflow of tiny values is benign
-        H, cache = tnp.encoder_forward(params, cfg, inputs_embeds=x)
+        H, cache = tnp.encoder_forward(params, cfg, inputs_embeds=x, fast=fast)
         grads = tnp.encoder_backward(np.ones_like(H), cache)
     assert _all_finite(H, *grads.values())
     rms = np.sqrt(np.mean(H.astype(np.float64) ** 2))
@@ -121,26 +125,28 @@ def test_gelu_extreme_inputs():
         assert abs(a[0]) < 1e-300 or a[0] == 0
 
 
+@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_overflow_is_a_clear_error_not_a_silent_nan(norm):
+def test_overflow_is_a_clear_error_not_a_silent_nan(norm, fast):
     """float32 cannot hold the squares of 1e30: the forward says so, naming the layer."""
     cfg = tnp.EncoderConfig(n_layers=2, d_model=8, n_heads=2, d_ff=16, norm_position=norm, dropout=0.0)
     params = tnp.init_params(cfg, seed=0, dtype=np.float32, std=1.0)
     x = (1e30 * np.random.default_rng(0).standard_normal((1, 3, 8))).astype(np.float32)
     # post-LN overflows in the attention scores of layer 1 (the stack names the layer); pre-LN in the
     # variance of its first LayerNorm (which would otherwise return y = β: finite and wrong)
-    with pytest.raises(ValueError, match=r"overflowed float32 in layer \d.*not finite|variance of x is not finite"):
-        tnp.encoder_forward(params, cfg, inputs_embeds=x)
+    with pytest.raises(NonFiniteError, match=r"overflowed float32 in layer \d.*not finite|variance of x is not finite"):
+        tnp.encoder_forward(params, cfg, inputs_embeds=x, fast=fast)
     # the same input in float64 is fine
     H, _ = tnp.encoder_forward({k: v.astype(np.float64) for k, v in params.items()}, cfg,
                                inputs_embeds=x.astype(np.float64))
     assert np.all(np.isfinite(H))
 
 
-def test_backward_overflow_is_a_clear_error():
+@pytest.mark.parametrize("fast", [True, False])
+def test_backward_overflow_is_a_clear_error(fast):
     cfg = tnp.EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
     params = tnp.init_params(cfg, seed=0, dtype=np.float32, std=1.0)
     x = np.random.default_rng(0).standard_normal((1, 3, 8)).astype(np.float32)
-    H, cache = tnp.encoder_forward(params, cfg, inputs_embeds=x)
-    with pytest.raises(ValueError, match="backward pass overflowed float32.*not finite"):
+    H, cache = tnp.encoder_forward(params, cfg, inputs_embeds=x, fast=fast)
+    with pytest.raises(NonFiniteError, match="backward pass overflowed float32.*not finite"):
         tnp.encoder_backward(np.full(H.shape, 3e38, dtype=np.float32), cache)

@@ -3,7 +3,8 @@
 Each property is one the seeds state or one a correct implementation must have:
 permutation equivariance without positions, softmax rows summing to 1 and ignoring a
 constant shift, LayerNorm's output moments, padding invariance for any amount of right
-padding, gradients of every op at random shapes, float32 ≈ float64, determinism.
+padding, gradients of every op and of the stack (both paths) at random shapes,
+float32 ≈ float64, determinism.
 Example counts are bounded so the file runs in well under a minute.
 """
 
@@ -92,9 +93,10 @@ def test_padding_invariance_any_amount(s, n_pad):
     assert np.max(np.abs(Hp[:, : s["n"]] - H)) < 1e-10
 
 
-@settings(max_examples=15, deadline=None, derandomize=True)
-@given(model_shapes())
-def test_gradcheck_stack_at_random_shapes(s):
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(model_shapes(), st.booleans())
+def test_gradcheck_stack_at_random_shapes(s, fast):
+    """The stack's gradients by finite differences, on the fast path and on the plain one."""
     if s["act"] == "relu":
         s = {**s, "act": "gelu"}  # ReLU's kink can fall inside the stencil at random inputs
     cfg = _cfg(s)
@@ -106,7 +108,7 @@ def test_gradcheck_stack_at_random_shapes(s):
 
     def run(a):
         p = {k: v for k, v in a.items() if k != "inputs_embeds"}
-        return tnp.encoder_forward(p, cfg, inputs_embeds=a["inputs_embeds"], attention_mask=am)
+        return tnp.encoder_forward(p, cfg, inputs_embeds=a["inputs_embeds"], attention_mask=am, fast=fast)
 
     r = gc.check_op("stack", run, lambda R, c: tnp.encoder_backward(R, c), arrays, seed=s["seed"], max_coords=4)
     assert r.max_rel_error < 1e-7, r.per_tensor

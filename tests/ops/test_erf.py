@@ -1,16 +1,16 @@
 """The float32 coefficient set of :func:`transformer_np.ops.erf.erf` (see erf.py's module doc):
 accuracy against math.erf on a dense grid, specials, and the coefficients recomputed."""
 
+import importlib
 import math
 
 import numpy as np
 import pytest
 from numpy.polynomial import chebyshev, polynomial
 
-import importlib
-
-erf_module = importlib.import_module("transformer_np.ops.erf")   # the module (the package re-exports the function as .erf)
 from transformer_np.ops.erf import erf
+
+erf_module = importlib.import_module("transformer_np.ops.erf")   # the module (transformer_np.erf is the function)
 
 ULP1 = 2.0 ** -23   # spacing of float32 just above 1: the "ulp" unit of the relative bound
 

@@ -151,6 +151,22 @@ def test_fully_padded_row_gives_no_nan():
     assert all(np.all(np.isfinite(g)) for g in grads)
 
 
+def test_attention_cache_documents_every_step():
+    """The plain op's cache holds S = QKᵀ/√d_k + M ("scores"), A = softmax(S) ("weights"), A after
+    dropout ("A_drop") and Q, K, V: what a hand calculation checks, step by step."""
+    rng = np.random.default_rng(0)
+    Q, K, V = (rng.standard_normal((2, 3, 4, 5)) for _ in range(3))
+    m = tnp.padding_mask(np.array([[1, 1, 1, 0], [1, 1, 1, 1]]))
+    O, c = tnp.attention_forward(Q, K, V, m)
+    S = np.einsum("bhik,bhjk->bhij", Q, K) / math.sqrt(5) + m
+    np.testing.assert_allclose(c["scores"], S, rtol=1e-14)
+    E = np.exp(S - S.max(-1, keepdims=True))
+    np.testing.assert_allclose(c["weights"], E / E.sum(-1, keepdims=True), rtol=1e-14)
+    assert c["A_drop"] is c["weights"]                       # eval: no dropout
+    np.testing.assert_allclose(O, c["weights"] @ V, rtol=1e-14)
+    assert c["Q"] is Q and c["K"] is K and c["V"] is V
+
+
 def test_masked_keys_get_exactly_zero_weight():
     rng = np.random.default_rng(0)
     Q = rng.standard_normal((2, 1, 4, 3))

@@ -9,16 +9,29 @@ and every gradient); ≤ 1e-5 for float32 outputs.
 from __future__ import annotations
 
 import numpy as np
-from helpers import nrel
 import pytest
+
+from helpers import nrel
+
+pytestmark = pytest.mark.torch  # test lane (pyproject.toml markers)
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0 "
                                             "(or pip install -e '.[test]')")
 F = torch.nn.functional
 
-from transformer_np import (activation_backward, activation_forward, layernorm_backward,  # noqa: E402
-                            layernorm_forward, linear_backward, linear_forward, mha_backward, mha_forward,
-                            padding_mask, softmax_backward, softmax_forward)
+from transformer_np import (  # noqa: E402
+    activation_backward,
+    activation_forward,
+    layernorm_backward,
+    layernorm_forward,
+    linear_backward,
+    linear_forward,
+    mha_backward,
+    mha_forward,
+    padding_mask,
+    softmax_backward,
+    softmax_forward,
+)
 
 TOL = {np.float64: 1e-10, np.float32: 1e-5}
 TORCH_DTYPE = {np.float64: torch.float64, np.float32: torch.float32}
@@ -26,7 +39,7 @@ TORCH_DTYPE = {np.float64: torch.float64, np.float32: torch.float32}
 
 
 
-def leaf(a: np.ndarray) -> "torch.Tensor":
+def leaf(a: np.ndarray) -> torch.Tensor:
     return torch.tensor(a, requires_grad=True)
 
 

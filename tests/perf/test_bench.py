@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from transformer_np.perf import bench
-from transformer_np.ops.attention import attention_forward, mha_forward
+from transformer_np.ops.fast import attention_forward, mha_forward   # the fast path's cache economy
 from transformer_np.model.config import EncoderConfig
 from transformer_np.model.encoder import encoder_forward, encoder_layer_forward
 from transformer_np.model.flops import layer_flops

@@ -7,9 +7,19 @@ import math
 import numpy as np
 import pytest
 
-from transformer_np.training.optim import (SGD, AdamW, InverseSqrtSchedule, WarmupCosineSchedule, WarmupLinearSchedule,
-                                  clip_grad_norm, global_grad_norm, make_schedule, noam_schedule)
+from transformer_np.training.optim import (
+    SGD,
+    AdamW,
+    InverseSqrtSchedule,
+    WarmupCosineSchedule,
+    WarmupLinearSchedule,
+    clip_grad_norm,
+    global_grad_norm,
+    make_schedule,
+    noam_schedule,
+)
 
+pytestmark = pytest.mark.torch  # test lane (pyproject.toml markers)
 torch = pytest.importorskip("torch", reason="the reference tests need torch (pip install torch==2.13.0)")
 
 SHAPES = {"layers.0.attn.W_Q": (4, 4), "layers.0.attn.b_Q": (4,), "embeddings.word": (7, 4)}

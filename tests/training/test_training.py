@@ -10,10 +10,22 @@ import pytest
 
 from transformer_np.cli import main as cli_main
 from transformer_np.model.gradcheck import rel_error
-from transformer_np.training.optim import AdamW
-from transformer_np.training.tasks import (CLS, IGNORE, MASK, N_SPECIAL, TASKS, get_task, init_model, is_balanced,
-                                  mlm_corrupt, model_backward, model_forward, task_config)
 from transformer_np.training.loop import RunConfig, build, load_checkpoint, save_checkpoint, train, train_step
+from transformer_np.training.optim import AdamW
+from transformer_np.training.tasks import (
+    CLS,
+    IGNORE,
+    MASK,
+    N_SPECIAL,
+    TASKS,
+    get_task,
+    init_model,
+    is_balanced,
+    mlm_corrupt,
+    model_backward,
+    model_forward,
+    task_config,
+)
 
 
 # ----------------------------------------------------------------------------- data
@@ -100,7 +112,7 @@ def test_mlm_corrupt_rejects_bad_input():
 # ----------------------------------------------------------------------------- heads glue: gradients
 @pytest.mark.parametrize("name,norm", [("sort", "post"), ("cls", "pre"), ("tag", "post"), ("mlm", "pre")])
 def test_model_gradients_match_finite_differences(name, norm):
-    task = get_task(name, seq_len=7 if name != "cls" else 7)
+    task = get_task(name, seq_len=7)
     cfg = task_config(task, n_layers=2, d_model=8, n_heads=2, norm=norm)
     params = init_model(task, cfg, seed=3, dtype=np.float64, std=0.3)   # large std: non-trivial gradients
     batch = task.make_batch(np.random.default_rng(6), 3)

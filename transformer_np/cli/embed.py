@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+
 import numpy as np
+
 from ..io.pretrained import MODEL_NAME, cosine_similarity_matrix, load_pretrained
 
 

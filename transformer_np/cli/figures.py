@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+
 from ..course import figures
 
 # --only names of 0.1, whose figures moved with their study code

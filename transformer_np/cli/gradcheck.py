@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from ..model.gradcheck import TOLERANCE, _H, run_all
+
+from ..model.gradcheck import _H, TOLERANCE, run_all
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -24,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-coords must be >= 1, got {args.max_coords}")
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    if not (math.isfinite(args.tol) and args.tol >= 0):
+        raise ValueError(f"--tol must be a finite number >= 0 (a bound on the relative error), got {args.tol}")
     results = run_all(seed=args.seed, max_coords=args.max_coords)
     worst = max(r.max_rel_error for r in results)
     if args.json:

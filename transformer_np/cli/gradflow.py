@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from ..course.gradflow import DEFAULT_DIMS, INITS, LOSS, VARIANTS, measure
+
+from ..course.gradflow import DEFAULT_DIMS, INITS, LOSS, VARIANTS, measure, measure_estimate
+from ..model.budget import check_memory
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -42,6 +44,9 @@ def _fmt(x) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _check_cli(args)
+    check_memory(measure_estimate(args.depth, args.d_model, args.heads, args.d_ff, args.n, args.batch),
+                 f"gradflow --depth {args.depth} --d-model {args.d_model} --d-ff {args.d_ff} --n {args.n} "
+                 f"--batch {args.batch}")
     r = measure(args.variant, args.depth, args.init, args.seed, args.probe_layer, d_model=args.d_model,
                 n_heads=args.heads, d_ff=args.d_ff, n=args.n, batch=args.batch)
     if args.json:

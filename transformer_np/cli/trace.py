@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+
 from ..course.trace import LN_EPS, SEED, format_trace, run_trace, trace_to_json
 
 

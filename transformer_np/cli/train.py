@@ -3,69 +3,102 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
-from ..course.stability import plot_loss_curve
+
+from ..course.plots.stability import plot_loss_curve
+from ..training.checkpoint import read_checkpoint_config
 from ..training.loop import CHECKPOINT, CURVE_JSON, CURVE_PNG, SCHEDULES, RunConfig, train
 from ..training.tasks import TASKS
 
 
 # ----------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # Run settings default to None ("not given"): a new run fills them from RunConfig's defaults, a
+    # resumed run from its checkpoint — so `--resume --steps 400` needs no other flag, and a flag
+    # that contradicts the checkpoint (e.g. another --layers) is an error instead of being ignored.
     d = RunConfig()
-    parser.add_argument("--task", choices=TASKS, default=d.task,
+    parser.add_argument("--task", choices=TASKS, default=None,
                         help="sort: sort the tokens; cls: balanced brackets? ([CLS] head); tag: count each token "
-                             "(1/2/≥3); mlm: masked LM on the shipped character corpus (default %(default)s)")
-    parser.add_argument("--layers", type=int, default=d.layers, help="N, encoder layers (default %(default)s)")
-    parser.add_argument("--d-model", type=int, default=d.d_model, help="d_model (default %(default)s)")
-    parser.add_argument("--heads", type=int, default=d.heads, help="h, attention heads (default %(default)s)")
-    parser.add_argument("--norm", choices=("pre", "post"), default=d.norm,
-                        help="LayerNorm placement (default %(default)s)")
-    parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate of AdamW (default %(default)s)")
-    parser.add_argument("--warmup", type=int, default=d.warmup,
-                        help="linear warm-up steps, 0 = none (default %(default)s)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default=d.schedule,
+                             f"(1/2/≥3); mlm: masked LM on the shipped character corpus (default {d.task})")
+    parser.add_argument("--layers", type=int, default=None, help=f"N, encoder layers (default {d.layers})")
+    parser.add_argument("--d-model", type=int, default=None, help=f"d_model (default {d.d_model})")
+    parser.add_argument("--heads", type=int, default=None, help=f"h, attention heads (default {d.heads})")
+    parser.add_argument("--norm", choices=("pre", "post"), default=None,
+                        help=f"LayerNorm placement (default {d.norm})")
+    parser.add_argument("--init", choices=("bert", "xavier"), default=None,
+                        help=f"encoder weight init: bert = N(0, 0.02²), xavier = Glorot-uniform (default {d.init})")
+    parser.add_argument("--betas", type=float, nargs=2, metavar=("B1", "B2"), default=None,
+                        help=f"AdamW's (β₁, β₂) (default {' '.join(str(b) for b in d.betas)})")
+    parser.add_argument("--adam-eps", dest="eps", type=float, default=None, help=f"AdamW's ε (default {d.eps:g})")
+    parser.add_argument("--lr", type=float, default=None, help=f"peak learning rate of AdamW (default {d.lr})")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help=f"linear warm-up steps, 0 = none (default {d.warmup})")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=None,
                         help="after warm-up: keep lr, or decay it linearly / by a cosine to 0 at --steps "
-                             "(default %(default)s)")
-    parser.add_argument("--steps", type=int, default=d.steps,
-                        help="total optimisation steps (with --resume: the new total) (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed,
-                        help="seeds init, data and dropout: same seed => bit-identical run (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per step (default %(default)s)")
-    parser.add_argument("--eval-every", type=int, default=d.eval_every,
-                        help="evaluate and checkpoint every this many steps (default %(default)s)")
-    parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
-                        help="AdamW's decoupled weight decay; 0 = Adam (default %(default)s)")
-    parser.add_argument("--clip", type=float, default=d.clip,
-                        help="clip the global gradient norm to this, 0 = off (default %(default)s)")
-    parser.add_argument("--dropout", type=float, default=d.dropout, help="dropout probability (default %(default)s)")
+                             f"(default {d.schedule})")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"total optimisation steps (with --resume: the new total) (default {d.steps})")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"seeds init, data and dropout: same seed => bit-identical run (default {d.seed})")
+    parser.add_argument("--batch-size", type=int, default=None, help=f"sequences per step (default {d.batch_size})")
+    parser.add_argument("--eval-every", type=int, default=None,
+                        help=f"evaluate and checkpoint every this many steps (default {d.eval_every})")
+    parser.add_argument("--weight-decay", type=float, default=None,
+                        help=f"AdamW's decoupled weight decay; 0 = Adam (default {d.weight_decay})")
+    parser.add_argument("--clip", type=float, default=None,
+                        help=f"clip the global gradient norm to this, 0 = off (default {d.clip})")
+    parser.add_argument("--dropout", type=float, default=None, help=f"dropout probability (default {d.dropout})")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length incl. [CLS] (default: per task)")
-    parser.add_argument("--dtype", choices=("float32", "float64"), default=d.dtype, help="(default %(default)s)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default=None, help=f"(default {d.dtype})")
     parser.add_argument("--out", default="runs/train", help="output directory (default %(default)s)")
     parser.add_argument("--resume", action="store_true",
-                        help="continue the run saved in --out (its settings are used; --steps is the new total)")
+                        help="continue the run saved in --out from its last complete checkpoint (its settings are "
+                             "used; --steps is the new total; other settings must match the checkpoint's)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _given(args: argparse.Namespace) -> dict:
+    """The RunConfig fields set on the command line (flags left at None were not given)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+             if getattr(args, f.name, None) is not None}
+    if "betas" in given:
+        given["betas"] = tuple(given["betas"])
+    return given
+
+
 def run(args: argparse.Namespace) -> int:
-    cfg = RunConfig(task=args.task, layers=args.layers, d_model=args.d_model, heads=args.heads, norm=args.norm,
-                    lr=args.lr, warmup=args.warmup, steps=args.steps, seed=args.seed, batch_size=args.batch_size,
-                    eval_every=args.eval_every, schedule=args.schedule, weight_decay=args.weight_decay,
-                    clip=args.clip, dropout=args.dropout, seq_len=args.seq_len, dtype=args.dtype)
+    given = _given(args)
     out = Path(args.out)
-    if args.resume and not (out / CHECKPOINT).is_file():
-        raise ValueError(f"--resume: no checkpoint at {out / CHECKPOINT}")
+    if args.resume:
+        if not (out / CHECKPOINT).is_file():
+            raise ValueError(f"--resume: no checkpoint at {out / CHECKPOINT}")
+        cfg = dataclasses.replace(read_checkpoint_config(out / CHECKPOINT), **given)
+    else:
+        cfg = RunConfig(**given)
     t0 = time.perf_counter()
     state = train(cfg, out=out, resume=args.resume, progress=not args.quiet)
+    seconds = time.perf_counter() - t0
     h = state.history
     c = state.cfg
-    title = f"{c.task}, {c.layers}-layer {c.norm.capitalize()}-LN, d={c.d_model}, lr {c.lr:g}, warm-up {c.warmup}"
+    title = (f"{c.task}, {c.layers}-layer {c.norm.capitalize()}-LN, {c.init} init, d={c.d_model}, lr {c.lr:g}, "
+             f"warm-up {c.warmup}")
     png = plot_loss_curve(h, out / CURVE_PNG, title)
-    msg = (f"{c.task}: {state.step} steps in {time.perf_counter() - t0:.1f}s; final train loss {h['loss'][-1]:.4f}")
+    ran = state.step - state.start_step
+    if state.start_step:
+        msg = f"{c.task}: resumed at step {state.start_step}, ran {ran} steps to step {state.step} in {seconds:.1f}s"
+        if ran == 0 and h["diverged_at"] is None:
+            msg += f" (the checkpoint is already at --steps {c.steps}; pass a larger --steps to continue)"
+    else:
+        msg = f"{c.task}: {ran} steps in {seconds:.1f}s"
+    if h["loss"]:
+        msg += f"; final train loss {h['loss'][-1]:.4f}"
     if h["eval"]["step"]:
         msg += f", eval loss {h['eval']['loss'][-1]:.4f}, eval accuracy {h['eval']['accuracy'][-1]:.3f}"
     if h["diverged_at"] is not None:
         msg += f"; DIVERGED at step {h['diverged_at']}"
     print(msg)
-    print(f"wrote {out / CHECKPOINT}, {out / CURVE_JSON}" + (f", {png}" if png else ""))
+    wrote = ([out / CHECKPOINT] if ran else []) + [out / CURVE_JSON] + ([png] if png else [])
+    print("wrote " + ", ".join(str(w) for w in wrote))
     return 0

@@ -1,4 +1,5 @@
-r"""The anatomy of the encoder, computed: what notebook 05 shows and what ``figures`` draws.
+r"""The anatomy of the encoder, computed: the numbers of notebooks 05a/05b (drawn by
+:mod:`transformer_np.course.plots.anatomy`).
 
 Every number comes from the library's own ops (no re-implementation of a sublayer here):
 
@@ -16,40 +17,39 @@ Every number comes from the library's own ops (no re-implementation of a sublaye
   :func:`pitfall_dropout_at_eval`.
 * :func:`parameter_budget` — per-layer parameters (4d² + 4d attention, 2·d·d_ff + d_ff + d FFN,
   4d LayerNorm) against the seeds' 12d².
-* :func:`time_layer`, :func:`fit_complexity` — measured layer time against the O(n²d + nd²)
-  model of :mod:`transformer_np.model.flops`.
+* :func:`layer_activation_floats` — what one layer's cache keeps for the backward (with the one cache
+  walker, :func:`transformer_np.perf.memory.cache_arrays`).
 
-:func:`save_figures` draws all of it (matplotlib, Agg backend, fixed seeds and sizes).
+The measured cost (time against the O(n²d + nd²) model) is the one complexity study,
+:mod:`transformer_np.course.complexity`; the names ``time_layer``, ``fit_complexity``,
+``measure_complexity`` that lived here until 0.2 resolve to it.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import time
 
 import numpy as np
 
-from ..ops.attention import attention_forward, mha_forward
+from .._compat import forward_moved as _forward_moved
+from .._validate import check_int, describe
 from ..model.config import EncoderConfig, count_parameters
 from ..model.encoder import encoder_backward, encoder_forward, encoder_layer_forward
-from ..ops.feedforward import ffn_forward
-from ..model.flops import crossover_n, layer_flops
 from ..model.heads import cls_classifier_backward, cls_classifier_forward
+from ..model.params import init_params, layer_prefix, param_shapes, sub_params
+from ..ops.attention import attention_forward, mha_forward
+from ..ops.embeddings import sinusoidal_positional_encoding
+from ..ops.feedforward import ffn_forward
 from ..ops.layernorm import layernorm_forward
 from ..ops.masks import causal_mask, mask_value
-from ..model.params import init_params, layer_prefix, param_shapes, sub_params
 from ..ops.residual import residual_forward
-from ..ops.embeddings import sinusoidal_positional_encoding
-from .._validate import check_int, describe
+from ..perf.memory import cache_arrays, is_param_ref, owner
 
 __all__ = ["worked_example_layer1", "compare_norm_positions", "layer_shapes", "band_mask", "dependency_maps",
            "reach", "cls_attention", "cls_gradient_map", "pitfall_causal_mask", "pitfall_no_positional",
            "pitfall_pe_every_layer", "pitfall_residual_width", "pitfall_no_layernorm", "pitfall_dropout_at_eval",
-           "parameter_budget", "layer_activation_floats", "time_layer", "fit_complexity", "measure_complexity", "residual_only_forward",
-           "save_figures", "demo_config", "demo_params", "figure2_maps", "draw_wiring", "draw_norm_comparison",
-           "draw_layer_dataflow", "draw_dependency_maps", "draw_cls", "draw_no_layernorm", "draw_param_budget",
-           "draw_complexity_model", "draw_complexity_measured"]
+           "parameter_budget", "layer_activation_floats", "residual_only_forward", "demo_config", "demo_params",
+           "figure2_maps"]
 
 # The article's H^(0) for "the", "cat", "sat".
 CAT_SAT_TOKENS = ("the", "cat", "sat")
@@ -410,39 +410,7 @@ def parameter_budget(config: EncoderConfig) -> dict:
     return out
 
 
-# ----------------------------------------------------------------------------- complexity
-def time_layer(config: EncoderConfig, batch: int, n: int, repeats: int = 3, seed: int = 0) -> float:
-    """Best-of-``repeats`` wall time (s) of one encoder-layer forward in float32 (not deterministic)."""
-    _check_config(config)
-    cfg = config.replace(n_layers=1, vocab_size=None, type_vocab_size=0, dropout=0.0, max_len=max(n, 1))
-    p = sub_params(init_params(cfg, seed=seed, dtype=np.float32), "layers.0.")
-    x = np.random.default_rng(seed).normal(size=(batch, n, cfg.d_model)).astype(np.float32)
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        encoder_layer_forward(x, p, cfg)
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def _arrays(tree):
-    if isinstance(tree, np.ndarray):
-        yield tree
-    elif isinstance(tree, dict):
-        for k, v in tree.items():
-            if k != "W":                    # linear caches keep their weight (MHA: the fused [W_Q|W_K|W_V])
-                yield from _arrays(v)
-    elif isinstance(tree, (list, tuple)):
-        for v in tree:
-            yield from _arrays(v)
-
-
-def _owner(a: np.ndarray) -> np.ndarray:
-    while isinstance(a.base, np.ndarray):                            # views share their base's memory
-        a = a.base
-    return a
-
-
+# ----------------------------------------------------------------------------- memory
 def layer_activation_floats(config: EncoderConfig, batch: int, n: int) -> dict:
     r"""Floats one layer's forward cache keeps for the backward (parameters — including the fused
     [W_Q|W_K|W_V] copy — excluded, shared memory counted once), split into the n × n attention maps
@@ -459,10 +427,12 @@ def layer_activation_floats(config: EncoderConfig, batch: int, n: int) -> dict:
          for k, s in param_shapes(cfg).items() if k.startswith("layers.0.")}
     x = np.zeros((batch, n, cfg.d_model), dtype=np.float32)
     _, cache = encoder_layer_forward(x, p, cfg)
-    params = {id(_owner(a)) for a in p.values()}
+    params = {id(owner(a)) for a in p.values()}
     seen, out = set(), {"attention_maps": 0, "other": 0}
-    for a in _arrays(cache):
-        o = _owner(a)
+    for path, a in cache_arrays(cache):
+        if is_param_ref(path):             # W, γ: parameters (the fused [W_Q|W_K|W_V] copy included)
+            continue
+        o = owner(a)
         if id(o) in seen or id(o) in params or o is x:
             continue
         seen.add(id(o))
@@ -472,306 +442,14 @@ def layer_activation_floats(config: EncoderConfig, batch: int, n: int) -> dict:
     return out
 
 
-def fit_complexity(configs_n: list[tuple[EncoderConfig, int]], times: list[float]) -> dict:
-    r"""Least-squares fit t ≈ a·F_attn + b·F_lin + c with F from :func:`layer_flops` (batch 1),
-    F_attn = 4n²d and F_lin = 8nd² + 4nd·d_ff. Returns a, b, c (s per FLOP, s) and the measured
-    crossover n* = (b/a)·(2d + d_ff) for the first config's d (where a·F_attn = b·F_lin)."""
-    rows = []
-    for cfg, n in configs_n:
-        f = layer_flops(cfg, 1, n)
-        rows.append([f["attention_scores"], f["projections"] + f["ffn"], 1.0])
-    X, t = np.array(rows, dtype=float), np.asarray(times, dtype=float)
-    scale = X.max(axis=0)
-    coef, *_ = np.linalg.lstsq(X / scale, t, rcond=None)
-    a, b, c = coef / scale
-    cfg0 = configs_n[0][0]
-    model_n = crossover_n(cfg0)
-    return {"a": float(a), "b": float(b), "c": float(c), "model_crossover": model_n,
-            "measured_crossover": float(b / a * model_n) if a > 0 else math.inf}
-
-
-def measure_complexity(d_fixed: int = 64, n_values=(16, 32, 64, 128, 256, 512, 768),
-                       n_fixed: int = 64, d_values=(16, 32, 64, 128, 256), batch: int = 1) -> dict:
-    """Time one layer against n at fixed d and against d at fixed n (h = 4, d_ff = 4d); fit the model."""
-    def cfg(d):
-        return EncoderConfig(n_layers=1, d_model=d, n_heads=4, d_ff=4 * d, dropout=0.0, max_len=2048)
-    by_n = [(cfg(d_fixed), n) for n in n_values]
-    by_d = [(cfg(d), n_fixed) for d in d_values]
-    t_n = [time_layer(c, batch, n) for c, n in by_n]
-    t_d = [time_layer(c, batch, n) for c, n in by_d]
-    fit = fit_complexity(by_n + by_d, t_n + t_d)
-    return {"n_values": list(n_values), "t_n": t_n, "d_values": list(d_values), "t_d": t_d,
-            "d_fixed": d_fixed, "n_fixed": n_fixed, "fit": fit}
-
-
-# ============================================================================= drawing
-def _plt():
-    try:
-        import matplotlib
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("drawing the figures needs matplotlib: pip install 'transformer_np[plot]' "
-                          "(or pip install matplotlib)") from e
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    plt.rcParams.update({"svg.hashsalt": "transformer_np", "font.size": 9})
-    return plt
-
-
-def _save(fig, outdir: str, name: str) -> str:
-    path = os.path.join(outdir, name)
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-    return path
-
-
-def _box(ax, x, y, text, color="#dde8f5", w=1.6, h=0.42):
-    from matplotlib.patches import FancyBboxPatch
-    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02",
-                                fc=color, ec="black", lw=0.8))
-    ax.text(x, y, text, ha="center", va="center", fontsize=8)
-
-
-def _arrow(ax, x0, y0, x1, y1, **kw):
-    ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                arrowprops=dict(arrowstyle="-|>", lw=0.9, color=kw.get("color", "black"),
-                                connectionstyle=kw.get("cs", "arc3")))
-
-
-def _draw_stack(ax, title, steps, skips):
-    """steps: list of (label, color), drawn bottom-up; skips: (from_index, to_index) residual arcs."""
-    from matplotlib.patches import Circle
-    ys = [0.6 + 0.75 * k for k in range(len(steps))]
-    for (label, color), y in zip(steps, ys):
-        if label == "+":
-            ax.add_patch(Circle((1.0, y), 0.17, fc="white", ec="black", lw=0.8))
-            ax.text(1.0, y, "+", ha="center", va="center", fontsize=11)
-        else:
-            _box(ax, 1.0, y, label, color)
-    for y0, y1 in zip(ys[:-1], ys[1:]):
-        _arrow(ax, 1.0, y0 + 0.2, 1.0, y1 - 0.2)
-    for a, b in skips:
-        ax.annotate("", xy=(1.17, ys[b]), xytext=(1.8, ys[a] + 0.1),
-                    arrowprops=dict(arrowstyle="-|>", lw=0.9, color="#c0392b",
-                                    connectionstyle="angle,angleA=90,angleB=0,rad=5"))
-        ax.plot([1.8, 1.8], [ys[a] - 0.0, ys[a] + 0.1], color="#c0392b", lw=0.9)
-        ax.plot([1.0 + 0.8, 1.8], [ys[a], ys[a]], color="#c0392b", lw=0.9)
-    ax.set_xlim(-0.2, 2.4)
-    ax.set_ylim(0, ys[-1] + 0.6)
-    ax.set_title(title, fontsize=10)
-    ax.axis("off")
-
-
-def draw_wiring(plt):
-    """Figure 1 (lesson): Post-LN vs Pre-LN wiring of one layer; red = the residual (skip) path."""
-    fig, axes = plt.subplots(1, 2, figsize=(7.5, 5.2))
-    ln, sub, io = "#f9e79f", "#dde8f5", "#e8e8e8"
-    post = [("H^(ℓ−1)", io), ("MHA", sub), ("+", None), ("LayerNorm", ln), ("FFN", sub), ("+", None),
-            ("LayerNorm", ln), ("H^(ℓ)", io)]
-    pre = [("H^(ℓ−1)", io), ("LayerNorm", ln), ("MHA", sub), ("+", None), ("LayerNorm", ln), ("FFN", sub),
-           ("+", None), ("H^(ℓ)  (final LN after layer N)", io)]
-    _draw_stack(axes[0], "Post-LN (BERT, 2017): LN(x + F(x))\nthe skip path passes through LN", post,
-                [(0, 2), (3, 5)])
-    _draw_stack(axes[1], "Pre-LN (modern): x + F(LN(x))\nthe skip path is never normalised", pre,
-                [(0, 3), (3, 6)])
-    fig.tight_layout()
-    return fig
-
-
-def draw_norm_comparison(plt, res: dict):
-    fig, ax = plt.subplots(figsize=(6.0, 3.6))
-    L = np.arange(len(res["post_norms"]))
-    ax.plot(L, res["post_norms"], "o-", label="Post-LN  H^(ℓ)")
-    ax.plot(L, res["pre_norms"], "s-", label="Pre-LN residual stream (before final LN)")
-    ax.axhline(res["sqrt_d"], color="gray", ls=":", label="√d (LN output norm, γ=1, β=0)")
-    ax.set_xlabel("layer ℓ")
-    ax.set_ylabel("mean ‖H^(ℓ)_i‖")
-    ax.set_title(f"Same weights, same H^(0): output rel. difference {res['rel_diff']:.2f}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def draw_layer_dataflow(plt, shapes: list, config: EncoderConfig):
-    """The article's "One encoder layer" figure, with the shape at each step (computed)."""
-    fig, ax = plt.subplots(figsize=(6.4, 7.2))
-    k = len(shapes)
-    ys = [0.5 + 0.8 * i for i in range(k)]
-    for (label, shape), y in zip(shapes, ys):
-        color = "#f9e79f" if "LN" in label else ("#fadbd8" if label.startswith(("scores", "softmax")) else "#dde8f5")
-        _box(ax, 1.2, y, label, color, w=2.0)
-        ax.text(2.45, y, str(tuple(shape)), va="center", fontsize=8, family="monospace")
-    for y0, y1 in zip(ys[:-1], ys[1:]):
-        _arrow(ax, 1.2, y0 + 0.21, 1.2, y1 - 0.21)
-    for a, b in ((0, 7), (7, 10)):
-        ax.annotate("", xy=(0.2, ys[b]), xytext=(0.2, ys[a]),
-                    arrowprops=dict(arrowstyle="-|>", color="#c0392b", lw=0.9))
-    ax.text(0.1, (ys[0] + ys[7]) / 2, "residual", rotation=90, color="#c0392b", va="center", ha="right",
-            fontsize=8)
-    ax.text(0.1, (ys[7] + ys[10]) / 2, "residual", rotation=90, color="#c0392b", va="center", ha="right",
-            fontsize=8)
-    ax.set_xlim(-0.3, 3.9)
-    ax.set_ylim(0, ys[-1] + 0.6)
-    ax.axis("off")
-    B = shapes[0][1][0]
-    ax.set_title(f"One encoder layer ({config.norm_position}-LN), B={B}, n={shapes[0][1][1]}, "
-                 f"d={config.d_model}, h={config.n_heads}, d_k={config.d_k}, d_ff={config.d_ff}", fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-def draw_dependency_maps(plt, res: dict):
-    full, win = res["full"], res["windowed"]
-    N = full.shape[0]
-    fig, axes = plt.subplots(2, N, figsize=(2.1 * N, 4.6))
-    floor = 1e-12
-    vmax = max(full.max(), win.max())
-    for row, (maps, name, rch) in enumerate(((full, "full attention", res["reach_full"]),
-                                              (win, f"window ±{res['window']}", res["reach_windowed"]))):
-        for ell in range(N):
-            ax = axes[row, ell]
-            ax.imshow(np.log10(np.maximum(maps[ell], floor)), cmap="viridis", vmin=np.log10(vmax) - 6,
-                      vmax=np.log10(vmax), interpolation="nearest")
-            zero = maps[ell] == 0
-            yy, xx = np.nonzero(zero)
-            ax.scatter(xx, yy, marker="x", s=8, color="white", lw=0.6)
-            ax.set_title(f"{name}\nℓ={ell + 1}, reach {rch[ell]}", fontsize=8)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if ell == 0:
-                ax.set_ylabel("output i")
-            if row == 1:
-                ax.set_xlabel("input j")
-    fig.suptitle("‖∂H^(ℓ)_i/∂H^(0)_j‖ (log scale; × = exactly 0): reach is immediate with full attention",
-                 fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-def draw_cls(plt, att: dict, grad: dict):
-    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))
-    n = att["weights"].shape[1]
-    labels = ["[CLS]"] + [f"w{j}" for j in range(1, n)]
-    labels = [lab if m else "[PAD]" for lab, m in zip(labels, att["attention_mask"])]
-    real = [j for j, m in enumerate(att["attention_mask"]) if m]
-    labels[real[-1]] = "[SEP]"
-    im = axes[0].imshow(att["weights"], cmap="Blues", vmin=0, interpolation="nearest", aspect="auto")
-    axes[0].set_yticks(range(att["weights"].shape[0]), [f"layer {i + 1}" for i in range(att["weights"].shape[0])])
-    axes[0].set_xticks(range(n), labels, rotation=60, fontsize=7)
-    axes[0].set_title("attention from position 0 ([CLS]), head mean")
-    fig.colorbar(im, ax=axes[0], fraction=0.04)
-    G = grad["grad_norms"]
-    im = axes[1].imshow(G, cmap="Reds", vmin=0, interpolation="nearest", aspect="auto")
-    axes[1].set_yticks(range(G.shape[0]), [f"H^({i})" for i in range(G.shape[0])])
-    axes[1].set_xticks(range(n), labels, rotation=60, fontsize=7)
-    axes[1].set_title("‖∂ logit / ∂H^(ℓ)_j‖: classifier reads position 0")
-    fig.colorbar(im, ax=axes[1], fraction=0.04)
-    fig.tight_layout()
-    return fig
-
-
-def draw_no_layernorm(plt, res: dict):
-    fig, ax = plt.subplots(figsize=(6.0, 3.6))
-    L = np.arange(len(res["no_ln"]))
-    ax.semilogy(L, res["no_ln"], "o-", ms=3, label="residual only (no LayerNorm)")
-    ax.semilogy(L, res["pre_ln"], "s-", ms=3, label="Pre-LN residual stream")
-    ax.semilogy(L, res["post_ln"], "^-", ms=3, label="Post-LN")
-    ax.set_xlabel("layer ℓ")
-    ax.set_ylabel("mean ‖H^(ℓ)_i‖")
-    ax.set_title("Pitfall: residuals alone do not bound the activation scale")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def draw_param_budget(plt, budgets: dict):
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
-    parts = ["attn_weights", "ffn_weights", "attn_biases", "ffn_biases", "layernorm"]
-    names = list(budgets)
-    left = np.zeros(len(names))
-    for part in parts:
-        vals = np.array([budgets[nm][part] / 1e6 for nm in names])
-        ax.barh(names, vals, left=left, label=part)
-        left += vals
-    for i, nm in enumerate(names):
-        b = budgets[nm]
-        ax.text(left[i], i, f"  {b['per_layer']:,} = {b['per_layer_over_12d2']:.4f}·12d²", va="center",
-                fontsize=8)
-    ax.set_xlim(0, left.max() * 1.6)
-    ax.set_xlabel("parameters per layer (millions)")
-    ax.set_title("Per-layer budget: FFN 8d² + attention 4d² (+ 13d biases/LN)")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    return fig
-
-
-def draw_complexity_model(plt, configs: dict):
-    """FLOP model per layer (batch 1) against n for each config, with the crossover marked."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ns = np.unique(np.logspace(4, 15, 60, base=2).astype(int))
-    for i, (name, cfg) in enumerate(configs.items()):
-        att = np.array([layer_flops(cfg, 1, int(n))["attention_scores"] for n in ns], dtype=float)
-        lin = np.array([(lambda f: f["projections"] + f["ffn"])(layer_flops(cfg, 1, int(n))) for n in ns],
-                       dtype=float)
-        color = f"C{i}"
-        ax.loglog(ns, att, "-", color=color, label=f"{name}: attention 4n²d")
-        ax.loglog(ns, lin, "--", color=color, label=f"{name}: proj+FFN 8nd²+4nd·d_ff")
-        ax.axvline(crossover_n(cfg), color=color, ls=":", lw=0.8)
-        ax.text(crossover_n(cfg), 0.05 + 0.08 * i, f" n* = {crossover_n(cfg):.0f}", color=color, fontsize=8,
-                transform=ax.get_xaxis_transform())                  # x in data, y in axes fraction
-    ax.set_xlabel("sequence length n")
-    ax.set_ylabel("forward FLOPs per layer")
-    ax.set_title("O(n²d + nd²): the quadratic term takes over at n* = 2d + d_ff")
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    return fig
-
-
-def draw_complexity_measured(plt, meas: dict):
-    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.4))
-    fit = meas["fit"]
-    for ax, xs, ts, label, mk in ((axes[0], meas["n_values"], meas["t_n"], "n", "n"),
-                                  (axes[1], meas["d_values"], meas["t_d"], "d", "d")):
-        pred = []
-        for x in xs:
-            d = meas["d_fixed"] if mk == "n" else x
-            n = x if mk == "n" else meas["n_fixed"]
-            f = layer_flops(EncoderConfig(n_layers=1, d_model=d, n_heads=4, d_ff=4 * d), 1, n)
-            pred.append(fit["a"] * f["attention_scores"] + fit["b"] * (f["projections"] + f["ffn"]) + fit["c"])
-        ax.loglog(xs, np.array(ts) * 1e3, "o", label="measured")
-        ax.loglog(xs, np.maximum(np.array(pred), 1e-9) * 1e3, "-", label="fit a·4n²d + b·(8nd²+4nd·d_ff) + c")
-        ax.set_xlabel(label)
-        ax.set_ylabel("ms per layer forward")
-        ax.legend(fontsize=7)
-    axes[0].set_title(f"d = {meas['d_fixed']}: crossover model {fit['model_crossover']:.0f}, "
-                      f"measured {fit['measured_crossover']:.0f}", fontsize=8)
-    axes[1].set_title(f"n = {meas['n_fixed']}", fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def save_figures(outdir: str = "figures", timings: bool = False) -> list[str]:
-    """Draw every figure of notebook 05 into ``outdir`` (PNG, Agg, fixed seeds and sizes).
-
-    Deterministic: the same bytes on every run — except the measured-timing figure, which is
-    only drawn with ``timings=True``.
-    """
-    plt = _plt()
-    os.makedirs(outdir, exist_ok=True)
-    paths = [_save(draw_wiring(plt), outdir, "anatomy_wiring_post_vs_pre.png"),
-             _save(draw_norm_comparison(plt, compare_norm_positions()), outdir, "anatomy_post_vs_pre_norms.png")]
-    cfg = demo_config("post", 1, 8, n_heads=2)
-    paths.append(_save(draw_layer_dataflow(plt, layer_shapes(cfg, 2, 5), cfg), outdir, "anatomy_layer_dataflow.png"))
-    paths.append(_save(draw_dependency_maps(plt, figure2_maps()), outdir, "anatomy_dependency_maps.png"))
-    paths.append(_save(draw_cls(plt, cls_attention(), cls_gradient_map()), outdir, "anatomy_cls_summary.png"))
-    paths.append(_save(draw_no_layernorm(plt, pitfall_no_layernorm()), outdir, "anatomy_pitfall_no_layernorm.png"))
-    budgets = {"BERT-base": parameter_budget(EncoderConfig.bert_base()),
-               "BERT-large": parameter_budget(EncoderConfig.bert_large())}
-    paths.append(_save(draw_param_budget(plt, budgets), outdir, "anatomy_parameter_budget.png"))
-    paths.append(_save(draw_complexity_model(plt, {"BERT-base": EncoderConfig.bert_base(),
-                                                   "BERT-large": EncoderConfig.bert_large()}),
-                       outdir, "anatomy_complexity_flops.png"))
-    if timings:
-        paths.append(_save(draw_complexity_measured(plt, measure_complexity()), outdir,
-                           "anatomy_complexity_measured.png"))
-    return paths
+# Moved in 0.2: the figures to transformer_np.course.plots.anatomy; the timing and fit of the cost to the one
+# complexity study (transformer_np.course.complexity: CPU time of forward + backward, non-negative fit).
+__getattr__ = _forward_moved(__name__, {
+    **{n: "transformer_np.course.plots.anatomy" for n in (
+        "save_figures", "draw_wiring", "draw_norm_comparison", "draw_layer_dataflow", "draw_dependency_maps",
+        "draw_cls", "draw_no_layernorm", "draw_param_budget", "draw_complexity_model")},
+    "time_layer": "transformer_np.course.complexity",
+    "fit_complexity": "transformer_np.course.complexity",
+    "measure_complexity": "transformer_np.course.complexity",
+    "draw_complexity_measured": "transformer_np.course.plots.complexity",
+})

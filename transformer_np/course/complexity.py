@@ -1,4 +1,4 @@
-r"""Measured layer time against n and against d, with the seeds' O(n²d + nd²) model fitted.
+r"""The one complexity study: measured layer time against n and against d, with the seeds' O(n²d + nd²) model fitted.
 
 The FLOP count of one encoder layer (:func:`transformer_np.model.flops.layer_flops`) has two kinds
 of terms: the attention products QKᵀ and A·V, 4·B·n²·d, and the projections plus the FFN,
@@ -19,8 +19,12 @@ Measurements are slow and differ from run to run, so they are stored:
 this process* with one BLAS thread: on a shared machine wall-clock time mostly measures the
 other jobs, while CPU time of a single-threaded computation does not (much), and
 :func:`save_measurements` writes ``transformer_np/data/complexity_timings.json``.
-:func:`save_figures` draws ``figures/complexity.png`` from the stored file (the same bytes on
-every run) or, with ``timings=True``, from a fresh measurement.
+The figure ``figures/complexity.png`` (:mod:`transformer_np.course.plots.complexity`) is drawn from the stored
+file (the same bytes on every run) or, with ``timings=True``, from a fresh measurement.
+
+This is the only timing and fit of the cost in the package: the anatomy study's wall-clock, forward-only,
+unconstrained fit of 0.1 is gone, and its names (``time_layer``, ``fit_complexity``,
+``measure_complexity``) resolve here.
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ import time
 
 import numpy as np
 
+from .._compat import forward_moved as _forward_moved
+from .._validate import check_int, describe
 from ..model.config import EncoderConfig
-from ..model.flops import layer_flops
+from ..model.flops import crossover_n, layer_flops
 
-__all__ = ["measure", "fit", "save_measurements", "load_measurements", "attention_share",
-           "crossover_measured", "save_figures", "DATA_FILE"]
+__all__ = ["time_layer", "measure", "fit", "fit_complexity", "save_measurements", "load_measurements",
+           "attention_share", "crossover_measured", "predict", "DATA_FILE", "N_SWEEP", "D_SWEEP"]
 
 DATA_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "complexity_timings.json")
 #: fixed d, varying n; fixed n, varying d (h = d/64 heads, d_ff = 4d, batch 1)
@@ -49,26 +55,45 @@ def _config(d: int) -> EncoderConfig:
                          layer_norm_eps=1e-5)
 
 
-def _time_layer(n: int, d: int, repeats: int) -> float:
+def time_layer(config: EncoderConfig, batch: int, n: int, repeats: int = 3, seed: int = 0) -> float:
+    """Best-of-``repeats`` CPU time (s) of one float32 encoder layer's forward + backward on (batch, n, d), with
+    one BLAS thread (via threadpoolctl when installed); a first, untimed call warms up. Not deterministic:
+    timings differ from run to run."""
     from ..model.encoder import encoder_layer_backward, encoder_layer_forward
     from ..model.params import init_params, sub_params
 
-    cfg = _config(d)
-    p = sub_params(init_params(cfg, seed=0, dtype=np.float32), "layers.0.")
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((BATCH, n, d)).astype(np.float32)          # (B, n, d)
-    dy = rng.standard_normal((BATCH, n, d)).astype(np.float32)
+    if not isinstance(config, EncoderConfig):
+        raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
+    check_int(batch, "batch", minimum=1)
+    check_int(n, "n", minimum=1)
+    check_int(repeats, "repeats", minimum=1)
+    cfg = config.replace(n_layers=1, vocab_size=None, type_vocab_size=0, dropout=0.0, max_len=max(n, 1))
+    p = sub_params(init_params(cfg, seed=seed, dtype=np.float32), "layers.0.")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, n, cfg.d_model)).astype(np.float32)      # (B, n, d)
+    dy = rng.standard_normal((batch, n, cfg.d_model)).astype(np.float32)
     best = np.inf
-    for _ in range(repeats + 1):                                         # first call is a warm-up
-        t0 = time.process_time()
-        _, cache = encoder_layer_forward(x, p, cfg)
-        encoder_layer_backward(dy, cache)
-        best = min(best, time.process_time() - t0)
+    with _one_blas_thread():             # CPU time of several BLAS threads would count their spinning too
+        for _ in range(repeats + 1):                                         # first call is a warm-up
+            t0 = time.process_time()
+            _, cache = encoder_layer_forward(x, p, cfg)
+            encoder_layer_backward(dy, cache)
+            best = min(best, time.process_time() - t0)
     return best
 
 
-def measure(repeats: int = 3, one_thread: bool = True) -> dict:
-    """Forward+backward seconds of one float32 layer over :data:`N_SWEEP` and :data:`D_SWEEP`."""
+def _one_blas_thread():
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:                                                      # optional: timings then include
+        import contextlib  # every BLAS thread's CPU time
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
+def measure(repeats: int = 3, one_thread: bool = True, n_sweep: dict = N_SWEEP, d_sweep: dict = D_SWEEP) -> dict:
+    """Forward+backward seconds of one float32 layer over ``n_sweep`` (fixed d, varying n) and ``d_sweep``
+    (fixed n, varying d); defaults :data:`N_SWEEP`, :data:`D_SWEEP` (the stored measurement)."""
     limiter = None
     if one_thread:
         try:
@@ -77,10 +102,10 @@ def measure(repeats: int = 3, one_thread: bool = True) -> dict:
         except ImportError:
             pass
     try:
-        rows = [{"n": n, "d": N_SWEEP["d"], "seconds": _time_layer(n, N_SWEEP["d"], repeats)}
-                for n in N_SWEEP["ns"]]
-        rows += [{"n": D_SWEEP["n"], "d": d, "seconds": _time_layer(D_SWEEP["n"], d, repeats)}
-                 for d in D_SWEEP["ds"]]
+        rows = [{"n": n, "d": n_sweep["d"], "seconds": time_layer(_config(n_sweep["d"]), BATCH, n, repeats)}
+                for n in n_sweep["ns"]]
+        rows += [{"n": d_sweep["n"], "d": d, "seconds": time_layer(_config(d), BATCH, d_sweep["n"], repeats)}
+                 for d in d_sweep["ds"]]
     finally:
         if limiter is not None:
             limiter.restore_original_limits()
@@ -157,52 +182,28 @@ def load_measurements(path: str = DATA_FILE) -> dict:
         return json.load(fh)
 
 
-def save_figures(outdir: str = "figures", timings: bool = False) -> list[str]:
-    """``complexity.png``: time vs n (fixed d) and vs d (fixed n), measured points and the fit.
+def predict(coef: dict, n, d) -> np.ndarray:
+    """Modelled seconds α·F_attn + β·F_lin + γ·B·n·d_ff at each (n, d) (d_ff = 4d, batch 1)."""
+    return _features(n, d) @ np.array([coef["alpha"], coef["beta"], coef["gamma"]])
 
-    Drawn from the stored measurements (deterministic) unless ``timings=True``.
-    """
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ImportError("the complexity figure needs matplotlib: pip install matplotlib") from e
-    from ..model.flops import crossover_n
 
-    data = measure() if timings else load_measurements()
-    coef = fit(data)
-    rows = data["rows"]
-    os.makedirs(outdir, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=100)
-    d0, n0 = N_SWEEP["d"], D_SWEEP["n"]
-    for ax, key, fixed, fixed_val in ((axes[0], "n", "d", d0), (axes[1], "d", "n", n0)):
-        pts = sorted((r[key], r["seconds"]) for r in rows if r[fixed] == fixed_val and
-                     (r[key] in (N_SWEEP["ns"] if key == "n" else D_SWEEP["ds"])))
-        x = np.array([p[0] for p in pts], dtype=float)
-        grid = np.linspace(x.min(), x.max(), 100)
-        nn, dd = (grid, np.full_like(grid, fixed_val)) if key == "n" else (np.full_like(grid, fixed_val), grid)
-        F = _features(nn.astype(int), dd.astype(int))
-        ax.plot(x, [1e3 * p[1] for p in pts], "o", color="k", label="measured (fwd+bwd, float32)")
-        ax.plot(grid, 1e3 * F @ np.array([coef["alpha"], coef["beta"], coef["gamma"]]), "-", color="C0",
-                label="fit α·n²d + β·nd² + γ·n·d_ff")
-        ax.plot(grid, 1e3 * coef["alpha"] * F[:, 0], "--", color="C3", label="attention (products + softmax) α·n²d")
-        ax.plot(grid, 1e3 * coef["beta"] * F[:, 1], ":", color="C2", label="projections + FFN β·nd²")
-        ax.set_xlabel(key)
-        ax.set_ylabel("ms per layer")
-        ax.set_title(f"one layer, B = {BATCH}, {fixed} = {fixed_val}")
-    cfg = _config(d0)
-    n_meas, n_flop = crossover_measured(coef, d0), crossover_n(cfg)
-    axes[0].axvline(min(n_meas, N_SWEEP["ns"][-1]), color="C3", lw=0.8)
-    axes[0].text(0.02, 0.97, f"attention ≥ ½ of the time from n ≈ {n_meas:.0f}\n"
-                             f"(FLOP crossover 2d + d_ff = {n_flop:.0f})",
-                 transform=axes[0].transAxes, va="top", fontsize=8)
-    axes[1].legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"Layer time vs the O(n²d + nd²) model: 1/α = {coef['attn_gflops']:.0f}, "
-                 f"1/β = {coef['linear_gflops']:.0f} GFLOP/s (max fit error {100 * coef['max_rel_error']:.0f}%)",
-                 fontsize=9)
-    fig.tight_layout()
-    path = os.path.join(outdir, "complexity.png")
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
-    return [path]
+def fit_complexity(configs_n: list, times: list) -> dict:
+    """:func:`fit` for (config, n) pairs and their measured seconds (the call form of 0.1's anatomy study).
+
+    Returns :func:`fit`'s coefficients plus ``model_crossover`` (the FLOP model's n* = 2d + d_ff) and
+    ``measured_crossover`` (:func:`crossover_measured`) at the first config's width d. The configs must
+    have d_ff = 4d, as the fitted features assume."""
+    for cfg, _ in configs_n:
+        if not isinstance(cfg, EncoderConfig) or cfg.d_ff != 4 * cfg.d_model:
+            raise ValueError(f"configs_n must hold (EncoderConfig with d_ff = 4·d_model, n) pairs, got {cfg!r}")
+    rows = [{"n": int(n), "d": cfg.d_model, "seconds": float(t)} for (cfg, n), t in zip(configs_n, times)]
+    coef = fit({"rows": rows})
+    d0 = configs_n[0][0].d_model
+    return {**coef, "model_crossover": crossover_n(_config(d0)), "measured_crossover": crossover_measured(coef, d0)}
+
+
+# Until 0.2 the anatomy study had a second measurement; its name now means this one.
+measure_complexity = measure
+
+# Moved in 0.2: the figure to transformer_np.course.plots.complexity.
+__getattr__ = _forward_moved(__name__, {"save_figures": "transformer_np.course.plots.complexity"})

@@ -1,15 +1,21 @@
-"""Contextual embeddings in all-MiniLM-L6-v2: the measurements of notebook 03 and the contextual_* figures."""
+"""Contextual embeddings in all-MiniLM-L6-v2: the measurements of notebook 03 (drawn by
+:mod:`transformer_np.course.plots.contextual`).
+
+Sentence vectors use the model's own pooling rule, :func:`transformer_np.io.pretrained.pool` (mean over the real
+tokens, as sentence-transformers), so the numbers here are those of ``model.encode``.
+"""
 
 from __future__ import annotations
 
-import os
 import numpy as np
-from ..io.pretrained import MODEL_NAME, PretrainedEncoder, _check_sentences, cosine_similarity_matrix, l2_normalize, load_pretrained, pool
+
+from .._compat import forward_moved as _forward_moved
+from ..io.pretrained import PretrainedEncoder, _check_sentences, cosine_similarity_matrix, l2_normalize, pool
 
 __all__ = ["word_vectors_by_layer", "layer_labels", "sense_similarity_by_layer",
            "nearest_centroid_loo_accuracy", "mean_attention_distance", "probe_by_layer", "notable_heads",
-           "contextual_report", "plot_bank_by_layer", "plot_pooling", "plot_heads", "plot_probes",
-           "save_figures", "BANK_SENTENCES", "POS_SENTENCES", "SENSE_SENTENCES", "ATTENTION_SENTENCE"]
+           "contextual_report", "separation", "BANK_SENTENCES", "POS_SENTENCES", "SENSE_SENTENCES",
+           "ATTENTION_SENTENCE"]
 
 
 # ----------------------------------------------------------------------------- contextual embeddings
@@ -104,24 +110,38 @@ def mean_attention_distance(attentions, attention_mask: np.ndarray) -> np.ndarra
 # Two small hand-made probing sets for the lesson's "syntax low, semantics high" intuition.
 # Each word (one vocabulary piece) occurs in two sentences per class.
 POS_SENTENCES = {   # syntax: word -> (used as a noun, used as a verb)
- "book": (["she read a book on the train .", "the book was long ."], ["please book a table for two .", "we book our flights early ."]),
- "watch": (["he wore a gold watch .", "my watch stopped at noon ."], ["we watch the news every night .", "they watch the birds ."]),
- "park": (["the children played in the park .", "a park opened nearby ."], ["you can park the car here .", "they park outside the shop ."]),
- "light": (["the light was too bright .", "turn off the light ."], ["light the candles now .", "they light a fire every evening ."]),
+ "book": (["she read a book on the train .", "the book was long ."],
+          ["please book a table for two .", "we book our flights early ."]),
+ "watch": (["he wore a gold watch .", "my watch stopped at noon ."],
+           ["we watch the news every night .", "they watch the birds ."]),
+ "park": (["the children played in the park .", "a park opened nearby ."],
+          ["you can park the car here .", "they park outside the shop ."]),
+ "light": (["the light was too bright .", "turn off the light ."],
+           ["light the candles now .", "they light a fire every evening ."]),
  "run": (["she went for a run .", "the run took an hour ."], ["i run every morning .", "they run to the station ."]),
- "play": (["we saw a play last night .", "the play was funny ."], ["the kids play outside .", "we play chess on sundays ."]),
+ "play": (["we saw a play last night .", "the play was funny ."],
+          ["the kids play outside .", "we play chess on sundays ."]),
  "fish": (["the fish swam away .", "we ate fish for dinner ."], ["they fish in the lake .", "we fish every summer ."]),
- "call": (["i missed your call .", "the call lasted an hour ."], ["please call me tomorrow .", "they call their mother daily ."]),
+ "call": (["i missed your call .", "the call lasted an hour ."],
+          ["please call me tomorrow .", "they call their mother daily ."]),
 }
 SENSE_SENTENCES = {  # semantics: word -> (natural sense, human-made / institutional sense)
- "bank": (["the river bank was muddy .", "we sat on the grassy bank ."], ["the bank raised interest rates .", "i opened an account at the bank ."]),
- "plant": (["the plant needs water and sunlight .", "a green plant grew by the window ."], ["the plant produces steel for cars .", "workers at the power plant went on strike ."]),
- "bat": (["a bat flew out of the cave .", "the bat hunts insects at night ."], ["he swung the bat at the ball .", "she bought a new cricket bat ."]),
- "spring": (["water flowed from the mountain spring .", "we drank from a cold spring ."], ["the spring in the mattress broke .", "a metal spring holds the door ."]),
- "mouse": (["the cat chased a mouse .", "a mouse ate the cheese ."], ["click the left mouse button .", "my computer mouse stopped working ."]),
- "crane": (["a crane stood in the marsh .", "the crane caught a fish ."], ["the crane lifted the steel beam .", "a tall crane towered over the site ."]),
- "seal": (["the seal swam near the rocks .", "a seal rested on the ice ."], ["break the seal on the envelope .", "the seal on the jar was tight ."]),
- "current": (["the current swept the boat away .", "a strong current runs in the river ."], ["the current flows through the wire .", "measure the electric current ."]),
+ "bank": (["the river bank was muddy .", "we sat on the grassy bank ."],
+          ["the bank raised interest rates .", "i opened an account at the bank ."]),
+ "plant": (["the plant needs water and sunlight .", "a green plant grew by the window ."],
+           ["the plant produces steel for cars .", "workers at the power plant went on strike ."]),
+ "bat": (["a bat flew out of the cave .", "the bat hunts insects at night ."],
+         ["he swung the bat at the ball .", "she bought a new cricket bat ."]),
+ "spring": (["water flowed from the mountain spring .", "we drank from a cold spring ."],
+            ["the spring in the mattress broke .", "a metal spring holds the door ."]),
+ "mouse": (["the cat chased a mouse .", "a mouse ate the cheese ."],
+           ["click the left mouse button .", "my computer mouse stopped working ."]),
+ "crane": (["a crane stood in the marsh .", "the crane caught a fish ."],
+           ["the crane lifted the steel beam .", "a tall crane towered over the site ."]),
+ "seal": (["the seal swam near the rocks .", "a seal rested on the ice ."],
+          ["break the seal on the envelope .", "the seal on the jar was tight ."]),
+ "current": (["the current swept the boat away .", "a strong current runs in the river ."],
+             ["the current flows through the wire .", "measure the electric current ."]),
 }
 
 
@@ -191,97 +211,15 @@ def contextual_report(model: PretrainedEncoder) -> dict:
     }
 
 
-def _separation(C: np.ndarray, senses) -> float:
+def separation(C: np.ndarray, senses) -> float:
+    """Mean cosine between sentences of the same sense minus across senses, from a cosine matrix C (S, S)."""
     s = np.asarray(senses)
     same, off = s[:, None] == s[None, :], ~np.eye(len(s), dtype=bool)
     return float(C[same & off].mean() - C[~same].mean())
 
 
-def plot_bank_by_layer(report: dict, ax=None):
-    """Mean cosine of the "bank" vector within a sense and across senses, per depth."""
-    import matplotlib.pyplot as plt
+_separation = separation          # the name used before 0.2
 
-    ax = ax or plt.subplots(figsize=(6.4, 3.6))[1]
-    x = np.arange(len(report["layers"]))
-    ax.plot(x, report["bank_similarity"]["within"], "o-", label="same sense (river–river, money–money)")
-    ax.plot(x, report["bank_similarity"]["across"], "s-", label="different sense (river–money)")
-    ax.set_xticks(x, report["layers"])
-    ax.set_ylabel('mean cosine of "bank" vectors')
-    ax.set_title('"bank": identical static vector, separated by context')
-    ax.legend(fontsize=8)
-    return ax
-
-
-def plot_pooling(report: dict, axes=None):
-    """Cosine matrices of the 8 bank sentences: [CLS] vector vs mean pooling."""
-    import matplotlib.pyplot as plt
-
-    axes = axes if axes is not None else plt.subplots(1, 2, figsize=(9, 4))[1]
-    for ax, key, title in zip(axes, ("cls_cosine", "mean_cosine"), ("[CLS] vector of H^(N)", "mean pooling of H^(N)")):
-        C = report[key]
-        im = ax.imshow(C, vmin=0, vmax=1, cmap="viridis")
-        ax.set_title(f"{title}\nwithin − across = {_separation(C, report['senses']):.3f}", fontsize=9)
-        ax.set_xticks(range(len(C)), [s[0] for s in report["senses"]])
-        ax.set_yticks(range(len(C)), [f"{s[0]}{i}" for i, s in enumerate(report["senses"])])
-    plt.colorbar(im, ax=list(axes), shrink=0.8)
-    return axes
-
-
-def plot_heads(report: dict, axes=None):
-    """The attention maps of the heads chosen by :func:`notable_heads`."""
-    import matplotlib.pyplot as plt
-
-    heads = report["heads"]
-    axes = axes if axes is not None else plt.subplots(1, len(heads), figsize=(4 * len(heads), 4))[1]
-    tok = report["attention_tokens"]
-    for ax, (name, (l, h)) in zip(axes, heads.items()):
-        ax.imshow(report["attentions"][l][h], vmin=0, vmax=1, cmap="Blues")
-        ax.set_title(f"layer {l + 1}, head {h}: {name}", fontsize=9)
-        ax.set_xticks(range(len(tok)), tok, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(tok)), tok, fontsize=7)
-    return axes
-
-
-def plot_probes(report: dict, axes=None):
-    """Left: noun/verb probe accuracy across words; right: within-word separation of usages."""
-    import matplotlib.pyplot as plt
-
-    axes = axes if axes is not None else plt.subplots(1, 2, figsize=(10, 3.6))[1]
-    x = np.arange(len(report["layers"]))
-    axes[0].plot(x, report["pos_probe"]["accuracy"], "o-", color="C2")
-    axes[0].axhline(0.5, color="gray", lw=0.8, ls="--")
-    axes[0].set_title("noun vs verb, nearest-centroid across 8 words\n(leave-one-out accuracy)", fontsize=9)
-    axes[0].set_ylim(-0.05, 1.05)
-    axes[1].plot(x, report["pos_probe"]["gap"], "o-", color="C2", label="noun vs verb use (syntax)")
-    axes[1].plot(x, report["sense_probe"]["gap"], "s-", color="C3", label="two senses (semantics)")
-    axes[1].set_title("same word, two usages: within − across cosine", fontsize=9)
-    axes[1].legend(fontsize=8)
-    for ax in axes:
-        ax.set_xticks(x, report["layers"], fontsize=8)
-    return axes
-
-
-def save_figures(outdir: str = "figures", model: PretrainedEncoder | None = None) -> list[str]:
-    """Write figures/contextual_*.png (deterministic: float64, no randomness, fixed sizes)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    model = model or load_pretrained(MODEL_NAME)
-    report = contextual_report(model)
-    os.makedirs(outdir, exist_ok=True)
-    paths = []
-    for name, fn, size, sub in (("bank_by_layer", plot_bank_by_layer, (6.4, 3.6), None),
-                                ("cls_vs_mean", plot_pooling, (9, 4), 2),
-                                ("attention_heads", plot_heads, (16, 4.4), 4),
-                                ("syntax_semantics", plot_probes, (10, 3.6), 2)):
-        fig, axes = plt.subplots(1, sub or 1, figsize=size, dpi=100)
-        fn(report, axes)
-        if name != "cls_vs_mean":
-            fig.tight_layout()
-        path = os.path.join(outdir, f"contextual_{name}.png")
-        fig.savefig(path, metadata={"Software": None})
-        plt.close(fig)
-        paths.append(path)
-    return paths
+# Moved in 0.2: the figures to transformer_np.course.plots.contextual.
+__getattr__ = _forward_moved(__name__, {n: "transformer_np.course.plots.contextual" for n in (
+    "plot_bank_by_layer", "plot_pooling", "plot_heads", "plot_probes", "save_figures")})

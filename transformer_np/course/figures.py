@@ -4,9 +4,11 @@ Calls ``save_figures(outdir)`` of every module that draws figures, in a fixed or
 module that is not part of this version, that has no ``save_figures``, or whose figures need
 an optional package that is not installed (an ImportError not about transformer_np itself),
 is skipped with a printed notice. Any other error is reported, the remaining modules still
-run, and the command exits with status 1. All figures use matplotlib's Agg backend, fixed seeds and fixed sizes,
-and carry no timestamp, so a rerun writes the same bytes — except the measured-timing
-figure, drawn only with ``--timings``.
+run, and the command exits with status 1. The drawing modules live in :mod:`transformer_np.course.plots` (one per
+study; the studies themselves only compute) and share one style helper, :mod:`transformer_np.course.plots._style`
+(150 dpi, mathtext, no metadata that changes between runs). This command selects matplotlib's Agg backend before
+any module draws; with fixed seeds and sizes a rerun writes the same bytes — except the measured-timing figure,
+drawn from fresh timings only with ``--timings``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+
 from .._compat import forward_moved as _forward_moved
 
 __all__ = ["FIGURE_MODULES", "FigureError", "generate"]
@@ -21,12 +24,12 @@ __all__ = ["FIGURE_MODULES", "FigureError", "generate"]
 # The modules whose save_figures(outdir) is called, in this order.
 FIGURE_MODULES = (
     "transformer_np.course.plots.trace",
-    "transformer_np.course.gradflow",
-    "transformer_np.course.contextual",
-    "transformer_np.course.stability",
-    "transformer_np.course.anatomy",
+    "transformer_np.course.plots.gradflow",
+    "transformer_np.course.plots.contextual",
+    "transformer_np.course.plots.stability",
+    "transformer_np.course.plots.anatomy",
     "transformer_np.perf.bench",
-    "transformer_np.course.complexity",
+    "transformer_np.course.plots.complexity",
 )
 
 

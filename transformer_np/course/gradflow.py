@@ -33,27 +33,28 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
+from .._compat import forward_moved as _forward_moved
 from .._validate import check_choice, check_int
-from ..ops.attention import mha_backward, mha_forward
+from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
-from ..ops.dropout import dropout_backward
 from ..model.encoder import encoder_layer_backward, encoder_layer_forward
+from ..model.params import init_params, layer_prefix, sub_params
+from ..ops.attention import mha_backward, mha_forward
+from ..ops.dropout import dropout_backward
 from ..ops.feedforward import ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
-from ..model.params import init_params, layer_prefix, sub_params
 from ..ops.residual import residual_backward, residual_forward
-from .._compat import forward_moved as _forward_moved
 
-__all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "layer_forward", "layer_backward",
+__all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "measure_estimate", "layer_forward", "layer_backward",
            "identity_backward", "sublayers", "stack_forward", "backprop_hidden", "measure", "sweep",
            "jacobian_from_vjp", "layer_jacobian_terms", "stack_jacobian", "expansion_by_order",
            "jacobian_view", "singular_values_by_depth", "numerical_rank", "stable_rank", "probe_table",
-           "finite_difference_jacobian", "compute_all", "save_figures"]
+           "finite_difference_jacobian", "compute_all"]
 
 VARIANTS = ("pre", "post", "no-residual", "no-layernorm")
 INITS = ("xavier", "bert")
@@ -97,9 +98,7 @@ def make_stack(variant: str, depth: int, init: str = "xavier", seed: int = 0, d_
     check_choice(variant, "variant", VARIANTS)
     check_choice(init, "init", INITS)
     check_int(depth, "depth", minimum=1)
-    config = EncoderConfig(n_layers=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-                           norm_position="pre" if variant == "pre" else "post", dropout=0.0,
-                           final_layer_norm=(variant == "pre"))
+    config = _config(depth, d_model, n_heads, d_ff, variant)
     return init_params(config, seed=seed, init=init), config
 
 
@@ -270,6 +269,20 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+def _config(depth: int, d_model: int, n_heads: int, d_ff: int, variant: str = "pre") -> EncoderConfig:
+    return EncoderConfig(n_layers=depth, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+                         norm_position="pre" if variant == "pre" else "post", dropout=0.0,
+                         final_layer_norm=(variant == "pre"))
+
+
+def measure_estimate(depth: int, d_model: int = 64, n_heads: int = 4, d_ff: int = 256, n: int = 16,
+                     batch: int = 8) -> MemoryEstimate:
+    """Memory of :func:`measure`: the stack's parameters and caches (float64), its gradients, and the
+    per-layer lists it keeps (H^(ℓ), ∂L/∂H^(ℓ) for both paths: 3 (L + 1) B n d numbers)."""
+    est = estimate_encoder(_config(depth, d_model, n_heads, d_ff), np.float64, batch, n, backward=True)
+    return est + MemoryEstimate({"activations": 3 * (depth + 1) * batch * n * d_model * 8})
+
+
 @single_thread_blas
 def measure(variant: str, depth: int, init: str = "xavier", seed: int = 0, probe_layer: int | None = None,
             d_model: int = 64, n_heads: int = 4, d_ff: int = 256, n: int = 16, batch: int = 8) -> dict:
@@ -293,6 +306,7 @@ def measure(variant: str, depth: int, init: str = "xavier", seed: int = 0, probe
     if probe_layer is None:
         probe_layer = depth // 2
     check_int(probe_layer, "probe_layer", minimum=0, maximum=depth)
+    check_memory(measure_estimate(depth, d_model, n_heads, d_ff, n, batch), "gradflow")
     params, config = make_stack(variant, depth, init, seed, d_model, n_heads, d_ff)
     H0, R = _inputs(seed, batch, n, d_model)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
@@ -376,6 +390,9 @@ def layer_jacobian_terms(cache: dict, n: int, d: int) -> list[LayerTerms]:
 
 def _small_stack(variant: str, depth: int, init: str, seed: int, dims: dict):
     d, n = dims["d_model"], dims["n"]
+    M = n * d                   # the stack runs on M copies of one sequence; Jacobians are (M, M)
+    check_memory(estimate_encoder(_config(depth, d, dims["n_heads"], dims["d_ff"], variant), np.float64, M, n)
+                 + MemoryEstimate({"Jacobians": (4 * depth + 4) * M * M * 8}), "the Jacobian view")
     params, config = make_stack(variant, depth, init, seed, d, dims["n_heads"], dims["d_ff"])
     x0 = np.random.default_rng(seed + 1).standard_normal((1, n, d))      # one sequence (1, n, d)
     H0 = np.repeat(x0, n * d, axis=0)                                    # (n·d, n, d) copies
@@ -497,171 +514,7 @@ def finite_difference_jacobian(x0: np.ndarray, params: dict, config: EncoderConf
     return J
 
 
-# ----------------------------------------------------------------------------- figures
-def _plt():
-    try:  # no matplotlib.use(): keep the notebook's inline backend; headless runs fall back to Agg
-        import matplotlib.pyplot as plt
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("the gradflow figures need matplotlib: pip install 'transformer_np[plot]' "
-                          "(or pip install matplotlib)") from e
-    return plt
-
-
-COLORS = {"pre": "tab:blue", "post": "tab:red", "no-residual": "tab:green", "no-layernorm": "tab:purple"}
-STYLES = {"xavier": "-", "bert": "--"}
-
-
-def _arr(xs):
-    return np.array([np.nan if x is None else x for x in xs], dtype=float)
-
-
-def _deepest(results: dict, depth: int | None, probe: int | None = None):
-    """Default the plotted depth to the deepest run and the probe to min(probe, depth)."""
-    depth = max(L for (_, _, L) in results) if depth is None else depth
-    return depth, (None if probe is None else min(probe, depth))
-
-
-def plot_profile(results: dict, depth: int | None = None, probe: int = 50, key: str = "grad_norm_by_layer"):
-    """‖∂L/∂H^(ℓ)‖ / ‖∂L/∂H^(L)‖ against ℓ at one depth (default: the deepest), layer ``probe``
-    marked: every variant and init on the left, Pre-LN vs Post-LN alone on the right."""
-    plt = _plt()
-    depth, probe = _deepest(results, depth, probe)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, keep in zip(axes, (VARIANTS, ("pre", "post"))):
-        for (variant, init, L), r in results.items():
-            if L != depth or variant not in keep:
-                continue
-            g = _arr(r[key])
-            ax.plot(range(L + 1), g / g[-1], STYLES[init], color=COLORS[variant], label=f"{variant}, {init}")
-        ax.axvline(probe, color="k", lw=0.8, ls=":")
-        ax.text(probe + 1, 0.03, f"layer {probe}", transform=ax.get_xaxis_transform())
-        ax.set_yscale("log")
-        ax.set_xlabel("layer ℓ (H^(ℓ), 0 = input)")
-        ax.set_ylabel("‖∂L/∂H^(ℓ)‖ / ‖∂L/∂H^(L)‖")
-        ax.legend(fontsize=7, ncol=2)
-    axes[0].set_title(f"Gradient reaching each layer, L = {depth}")
-    axes[1].set_title("Pre-LN vs Post-LN only")
-    fig.tight_layout()
-    return fig
-
-
-def _plot_against_depth(results: dict, value, ylabel: str, title: str):
-    """One line per (variant, init): ``value(result)`` against depth L, log–log."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for variant in VARIANTS:
-        for init in INITS:
-            Ls = sorted(L for (v, i, L) in results if v == variant and i == init)
-            if not Ls:
-                continue
-            y = [value(results[(variant, init, L)]) for L in Ls]
-            ax.plot(Ls, _arr(y), STYLES[init], marker="o", color=COLORS[variant], label=f"{variant}, {init}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("depth L")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig
-
-
-def plot_ratio_vs_depth(results: dict):
-    """‖∂L/∂H^(0)‖ / ‖∂L/∂H^(L)‖ against depth (log–log)."""
-    return _plot_against_depth(results, lambda r: r["input_to_output_ratio"], "‖∂L/∂H^(0)‖ / ‖∂L/∂H^(L)‖",
-                               "Gradient ratio input/output against depth")
-
-
-def plot_last_w2_vs_depth(results: dict):
-    """‖∂L/∂W_2‖ of the last layer against depth (Xiong et al. 2020's quantity)."""
-    return _plot_against_depth(results, lambda r: r["w2_grad_norm_by_layer"][-1], "‖∂L/∂W_2‖, last layer",
-                               "Last-layer FFN output-weight gradient against depth")
-
-
-def plot_by_layer(results: dict, key: str, ylabel: str, title: str, depth: int | None = None, log: bool = True):
-    """One per-layer quantity (``key`` of :func:`measure`) against ℓ at one depth (default: the deepest)."""
-    plt = _plt()
-    depth, _ = _deepest(results, depth)
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for (variant, init, L), r in results.items():
-        if L == depth:
-            ax.plot(range(len(r[key])), _arr(r[key]), STYLES[init], color=COLORS[variant], label=f"{variant}, {init}")
-    if log:
-        ax.set_yscale("log")
-    ax.set_xlabel("layer ℓ")
-    ax.set_ylabel(ylabel)
-    ax.set_title(f"{title}, L = {depth}")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig
-
-
-def plot_identity_vs_full(results: dict, depth: int | None = None, probe: int = 50, init: str = "xavier"):
-    """Full gradient vs identity path alone, Pre-LN and Post-LN, at one depth (default: the deepest)."""
-    plt = _plt()
-    depth, probe = _deepest(results, depth, probe)
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for variant in ("pre", "post"):
-        r = results.get((variant, init, depth))
-        if r is None:
-            continue
-        g, gi = _arr(r["grad_norm_by_layer"]), _arr(r["identity_grad_norm_by_layer"])
-        ax.plot(range(depth + 1), g / g[-1], "-", color=COLORS[variant], label=f"{variant}: full")
-        ax.plot(range(depth + 1), gi / gi[-1], ":", lw=2, color=COLORS[variant], label=f"{variant}: identity path")
-    ax.axvline(probe, color="k", lw=0.8, ls=":")
-    ax.set_yscale("log")
-    ax.set_xlabel("layer ℓ")
-    ax.set_ylabel("norm / norm at ℓ = L")
-    ax.set_title(f"Identity path vs full gradient, L = {depth}, {init} init")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def plot_spectra(spectra: dict):
-    """σ_max, median σ and σ_min of ∂H^(ℓ)/∂H^(0) against ℓ; ``spectra[(variant, init)]`` =
-    :func:`singular_values_by_depth`. For stacks ending in a LayerNorm only the n(d−2)
-    structurally non-zero values count (LN's Jacobian kills the mean and x̂ directions of each token)."""
-    plt = _plt()
-    inits = sorted({i for _, i in spectra}, key=INITS.index)
-    fig, axes = plt.subplots(1, len(inits), figsize=(5.2 * len(inits), 4.2), squeeze=False)
-    for ax, init in zip(axes[0], inits):
-        for (variant, i), sig in spectra.items():
-            if i != init:
-                continue
-            n, d = SMALL_DIMS["n"], SMALL_DIMS["d_model"]
-            k = n * (d - 2) if variant in ("post", "no-residual") else n * d
-            Ls = np.arange(1, len(sig) + 1)
-            ax.plot(Ls, [s[0] for s in sig], "-", color=COLORS[variant], label=f"{variant} σ_max")
-            ax.plot(Ls, [np.median(s[:k]) for s in sig], "--", color=COLORS[variant], lw=1)
-            ax.plot(Ls, [max(s[k - 1], 1e-300) for s in sig], ":", color=COLORS[variant], lw=1.5)
-        ax.set_yscale("log")
-        ax.set_xlabel("depth ℓ")
-        ax.set_ylabel("singular values of ∂H^(ℓ)/∂H^(0)")
-        ax.set_title(f"{init} init: σ_max (—), median (--), σ_min (··)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def plot_expansion(views: dict):
-    """Spectral norm of the order-m term of ∏ D(sI + J) against m; ``views[label]`` = :func:`jacobian_view`."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for label, v in views.items():
-        norms = np.array(v["order_norms"])
-        ax.plot(range(len(norms)), np.maximum(norms, 1e-300), marker=".", label=label,
-                color=COLORS[v["variant"]], ls=STYLES[v["init"]])
-    ax.set_yscale("log")
-    ax.set_ylim(bottom=1e-12)
-    ax.set_xlabel("m = number of branch Jacobians in the path")
-    ax.set_ylabel("‖E_m‖₂")
-    ax.set_title("Expansion of ∏(I + J) by path length (small stack)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
+# ----------------------------------------------------------------------------- everything the figures need
 @single_thread_blas
 def compute_all(seed: int = 0, depths=DEPTHS, jac_depth: int = 24, exp_depth: int = 12) -> dict:
     """Everything the notebook and the figures need: the per-layer sweep, the spectra and
@@ -672,40 +525,15 @@ def compute_all(seed: int = 0, depths=DEPTHS, jac_depth: int = 24, exp_depth: in
     return {"results": results, "spectra": spectra, "views": views}
 
 
-def save_figures(outdir: str = "figures", data: dict | None = None) -> list[str]:
-    """Write the gradflow figures (PNG, deterministic) into ``outdir``; returns the paths.
-    ``data`` = :func:`compute_all` (computed when not given)."""
-    import os
-    plt = _plt()
-    data = compute_all() if data is None else data
-    res = data["results"]
-    os.makedirs(outdir, exist_ok=True)
-    figs = {
-        "gradflow_profile_L96.png": plot_profile(res),
-        "gradflow_ratio_vs_depth.png": plot_ratio_vs_depth(res),
-        "gradflow_last_w2_vs_depth.png": plot_last_w2_vs_depth(res),
-        "gradflow_rms_L96.png": plot_by_layer(res, "rms_by_layer", "RMS of H^(ℓ)", "Activation scale"),
-        "gradflow_token_cosine_L96.png": plot_by_layer(res, "token_cosine_by_layer", "mean token cosine",
-                                                       "Token similarity", log=False),
-        "gradflow_identity_vs_full.png": plot_identity_vs_full(res),
-        "gradflow_jacobian_spectra.png": plot_spectra(data["spectra"]),
-        "gradflow_expansion.png": plot_expansion(data["views"]),
-    }
-    paths = []
-    for name, fig in figs.items():
-        path = os.path.join(outdir, name)
-        fig.savefig(path, dpi=100, metadata={"Software": None})
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
-# Moved in 0.2 (study code to transformer_np.course, the command line to transformer_np.cli);
-# the old names keep resolving.
+# Moved in 0.2 (study code to transformer_np.course, the command line to transformer_np.cli, the figures to
+# transformer_np.course.plots.gradflow); the old names keep resolving.
 __getattr__ = _forward_moved(__name__, {
     "add_arguments": "transformer_np.cli.gradflow",
     "_check_cli": "transformer_np.cli.gradflow",
     "_fmt": "transformer_np.cli.gradflow",
     "run": "transformer_np.cli.gradflow",
+    **{n: "transformer_np.course.plots.gradflow" for n in (
+        "save_figures", "plot_profile", "plot_ratio_vs_depth", "plot_last_w2_vs_depth", "plot_by_layer",
+        "plot_identity_vs_full", "plot_spectra", "plot_expansion", "COLORS", "STYLES")},
 })
 

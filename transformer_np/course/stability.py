@@ -1,79 +1,23 @@
-"""The warm-up experiment (notebook 04, scripts/run_training_stability.py) and the training figures."""
+"""The warm-up experiment: which runs, how one is run and summarised (notebook 04, scripts/run_training_stability.py).
+
+Drawn by :mod:`transformer_np.course.plots.stability`.
+"""
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from .._compat import forward_moved as _forward_moved
 from ..training.loop import RunConfig, train
 
-__all__ = ["plot_loss_curve", "save_figures", "stability_grid", "run_stability_one", "run_stability",
-           "stability_table", "plot_stability", "plot_layer_grad_norms", "STABILITY_JSON", "STABILITY_BASE"]
+__all__ = ["stability_grid", "run_stability_one", "run_stability", "stability_table", "find_row", "CHANCE", "STALLED",
+           "STABILITY_JSON", "STABILITY_BASE", "INITS", "NORMS"]
 
 STABILITY_JSON = Path(__file__).resolve().parents[2] / "notebooks" / "data" / "training_stability.json"
-
-
-def _figure(figsize):
-    """A matplotlib Figure that does not touch pyplot's global state or backend (None if not installed)."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        print("matplotlib is not installed: skipping the figure (pip install matplotlib)", file=sys.stderr)
-        return None
-    return Figure(figsize=figsize, dpi=100)
-
-
-def _save(fig, path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})       # no version/timestamp: byte-stable PNGs
-    return str(path)
-
-
-def plot_loss_curve(history: dict, path: str | Path | None = None, title: str = ""):
-    """Training loss per step (and eval loss) as a Figure; saved as PNG when ``path`` is given
-    (then the path is returned). None, with a message, when matplotlib is missing."""
-    fig = _figure((6, 3.6))
-    if fig is None:
-        return None
-    ax = fig.add_subplot()
-    ax.plot(history["step"], history["loss"], lw=0.8, label="train (per batch)")
-    if history["eval"]["step"]:
-        ax.plot(history["eval"]["step"], history["eval"]["loss"], "o-", ms=3, label="eval")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy")
-    ax.set_title(title, fontsize=9)
-    ax.legend()
-    return _save(fig, path) if path is not None else fig
-
-
-def save_figures(outdir: str | Path = "figures") -> list[str]:
-    """figures/training_stability*.png and training_layer_grad_norms.png from the stored full run
-    (notebooks/data/training_stability.json, when present) and figures/training_loss_curve.png from
-    a short live run (deterministic)."""
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    written = []
-    stored = STABILITY_JSON
-    if stored.is_file():                      # a source checkout: the stored full run of the experiment
-        results = json.loads(stored.read_text())["runs"]
-        for p in (plot_stability(results, outdir / "training_stability.png", layers=12, lr=1e-3),
-                  plot_stability(results, outdir / "training_stability_lr1e-2.png", layers=12, lr=1e-2),
-                  plot_layer_grad_norms(results, outdir / "training_layer_grad_norms.png", layers=12, lr=1e-2)):
-            if p:
-                written.append(p)
-    state = train(RunConfig(task="sort", layers=2, d_model=32, steps=150, warmup=20, lr=3e-3, seed=0,
-                            eval_every=25))
-    p = plot_loss_curve(state.history, outdir / "training_loss_curve.png",
-                        "sort task, 2-layer Post-LN, d=32, AdamW 3e-3, warm-up 20")
-    if p:
-        written.append(p)
-    return written
-
 
 
 # ----------------------------------------------------------------------------- the warm-up experiment
@@ -82,40 +26,38 @@ STABILITY_BASE = dict(task="sort", d_model=64, heads=4, batch_size=16, eval_ever
                       weight_decay=0.0, schedule="constant", grad_norm_steps=20)
 
 
-def stability_grid(full: bool = True) -> list[dict]:
-    """The runs of the warm-up experiment, as RunConfig keyword dicts (sort task, d = 64, Adam, fixed lr).
+INITS = ("bert", "xavier")
+NORMS = ("post", "pre")
 
-    full=True (the stored run, ~5,500 12-layer-step equivalents):
-      A. N = 12, lr = 1e-3: {post, pre} × {warm-up 0, 100} × seeds {0, 1}, 300 steps;
-      B. N = 12, {post, pre} × {0, 100}: lr = 3e-3 seed 0, 150 steps; lr = 1e-2 seeds {0, 1}, 200 steps;
-      C. N ∈ {2, 6}, lr = 1e-2, Post-LN: warm-up {0, 100} × seeds {0, 1}, 200 steps;
-      D. N = 12, lr = 1e-2, Post-LN, a long warm-up (300 steps of 400), seed 0.
-    full=False (the notebook's live check): N = 12, lr = 1e-2, {post, pre} × {0, 100}, seed 0, 60 steps,
-      warm-up 30 — enough to see whether an unwarmed Post-LN stack stalls.
+
+def _block(layers: int, lr: float, steps: int, seeds, warmups=(0, 100), norms=NORMS, inits=INITS) -> list[dict]:
+    return [dict(STABILITY_BASE, layers=layers, lr=lr, init=init, norm=norm, warmup=warmup, seed=seed, steps=steps)
+            for init in inits for norm in norms for warmup in warmups for seed in seeds]
+
+
+def stability_grid(full: bool = True) -> list[dict]:
+    """The runs of the warm-up experiment, as RunConfig keyword dicts (sort task, d = 64, h = 4, batch 16,
+    Adam β = (0.9, 0.999), ε = 1e-8, constant lr after a linear warm-up, float32).
+
+    full=True (the stored run: 79 runs, ~17,000 12-layer-step equivalents), every block for both
+    initialisations ``init`` ∈ {bert: N(0, 0.02²), xavier: Glorot-uniform} and seeds {0, 1, 2}:
+      A. N = 12, lr = 1e-3: {post, pre} × warm-up {0, 100}, 300 steps;
+      B. N = 12, lr = 1e-2: {post, pre} × warm-up {0, 100}, 200 steps;
+      C. N ∈ {2, 6}, lr = 1e-2, Post-LN: warm-up {0, 100}, 200 steps;
+      D. N = 12, lr = 1e-2, Post-LN, a long warm-up (300 steps of 400);
+      E. N = 12, lr = 1e-3, Post-LN, xavier, no warm-up, seed 0, 1,000 steps (does the stall end?).
+    full=False (notebook 04's live check, a few seconds): the first 10 steps of block A's Xavier runs, seed 0
+      ({post, pre} × warm-up {0, 100}) — the start of a stored run must come out the same here.
     """
-    runs = []
     if not full:
-        for norm in ("post", "pre"):
-            for warmup in (0, 30):
-                runs.append(dict(STABILITY_BASE, layers=12, lr=1e-2, norm=norm, warmup=warmup, seed=0, steps=60,
-                                 eval_every=30))
-        return runs
-    for seed in (0, 1):
-        for norm in ("post", "pre"):
-            for warmup in (0, 100):
-                runs.append(dict(STABILITY_BASE, layers=12, lr=1e-3, norm=norm, warmup=warmup, seed=seed, steps=300))
-    for lr, seeds, steps in ((3e-3, (0,), 150), (1e-2, (0, 1), 200)):
-        for seed in seeds:
-            for norm in ("post", "pre"):
-                for warmup in (0, 100):
-                    runs.append(dict(STABILITY_BASE, layers=12, lr=lr, norm=norm, warmup=warmup, seed=seed,
-                                     steps=steps))
-    for layers in (2, 6):
-        for seed in (0, 1):
-            for warmup in (0, 100):
-                runs.append(dict(STABILITY_BASE, layers=layers, lr=1e-2, norm="post", warmup=warmup, seed=seed,
-                                 steps=200))
-    runs.append(dict(STABILITY_BASE, layers=12, lr=1e-2, norm="post", warmup=300, seed=0, steps=400))
+        return [dict(kw, steps=10, eval_every=10) for kw in _block(12, 1e-3, 300, (0,), inits=("xavier",))]
+    seeds = (0, 1, 2)
+    runs = _block(12, 1e-3, 300, seeds)                                              # A
+    runs += _block(12, 1e-2, 200, seeds)                                             # B
+    for layers in (2, 6):                                                            # C
+        runs += _block(layers, 1e-2, 200, seeds, norms=("post",))
+    runs += _block(12, 1e-2, 400, seeds, warmups=(300,), norms=("post",))            # D
+    runs += _block(12, 1e-3, 1000, (0,), warmups=(0,), norms=("post",), inits=("xavier",))   # E
     return runs
 
 
@@ -146,79 +88,42 @@ def run_stability(runs: list[dict], workers: int = 1) -> list[dict]:
         return pool.map(run_stability_one, runs, chunksize=1)
 
 
+CHANCE = math.log(16)        # the sort task's chance loss: 16 equally likely symbols
+STALLED = 2.0                # a final loss above this (72 % of chance) counts as "stalled near chance"
+
+
 def stability_table(results: list[dict]) -> list[dict]:
-    """One row per condition (layers, lr, norm, warm-up), seeds aggregated:
-    final training loss (mean of the last 20 steps) and eval accuracy per seed."""
+    """One row per condition (layers, lr, init, norm, warm-up, steps), seeds aggregated: final training loss
+    (mean of the last 20 steps) and held-out accuracy per seed, their mean, min and max, and how many seeds
+    stalled (final loss > :data:`STALLED`, or diverged). Runs stored before 0.2 have no ``init``: BERT's."""
     rows: dict = {}
     for r in results:
         c = r["config"]
-        key = (c["layers"], c["lr"], c["norm"], c["warmup"])
-        row = rows.setdefault(key, {"layers": c["layers"], "lr": c["lr"], "norm": c["norm"], "warmup": c["warmup"],
-                                    "steps": c["steps"], "seeds": [], "final_loss": [], "final_accuracy": []})
+        init = c.get("init", "bert")
+        key = (c["layers"], c["lr"], init, c["norm"], c["warmup"], c["steps"])
+        row = rows.setdefault(key, {"layers": c["layers"], "lr": c["lr"], "init": init, "norm": c["norm"],
+                                    "warmup": c["warmup"], "steps": c["steps"], "seeds": [], "final_loss": [],
+                                    "final_accuracy": []})
         row["seeds"].append(c["seed"])
         row["final_loss"].append(r["final_loss"])
         row["final_accuracy"].append(r["final_accuracy"])
+    for row in rows.values():
+        losses = [x for x in row["final_loss"] if x is not None]
+        row["loss_mean"] = round(float(np.mean(losses)), 4) if losses else None
+        row["loss_min"] = min(losses) if losses else None
+        row["loss_max"] = max(losses) if losses else None
+        row["stalled"] = sum(x is None or x > STALLED for x in row["final_loss"])
     return list(rows.values())
 
 
-_COLORS = {("post", False): "tab:red", ("post", True): "tab:orange", ("pre", False): "tab:blue",
-           ("pre", True): "tab:cyan"}
+def find_row(table: list[dict], **conditions) -> dict:
+    """The one row of :func:`stability_table` matching every ``conditions`` item (ValueError otherwise)."""
+    hits = [r for r in table if all(r[k] == v for k, v in conditions.items())]
+    if len(hits) != 1:
+        raise ValueError(f"expected exactly one stability row for {conditions}, found {len(hits)}")
+    return hits[0]
 
 
-def _label(c: dict) -> str:
-    return f"{c['norm']}-LN, " + (f"warm-up {c['warmup']}" if c["warmup"] else "no warm-up")
-
-
-def plot_stability(results: list[dict], path: str | Path | None = None, layers: int = 12, lr: float = 1e-3,
-                   warmups=(0, 100)):
-    """Loss curves (left) and per-layer gradient norms at step 0 (right) of the runs with the given
-    depth, lr and warm-up lengths — Post-LN vs Pre-LN, with/without warm-up, every seed. Returns the
-    Figure (or the path when saved; None without matplotlib)."""
-    fig = _figure((11, 3.8))
-    if fig is None:
-        return None
-    ax1, ax2 = fig.subplots(1, 2)
-    sel = [r for r in results if r["config"]["layers"] == layers and r["config"]["lr"] == lr
-           and r["config"]["warmup"] in warmups]
-    seen, seen_norm = set(), set()
-    for r in sel:
-        c = r["config"]
-        key = (c["norm"], c["warmup"] > 0)
-        loss = np.array([np.nan if x is None else x for x in r["loss"]])
-        ax1.plot(np.arange(loss.size), loss, color=_COLORS[key], lw=0.7, alpha=0.8,
-                 label=None if key in seen else _label(c))
-        seen.add(key)
-        if c["norm"] not in seen_norm and r["layer_grad_norms"]:    # step 0 is the same with or without warm-up
-            ax2.semilogy(np.arange(1, layers + 1), r["layer_grad_norms"][0], "o-", color=_COLORS[(c["norm"], False)],
-                         ms=3, label=f"{c['norm']}-LN (seed {c['seed']})")
-            seen_norm.add(c["norm"])
-    ax1.set_xlabel("step")
-    ax1.set_ylabel("training cross-entropy")
-    ax1.set_title(f"sort task, {layers} layers, d = 64, Adam lr {lr:g}")
-    ax1.legend(fontsize=8)
-    ax2.set_xlabel("layer ℓ")
-    ax2.set_ylabel("‖∂L/∂θ_ℓ‖ at step 0")
-    ax2.set_title("per-layer gradient norm at initialisation")
-    ax2.legend(fontsize=8)
-    return _save(fig, path) if path is not None else fig
-
-
-def plot_layer_grad_norms(results: list[dict], path: str | Path | None = None, layers: int = 12,
-                          lr: float = 1e-2, seed: int = 0, steps=(0, 5, 10, 19)):
-    """‖∂L/∂θ_ℓ‖ against layer ℓ at a few early steps, one panel per (norm, warm-up) condition."""
-    sel = [r for r in results if r["config"]["layers"] == layers and r["config"]["lr"] == lr
-           and r["config"]["seed"] == seed and r["config"]["warmup"] in (0, 100)]
-    fig = _figure((3.0 * max(1, len(sel)), 3.2))
-    if fig is None:
-        return None
-    axes = np.atleast_1d(fig.subplots(1, max(1, len(sel)), sharey=True))
-    for ax, r in zip(axes, sel):
-        g = r["layer_grad_norms"]
-        for t in steps:
-            if t < len(g) and all(x is not None for x in g[t]):
-                ax.semilogy(np.arange(1, layers + 1), g[t], "o-", ms=2, label=f"step {t}")
-        ax.set_title(_label(r["config"]), fontsize=9)
-        ax.set_xlabel("layer ℓ")
-    axes[0].set_ylabel(f"‖∂L/∂θ_ℓ‖  (lr {lr:g})")
-    axes[0].legend(fontsize=7)
-    return _save(fig, path) if path is not None else fig
+# Moved in 0.2: the figures to transformer_np.course.plots.stability.
+__getattr__ = _forward_moved(__name__, {n: "transformer_np.course.plots.stability" for n in (
+    "plot_loss_curve", "save_figures", "plot_stability", "plot_layer_grad_norms")})

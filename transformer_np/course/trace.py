@@ -37,15 +37,15 @@ import math
 
 import numpy as np
 
+from .._compat import forward_moved as _forward_moved
 from ..model.config import EncoderConfig
 from ..model.encoder import encoder_backward, encoder_forward, encoder_layer_backward
+from ..model.params import init_params, layer_prefix, sub_params
 from ..ops.attention import mha_forward
 from ..ops.feedforward import ffn_forward
 from ..ops.layernorm import layernorm_forward
 from ..ops.masks import causal_mask, mask_value
-from ..model.params import init_params, layer_prefix, sub_params
 from ..ops.residual import residual_forward
-from .._compat import forward_moved as _forward_moved
 
 __all__ = ["TOKENS", "H0_TABLE", "LN_EPS", "SEED", "ARTICLE_FIGURES", "trace_config", "trace_params",
            "walk_layer", "window_mask", "format_matrix", "hidden_jacobian", "jacobian_norms",
@@ -113,40 +113,70 @@ def window_mask(n: int, width: int = 1, dtype=np.float64) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the walk
 def walk_layer(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None = None) -> dict:
-    """One Post-LN encoder layer, sublayer by sublayer, with the library's ops in the order
-    ``encoder_layer_forward`` uses them (inference: no dropout). x (1, n, d).
+    """One encoder layer, sublayer by sublayer, with the library's ops in the order
+    ``encoder_layer_forward`` uses them (inference: no dropout), Post-LN or Pre-LN.
 
-    Returns a dict of (n, d) / (n, n) arrays (batch axis dropped): ``scores`` S = QKᵀ/√d_k
-    (+ mask), ``attention_weights`` A, ``attention_output`` MHA(x), ``residual`` x + MHA(x),
-    ``layer_norm`` Z, ``ffn_output`` FFN(Z), ``ffn_residual`` Z + FFN(Z), ``H`` LN_2(·).
+    Args:
+        x: H^(ℓ−1) of shape (B, n, d_model) — every batch item is walked.
+        p: the layer's parameters without the "layers.ℓ." prefix (``sub_params``).
+        config: the stack's config (``norm_position``, ``n_heads``, ``activation``, ε).
+        mask: an additive mask broadcastable to (B, h, n, n), or None.
+
+    Returns:
+        a dict with every batch item and every head: ``scores`` S = Q_h K_hᵀ/√d_k (+ mask) and
+        ``attention_weights`` A, both (B, h, n, n); ``attention_output`` MHA(·), ``residual`` (the first
+        residual sum), ``layer_norm`` (the first LayerNorm's output), ``ffn_output``, ``ffn_residual``
+        (the second residual sum) and ``H`` (the layer's output), all (B, n, d); and for Pre-LN also
+        ``layer_norm2`` (the FFN's input). Post-LN: residual = x + MHA(x), layer_norm = LN_1(residual),
+        ffn_residual = layer_norm + FFN(layer_norm), H = LN_2(ffn_residual). Pre-LN: layer_norm = LN_1(x),
+        residual = x + MHA(layer_norm), layer_norm2 = LN_2(residual), ffn_residual = H =
+        residual + FFN(layer_norm2).
     """
-    if config.norm_position != "post":
-        raise ValueError(f"the article's walk is Post-LN; config.norm_position must be 'post', "
-                         f"got {config.norm_position!r}")
-    eps = config.layer_norm_eps
-    a, mc = mha_forward(x, sub_params(p, "attn."), config.n_heads, mask)        # (1, n, d)
+    if not isinstance(config, EncoderConfig):
+        raise TypeError(f"config must be an EncoderConfig, got {type(config).__name__}")
+    if not isinstance(x, np.ndarray) or x.ndim != 3 or x.shape[-1] != config.d_model:
+        shape = getattr(x, "shape", type(x).__name__)
+        raise ValueError(f"x must be H^(l-1) of shape (B, n, d_model) = (B, n, {config.d_model}); got {shape}")
+    eps, post = config.layer_norm_eps, config.norm_position == "post"
+    out = {}
+    if post:
+        a_in = x
+    else:
+        a_in, _ = layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)                 # LN_1(H)
+        out["layer_norm"] = a_in
+    a, mc = mha_forward(a_in, sub_params(p, "attn."), config.n_heads, mask)                # (B, n, d)
     ac = mc["attn"]
-    # The attention op keeps Q, K and 1/√d_k, not S itself: S is their product (plus the mask).
-    scores = (ac["Q"] @ ac["K"].swapaxes(-1, -2)) * ac["scale"]                   # (1, h, n, n)
+    # The attention op keeps Q, K and 1/√d_k; S is their product (plus the mask), every head.
+    scores = (ac["Q"] @ ac["K"].swapaxes(-1, -2)) * ac["scale"]                            # (B, h, n, n)
     if mask is not None:
         scores = scores + mask
-    r, _ = residual_forward(x, a)                                                 # H + MHA(H)
-    z, _ = layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)               # Z
-    f, _ = ffn_forward(z, sub_params(p, "ffn."), config.activation)              # (1, n, d)
-    r2, _ = residual_forward(z, f)                                                # Z + FFN(Z)
-    out, _ = layernorm_forward(r2, p["ln2.gamma"], p["ln2.beta"], eps)            # H^(ℓ)
-    return {"scores": scores[0, 0], "attention_weights": ac["weights"][0, 0], "attention_output": a[0],
-            "residual": r[0], "layer_norm": z[0], "ffn_output": f[0], "ffn_residual": r2[0], "H": out[0]}
+    r, _ = residual_forward(x, a)                                                          # H + MHA(·)
+    if post:
+        z, _ = layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)                    # Z = LN_1(R)
+        out["layer_norm"], f_in, base = z, z, z
+    else:
+        f_in, _ = layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)                 # LN_2(R)
+        out["layer_norm2"], base = f_in, r
+    f, _ = ffn_forward(f_in, sub_params(p, "ffn."), config.activation)                    # (B, n, d)
+    r2, _ = residual_forward(base, f)
+    H = layernorm_forward(r2, p["ln2.gamma"], p["ln2.beta"], eps)[0] if post else r2      # H^(ℓ)
+    out.update(scores=np.broadcast_to(scores, ac["weights"].shape).copy(), attention_weights=ac["weights"],
+               attention_output=a, residual=r, ffn_output=f, ffn_residual=r2, H=H)
+    return out
 
 
 def _walk_stack(params, config, H0, mask=None) -> tuple[list[dict], dict]:
     """Walk every layer and check the walk against ``encoder_forward`` bit for bit."""
+    if config.n_heads != 1:
+        raise ValueError(f"the article's trace has one head; got n_heads = {config.n_heads} "
+                         "(walk_layer shows every head)")
     H = H0[None]                                                                  # (1, n, d)
     layers = []
     for layer in range(config.n_layers):
         w = walk_layer(H, sub_params(params, layer_prefix(config, layer)), config, mask)
-        layers.append(w)
-        H = w["H"][None]
+        H = w["H"]
+        # the trace's tables: batch item 0 (the only one) and head 0 (the only one)
+        layers.append({k: (v[0, 0] if v.ndim == 4 else v[0]) for k, v in w.items()})
     _, cache = encoder_forward(params, config, inputs_embeds=H0[None], extra_mask=mask)
     for layer, w in enumerate(layers):
         if not np.array_equal(w["H"], cache["hidden_states"][layer + 1][0]):
@@ -302,32 +332,38 @@ def _comparisons(H0, layer1, config) -> list[dict]:
 
 
 def _claims(layer1, causal1, window_norms, full_norms) -> list[dict]:
-    """The article's qualitative statements, each checked with a number."""
+    """The seeds' qualitative statements the worked example can check, each with a number.
+
+    Each names its row of the claims ledger (``ledger``) and carries the ledger's verdict (``verdict``, read
+    from transformer_np/data/claims.json, the one source of truth); ``holds`` is what this computation finds,
+    and tests/course/test_claims_ledger.py asserts that the two agree for every claim.
+    """
+    from .ledger import verdict
+
     z = layer1["layer_norm"]
     r = layer1["residual"]
     var = z.var(axis=1)
     same_order = all(np.array_equal(np.argsort(r[t], kind="stable"), np.argsort(z[t], kind="stable"))
                      for t in range(len(r)))
-    return [
-        {"claim": "'the' attends forward to 'sat' (bidirectional)",
-         "holds": bool(layer1["attention_weights"][0, 2] > 0),
-         "evidence": f"A[the, sat] = {layer1['attention_weights'][0, 2]:.4f}"},
-        {"claim": "a causal mask forbids it",
-         "holds": bool(causal1["attention_weights"][0, 2] == 0.0),
-         "evidence": f"causal A[the, :] = {_fmt(causal1['attention_weights'][0])}"},
-        {"claim": "LayerNorm gives unit variance (gamma = 1, beta = 0)",
-         "holds": bool(np.allclose(var, 1.0, atol=1e-9)),
-         "evidence": f"row variances of Z = {_fmt(var, 12)} (sigma^2/(sigma^2 + eps))"},
-        {"claim": "LayerNorm keeps the relative ordering of the entries",
-         "holds": bool(same_order), "evidence": "argsort of every row of the residual equals that of Z"},
-        {"claim": "depth widens the receptive field (shown with a +/-1 window mask)",
-         "holds": bool(window_norms["H1"][2] == 0.0 and window_norms["H2"][2] > 0),
-         "evidence": f"|dH1_the/dH0_sat| = {window_norms['H1'][2]:.4g}, "
-                     f"|dH2_the/dH0_sat| = {window_norms['H2'][2]:.4g}"},
-        {"claim": "with full attention one layer already reaches every token",
-         "holds": bool(np.all(full_norms["H1"] > 0)),
-         "evidence": f"|dH1_the/dH0_j| = {_fmt(full_norms['H1'])}"},
+    checks = [
+        ("A26", "'the' attends forward to 'sat' (bidirectional)",
+         bool(layer1["attention_weights"][0, 2] > 0), f"A[the, sat] = {layer1['attention_weights'][0, 2]:.4f}"),
+        ("A26", "a causal mask forbids it",
+         bool(causal1["attention_weights"][0, 2] == 0.0),
+         f"causal A[the, :] = {_fmt(causal1['attention_weights'][0])}"),
+        ("A13", "LayerNorm gives unit variance (gamma = 1, beta = 0; exactly sigma^2/(sigma^2 + eps))",
+         bool(np.allclose(var, 1.0, atol=1e-9)), f"row variances of Z = {_fmt(var, 12)}"),
+        ("A25", "LayerNorm keeps the relative ordering of the entries",
+         bool(same_order), "argsort of every row of the residual equals that of Z"),
+        ("L14", "with a +/-1 window mask, depth widens the receptive field",
+         bool(window_norms["H1"][2] == 0.0 and window_norms["H2"][2] > 0),
+         f"window: |dH1_the/dH0_sat| = {window_norms['H1'][2]:.4g}, |dH2_the/dH0_sat| = {window_norms['H2'][2]:.4g}"),
+        ("L12", "with full attention one layer already reaches every token (A28, 'depth extends the "
+                f"receptive field': {verdict('A28')})",
+         bool(np.all(full_norms["H1"] > 0)), f"|dH1_the/dH0_j| = {_fmt(full_norms['H1'])}"),
     ]
+    return [{"claim": f"{cid} [ledger: {verdict(cid)}] {text}", "ledger": cid, "verdict": verdict(cid),
+             "holds": holds, "evidence": evidence} for cid, text, holds, evidence in checks]
 
 
 def _tolist(v):

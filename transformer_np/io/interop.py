@@ -1,4 +1,4 @@
-r"""Weights that move both ways between transformer_np, PyTorch and Hugging Face BERT.
+r"""Weights that move both ways between transformer_np, PyTorch and Hugging Face encoders.
 
 Two conventions meet here:
 
@@ -25,11 +25,18 @@ Hugging Face ``BertModel`` (Post-LN; ``{i}`` = layer index)::
     encoder.layer.{i}.output.LayerNorm.*              layers.{i}.ln2.{gamma,beta}
     pooler.dense.{weight,bias}                        pooler.W (ᵀ), pooler.b   (optional)
 
-``BertFor*`` task models hold the same tensors under a ``bert.`` prefix, detected
-automatically; their task heads (``cls.*``, ``classifier.*``, ``qa_outputs.*``: every
-name *outside* the ``bert.`` prefix) are not part of the encoder and are ignored.
-The buffers ``embeddings.position_ids`` / ``embeddings.token_type_ids`` (old checkpoints
-store them) are ignored too. Anything else that does not fit is an error.
+The other families (RoBERTa, XLM-R, CamemBERT, data2vec-text, DistilBERT, ALBERT, ELECTRA,
+ERNIE) and what differs in them — names, RoBERTa's position ids, ALBERT's and ELECTRA's
+factorised embeddings (``embeddings.project.W``/``.b``), ALBERT's shared layer — are in
+:mod:`transformer_np.io.families`. A BERT config is an :class:`EncoderConfig` (run it with
+:func:`encoder_forward`); every other family's is an :class:`HFEncoderConfig` (run it with
+:func:`transformer_np.io.hf_model.hf_forward`, which runs BERT too).
+
+Task models (``BertFor*``, ``RobertaFor*``, ...) hold the same tensors under their base-model
+prefix (``bert.``, ``roberta.``, ``distilbert.``, ``albert.``, ``electra.``, ...), detected
+automatically; their task heads (every name *outside* the prefix) are not part of the encoder
+and are ignored. The buffers ``embeddings.position_ids`` / ``embeddings.token_type_ids`` (old
+checkpoints store them) are ignored too. Anything else that does not fit is an error.
 
 PyTorch ``nn.TransformerEncoder`` (``layers.{i}.`` prefix; a bare
 ``nn.TransformerEncoderLayer`` has none)::
@@ -43,6 +50,12 @@ PyTorch ``nn.TransformerEncoder`` (``layers.{i}.`` prefix; a bare
     norm2.*                             ln2.{gamma,beta}
     norm.*  (TransformerEncoder only)   final_ln.{gamma,beta}
 
+What goes in as a single layer comes back under the single layer's names: :func:`from_torch`
+of a bare ``nn.TransformerEncoderLayer`` returns a :class:`TorchLayerConfig` (an
+``EncoderConfig``, equal to the plain one), and the exports given that config use the layer's own
+names (``self_attn.in_proj_weight``); :func:`from_hf` of an HF layer (``BertLayer``, ...) returns an
+``HFEncoderConfig`` with ``bare_layer=True``, with the same effect.
+
 Every mapping works on parameters *and* on gradients: a gradient has the same names
 and shapes as its parameter, and the transpose commutes with differentiation
 (∂L/∂weight = (∂L/∂W)ᵀ when weight = Wᵀ).
@@ -53,136 +66,128 @@ torch and transformers are imported lazily inside the functions that need them; 
 
 from __future__ import annotations
 
-import warnings
-from typing import Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from .._validate import FLOAT_DTYPES, describe, mismatch_detail
+from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
 from ..model.params import param_shapes
+from .families import (
+    HF_ACTIVATIONS,
+    SUPPORTED_MODEL_TYPES,
+    HFEncoderConfig,
+    encoder_config_from_spec,
+    hf_name_table,
+    hf_param_shapes,
+    hf_table_size,
+    pooler_rows,
+    read_hf_config,
+    supported_text,
+)
+from .hf_model import hf_backward, hf_forward
 
 __all__ = ["config_from_hf_dict", "hf_dict_from_config", "params_from_hf_state_dict",
            "hf_state_dict_from_params", "params_from_torch_state_dict", "torch_state_dict_from_params",
-           "from_torch", "from_hf_bert", "to_torch_state_dict", "to_hf_state_dict", "HF_ACTIVATIONS"]
+           "from_torch", "from_hf", "from_hf_bert", "to_torch_state_dict", "to_hf_state_dict", "HF_ACTIVATIONS",
+           "HFEncoderConfig", "TorchLayerConfig", "SUPPORTED_MODEL_TYPES", "hf_forward", "hf_backward",
+           "hf_module_names"]
 
-#: HF ``hidden_act`` → our ``activation``. "gelu_new" and "gelu_pytorch_tanh" are the same
-#: function ½x(1 + tanh(√(2/π)(x + 0.044715x³))), computed two ways.
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 _HF_ACT_OUT = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 _HF_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
-_HF_PREFIX = "bert."
+
 
 # ----------------------------------------------------------------------------- HF config
-_HF_REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+def config_from_hf_dict(hf_config: dict, source: str = "hf_config") -> EncoderConfig | HFEncoderConfig:
+    """The config of a Hugging Face ``config.json`` dict (or ``XConfig.to_dict()``) of any supported family.
 
+    The family comes from ``model_type`` (else from the class names in ``architectures``, else BERT).
+    BERT gives an :class:`EncoderConfig` — hidden_size → d_model, num_hidden_layers → n_layers,
+    num_attention_heads → n_heads, intermediate_size → d_ff, hidden_act → activation (see
+    :data:`HF_ACTIVATIONS`), layer_norm_eps, vocab_size, max_position_embeddings → max_len,
+    type_vocab_size; always Post-LN, learned absolute positions, embedding LayerNorm, no final
+    LayerNorm. Every other family gives an :class:`HFEncoderConfig` holding such an EncoderConfig
+    plus what differs (see :mod:`transformer_np.io.families`).
 
-def config_from_hf_dict(hf_config: dict) -> EncoderConfig:
-    """An :class:`EncoderConfig` from a BERT ``config.json`` dict (or ``BertConfig.to_dict()``).
+    Dropout: our config has one probability, HF two. We take the hidden one
+    (``hidden_dropout_prob``; DistilBERT's ``dropout``) and warn when the attention one differs —
+    it only matters in training, where dropout masks never match across frameworks anyway.
 
-    Field mapping: hidden_size → d_model, num_hidden_layers → n_layers,
-    num_attention_heads → n_heads, intermediate_size → d_ff, hidden_act → activation
-    (see :data:`HF_ACTIVATIONS`), layer_norm_eps, vocab_size, max_position_embeddings →
-    max_len, type_vocab_size; always Post-LN, learned absolute positions, embedding
-    LayerNorm, no final LayerNorm.
+    Every field read is validated; ``source`` (e.g. the path of config.json) starts the messages.
 
-    Dropout: our config has one probability, BERT two. We take ``hidden_dropout_prob``
-    (embeddings and sublayer outputs) and warn when ``attention_probs_dropout_prob``
-    differs — it only matters in training, where dropout masks never match across
-    frameworks anyway.
-
-    Raises ValueError naming the field for what we cannot represent: a model_type other
-    than "bert", ``position_embedding_type`` other than "absolute" (relative_key,
-    relative_key_query), an unknown ``hidden_act``, ``is_decoder`` / ``add_cross_attention``.
+    Raises:
+        ModelConfigError (a ValueError) naming the field, what was expected and what was received:
+        a missing required field, an integer that is a bool / string / float / null, a non-finite
+        or out-of-range number, an unsupported model_type (the message lists the supported ones),
+        ``position_embedding_type`` other than "absolute", an unknown ``hidden_act``,
+        ``is_decoder`` / ``add_cross_attention``, ALBERT layer groups, ERNIE task ids.
+        InputTypeError when ``hf_config`` is not a dict.
     """
-    if not isinstance(hf_config, Mapping):
-        raise TypeError(f"hf_config must be a dict (a BERT config.json), got {describe(hf_config)}")
-    missing = [k for k in _HF_REQUIRED if k not in hf_config]
-    if missing:
-        raise ValueError(f"hf_config is missing the BERT config fields {missing}")
-    model_type = hf_config.get("model_type", "bert")
-    if model_type != "bert":
-        raise ValueError(f"hf_config model_type must be 'bert' (BERT-family layout and names), got {model_type!r}")
-    pos = hf_config.get("position_embedding_type", "absolute")
-    if pos != "absolute":
-        raise ValueError(f"hf_config position_embedding_type must be 'absolute' (learned absolute positions); "
-                         f"got {pos!r}, which transformer_np does not implement")
-    for flag in ("is_decoder", "add_cross_attention"):
-        if hf_config.get(flag, False):
-            raise ValueError(f"hf_config {flag}=True is not supported: transformer_np builds an encoder only")
-    act = hf_config.get("hidden_act", "gelu")
-    if not isinstance(act, str) or act not in HF_ACTIVATIONS:
-        raise ValueError(f"hf_config hidden_act must be one of {sorted(HF_ACTIVATIONS)}, got {act!r}")
-    p_hidden = float(hf_config.get("hidden_dropout_prob", 0.1))
-    p_attn = float(hf_config.get("attention_probs_dropout_prob", p_hidden))
-    if p_attn != p_hidden:
-        warnings.warn(f"hf_config has hidden_dropout_prob = {p_hidden} but attention_probs_dropout_prob = "
-                      f"{p_attn}; transformer_np uses one dropout and takes hidden_dropout_prob = {p_hidden} "
-                      "(no effect in inference)", stacklevel=2)
-    return EncoderConfig(
-        n_layers=int(hf_config["num_hidden_layers"]), d_model=int(hf_config["hidden_size"]),
-        n_heads=int(hf_config["num_attention_heads"]), d_ff=int(hf_config["intermediate_size"]),
-        activation=HF_ACTIVATIONS[act], norm_position="post",
-        layer_norm_eps=float(hf_config.get("layer_norm_eps", 1e-12)), dropout=p_hidden,
-        vocab_size=int(hf_config["vocab_size"]), max_len=int(hf_config.get("max_position_embeddings", 512)),
-        type_vocab_size=int(hf_config.get("type_vocab_size", 2)), positional="learned",
-        share_layers=False, final_layer_norm=False, embedding_layer_norm=True)
+    fam, spec = read_hf_config(hf_config, source)
+    enc = encoder_config_from_spec(fam, spec)
+    if fam.model_type == "bert":
+        return enc
+    return HFEncoderConfig(fam.model_type, enc, embedding_size=spec["embedding_size"],
+                           max_position_embeddings=spec["max_position_embeddings"], pad_token_id=spec["pad_token_id"])
+
+
+def _as_family_config(config, what: str) -> HFEncoderConfig:
+    """An HFEncoderConfig for either kind of config (BERT's EncoderConfig is checked and wrapped)."""
+    if isinstance(config, HFEncoderConfig):
+        return config
+    _check_bert_like(config, what)
+    return HFEncoderConfig("bert", config)
 
 
 def _check_bert_like(config: EncoderConfig, what: str) -> None:
     """A config that BERT's names can express, else ValueError naming the field."""
     if not isinstance(config, EncoderConfig):
-        raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
+        raise InputTypeError(f"config must be an EncoderConfig or HFEncoderConfig, got {describe(config)}")
     need = {"norm_position": "post", "positional": "learned", "share_layers": False,
             "use_final_layer_norm": False, "embedding_layer_norm": True, "has_embeddings": True}
     for field, want in need.items():
         got = getattr(config, field)
         if got != want:
-            raise ValueError(f"{what}: BERT's layout needs config.{field} = {want!r}, got {got!r}")
+            raise InputValueError(f"{what}: BERT's layout needs config.{field} = {want!r}, got {got!r}")
 
 
-def hf_dict_from_config(config: EncoderConfig) -> dict:
-    """The reverse of :func:`config_from_hf_dict`: keyword arguments for ``transformers.BertConfig``
-    (``BertConfig(**hf_dict_from_config(config))``).
+def hf_dict_from_config(config: EncoderConfig | HFEncoderConfig) -> dict:
+    """The reverse of :func:`config_from_hf_dict`: keyword arguments for the family's config class
+    (``BertConfig(**hf_dict_from_config(config))``; for the other families the dict also carries
+    ``model_type``, so ``transformers.AutoConfig.for_model(**d)`` builds the right class).
 
     Both dropout fields get ``config.dropout``. Exact GELU maps to "gelu", the tanh
     approximation to "gelu_new".
     """
-    _check_bert_like(config, "hf_dict_from_config")
-    return {"vocab_size": config.vocab_size, "hidden_size": config.d_model,
-            "num_hidden_layers": config.n_layers, "num_attention_heads": config.n_heads,
-            "intermediate_size": config.d_ff, "hidden_act": _HF_ACT_OUT[config.activation],
-            "hidden_dropout_prob": config.dropout, "attention_probs_dropout_prob": config.dropout,
-            "max_position_embeddings": config.max_len, "type_vocab_size": config.type_vocab_size,
-            "layer_norm_eps": config.layer_norm_eps, "position_embedding_type": "absolute"}
+    fc = _as_family_config(config, "hf_dict_from_config")
+    if fc.bare_layer:
+        raise InputValueError("hf_dict_from_config: a bare-layer config has no vocabulary; use the model's config")
+    c = fc.encoder
+    if fc.model_type == "distilbert":
+        return {"model_type": "distilbert", "vocab_size": c.vocab_size, "dim": c.d_model, "n_layers": c.n_layers,
+                "n_heads": c.n_heads, "hidden_dim": c.d_ff, "activation": _HF_ACT_OUT[c.activation],
+                "dropout": c.dropout, "attention_dropout": c.dropout, "max_position_embeddings": fc.n_positions,
+                "pad_token_id": fc.pad_token_id if fc.pad_token_id is not None else 0}
+    out = {"vocab_size": c.vocab_size, "hidden_size": c.d_model, "num_hidden_layers": c.n_layers,
+           "num_attention_heads": c.n_heads, "intermediate_size": c.d_ff, "hidden_act": _HF_ACT_OUT[c.activation],
+           "hidden_dropout_prob": c.dropout, "attention_probs_dropout_prob": c.dropout,
+           "max_position_embeddings": fc.n_positions, "type_vocab_size": c.type_vocab_size,
+           "layer_norm_eps": c.layer_norm_eps}
+    if isinstance(config, EncoderConfig):
+        out["position_embedding_type"] = "absolute"
+        return out
+    out = {"model_type": fc.model_type, **out}
+    if fc.pad_token_id is not None:
+        out["pad_token_id"] = fc.pad_token_id
+    if fc.model_type in ("albert", "electra"):
+        out["embedding_size"] = fc.E
+    return out
 
 
-# ----------------------------------------------------------------------------- name tables
-# (framework name, our name, transpose?) — one row per tensor.
-def _hf_table(config: EncoderConfig) -> list[tuple[str, str, bool]]:
-    rows = [("embeddings.word_embeddings.weight", "embeddings.word", False),
-            ("embeddings.position_embeddings.weight", "embeddings.position", False)]
-    if config.type_vocab_size:
-        rows.append(("embeddings.token_type_embeddings.weight", "embeddings.token_type", False))
-    rows += [("embeddings.LayerNorm.weight", "embeddings.ln.gamma", False),
-             ("embeddings.LayerNorm.bias", "embeddings.ln.beta", False)]
-    linear = (("attention.self.query", "attn.W_Q", "attn.b_Q"), ("attention.self.key", "attn.W_K", "attn.b_K"),
-              ("attention.self.value", "attn.W_V", "attn.b_V"),
-              ("attention.output.dense", "attn.W_O", "attn.b_O"),
-              ("intermediate.dense", "ffn.W_1", "ffn.b_1"), ("output.dense", "ffn.W_2", "ffn.b_2"))
-    norms = (("attention.output.LayerNorm", "ln1"), ("output.LayerNorm", "ln2"))
-    for i in range(config.n_layers):
-        hf, us = f"encoder.layer.{i}.", f"layers.{i}."
-        for mod, W, b in linear:
-            rows += [(hf + mod + ".weight", us + W, True), (hf + mod + ".bias", us + b, False)]
-        for mod, ln in norms:
-            rows += [(hf + mod + ".weight", us + ln + ".gamma", False), (hf + mod + ".bias", us + ln + ".beta", False)]
-    return rows
-
-
-_HF_POOLER = [("pooler.dense.weight", "pooler.W", True), ("pooler.dense.bias", "pooler.b", False)]
-
-
+# ----------------------------------------------------------------------------- arrays in, arrays out
 def _as_numpy(x, name: str) -> np.ndarray:
     """A NumPy view of an array-like; torch tensors are detached and moved to the CPU."""
     if hasattr(x, "detach") and hasattr(x, "cpu"):      # a torch.Tensor, without importing torch
@@ -191,7 +196,7 @@ def _as_numpy(x, name: str) -> np.ndarray:
             x = x.float()
         x = x.numpy()
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"state[{name!r}] must be a numpy array or torch tensor, got {describe(x)}")
+        raise InputTypeError(f"state[{name!r}] must be a numpy array or torch tensor, got {describe(x)}")
     return x
 
 
@@ -201,28 +206,46 @@ def _target_dtype(arrays: list[np.ndarray], dtype) -> np.dtype:
     if dtype is not None:
         dt = np.dtype(dtype)
         if dt not in FLOAT_DTYPES:
-            raise TypeError(f"dtype must be float32 or float64, got {dt}")
+            raise InputTypeError(f"dtype must be float32 or float64, got {dt}")
         return dt
     for a in arrays:
         if not np.issubdtype(a.dtype, np.floating):
-            raise TypeError(f"expected floating-point weights, got a tensor of dtype {a.dtype}")
+            raise InputTypeError(f"expected floating-point weights, got a tensor of dtype {a.dtype}")
     if arrays and all(a.dtype == np.float64 for a in arrays):
         return np.dtype(np.float64)
     return np.dtype(np.float32)
 
 
-def _import(state: Mapping, table: list[tuple[str, str, bool]], optional: list[tuple[str, str, bool]],
-            ignored: tuple[str, ...], shapes: dict, dtype, source: str) -> dict[str, np.ndarray]:
-    """Framework state dict → our params, with full checks (missing/unexpected/shape)."""
+def _rows_for(state: Mapping, rows: Iterable[tuple[str, str, bool]], n_rows: int, optional: list, ignored,
+              source: str) -> list[tuple[str, str, bool]]:
+    """The rows of a name table, after checking ``state`` holds exactly those names.
+
+    The table is walked lazily and only as far as the state can match it: a config that asks
+    for a million layers is refused from the counts, before a million rows are built.
+    """
     if not isinstance(state, Mapping):
-        raise TypeError(f"state must be a mapping of name -> array (a state dict), got {describe(state)}")
-    known = {fw for fw, _, _ in table} | {fw for fw, _, _ in optional}
-    missing = [fw for fw, _, _ in table if fw not in state]
+        raise InputTypeError(f"state must be a mapping of name -> array (a state dict), got {describe(state)}")
+    if n_rows > len(state):
+        missing = []
+        for fw, _, _ in rows:
+            if fw not in state:
+                missing.append(fw)
+                if len(missing) > 8:
+                    break
+        raise InputValueError(f"{source} state dict does not match the config: it has {len(state)} tensors, the "
+                              f"config needs {n_rows} ({mismatch_detail(missing, [])})")
+    rows = list(rows)
+    known = {fw for fw, _, _ in rows} | {fw for fw, _, _ in optional}
+    missing = [fw for fw, _, _ in rows if fw not in state]
     unexpected = [k for k in state if k not in known and k not in ignored]
     if missing or unexpected:
-        raise ValueError(f"{source} state dict does not match the config "
-                         f"({mismatch_detail(missing, unexpected)})")
-    rows = table + [r for r in optional if r[0] in state]
+        raise InputValueError(f"{source} state dict does not match the config ({mismatch_detail(missing, unexpected)})")
+    return rows + [r for r in optional if r[0] in state]
+
+
+def _import(state: Mapping, rows: list[tuple[str, str, bool]], shapes: dict, dtype,
+            source: str) -> dict[str, np.ndarray]:
+    """Framework state dict → our params (rows already matched by :func:`_rows_for`), shapes checked."""
     arrays = {fw: _as_numpy(state[fw], fw) for fw, _, _ in rows}
     dt = _target_dtype(list(arrays.values()), dtype)
     params: dict[str, np.ndarray] = {}
@@ -230,104 +253,157 @@ def _import(state: Mapping, table: list[tuple[str, str, bool]], optional: list[t
         a = arrays[fw]
         want = shapes[ours][::-1] if transpose else shapes[ours]
         if a.shape != tuple(want):
-            raise ValueError(f"{source} tensor {fw!r} must have shape {tuple(want)} (for {ours!r} of shape "
-                             f"{shapes[ours]}), got shape {a.shape}")
+            raise InputValueError(f"{source} tensor {fw!r} must have shape {tuple(want)} (for {ours!r} of shape "
+                                  f"{shapes[ours]}), got shape {a.shape}")
         params[ours] = np.ascontiguousarray(a.T if transpose else a, dtype=dt)
     return params
 
 
-def _strip_prefix(state: Mapping, prefix: str | None) -> tuple[dict, str]:
-    """Detect (prefix=None) or apply a name prefix; names outside it are task heads, dropped."""
+def _strip_prefix(state: Mapping, prefix: str | None, detect: str) -> dict:
+    """Detect (prefix=None: ``detect`` if any name starts with it) or apply a name prefix; names
+    outside it are task heads, dropped."""
     if not isinstance(state, Mapping):
-        raise TypeError(f"state must be a mapping of name -> array (a state dict), got {describe(state)}")
+        raise InputTypeError(f"state must be a mapping of name -> array (a state dict), got {describe(state)}")
     if prefix is None:
-        prefix = _HF_PREFIX if any(k.startswith(_HF_PREFIX) for k in state) else ""
+        prefix = detect if detect and any(k.startswith(detect) for k in state) else ""
+    elif not isinstance(prefix, str):
+        raise InputTypeError(f"prefix must be a str or None, got {describe(prefix)}")
     if not prefix:
-        return dict(state), ""
+        return dict(state)
     inner = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     if not inner:
-        raise ValueError(f"state has no tensor under the prefix {prefix!r}")
-    return inner, prefix
+        raise InputValueError(f"state has no tensor under the prefix {prefix!r}")
+    return inner
 
 
-def params_from_hf_state_dict(state: Mapping[str, np.ndarray], config: EncoderConfig, dtype=None,
+def _family_shapes(fc: HFEncoderConfig) -> dict:
+    shapes = dict(hf_param_shapes(fc))
+    if pooler_rows(fc):
+        d = fc.d_model
+        shapes.update({"pooler.W": (d, d), "pooler.b": (d,)})
+    return shapes
+
+
+def params_from_hf_state_dict(state: Mapping[str, np.ndarray], config: EncoderConfig | HFEncoderConfig, dtype=None,
                               prefix: str | None = None) -> dict[str, np.ndarray]:
-    """Our params from a Hugging Face BERT state dict (NumPy arrays or torch tensors).
+    """Our params from a Hugging Face state dict of any supported family (NumPy arrays or torch tensors).
 
     Args:
         state: name → tensor, e.g. ``safetensors.numpy.load_file("model.safetensors")`` or
-            ``model.state_dict()``. Names are those of the module docstring.
-        config: the encoder's config (e.g. from :func:`config_from_hf_dict`).
+            ``model.state_dict()``. Names are those of the module docstring / :mod:`~transformer_np.io.families`.
+        config: the config (from :func:`config_from_hf_dict`, or :func:`from_hf`).
         dtype: float32/float64 of the result; None keeps float64 if the state is all
             float64, else float32.
-        prefix: None detects ``"bert."`` (BertFor* models; their task heads outside the
-            prefix are ignored); "" means no prefix.
+        prefix: None detects the family's task-model prefix (``"bert."``, ``"roberta."``, ...;
+            the task heads outside it are ignored); "" means no prefix.
 
-    Returns a params dict that :func:`validate_params` accepts, with ``pooler.W`` (d, d) and
-    ``pooler.b`` when the state has the pooler. Weight matrices are transposed
-    (``W = weight.T``) and copied (contiguous), so the result shares no memory with ``state``.
+    Returns a params dict that :func:`validate_params` (BERT) / :func:`hf_forward` accepts, with
+    ``pooler.W`` (d, d) and ``pooler.b`` when the state has the pooler. Weight matrices are
+    transposed (``W = weight.T``) and copied (contiguous), so the result shares no memory with ``state``.
 
     Raises ValueError naming the tensor for a missing, unexpected or misshapen tensor.
     """
-    _check_bert_like(config, "params_from_hf_state_dict")
-    inner, _ = _strip_prefix(state, prefix)
-    shapes = dict(param_shapes(config), **{"pooler.W": (config.d_model, config.d_model),
-                                           "pooler.b": (config.d_model,)})
-    params = _import(inner, _hf_table(config), _HF_POOLER, _HF_BUFFERS, shapes, dtype, "Hugging Face BERT")
-    return {k: params[k] for k in shapes if k in params}           # our canonical order, pooler last
+    fc = _as_family_config(config, "params_from_hf_state_dict")
+    detect = "" if fc.bare_layer else fc.family.base_prefix + "."
+    inner = _strip_prefix(state, prefix, detect)
+    source = f"Hugging Face {fc.model_type}" + (" layer" if fc.bare_layer else "")
+    ignored = () if fc.bare_layer else _HF_BUFFERS
+    rows = _rows_for(inner, hf_name_table(fc), hf_table_size(fc), pooler_rows(fc), ignored, source)
+    shapes = _family_shapes(fc)
+    params = _import(inner, rows, shapes, dtype, source)
+    return {k: params[k] for k in shapes if k in params}            # our canonical order, pooler last
 
 
 def _export(tree: Mapping, table, optional, shapes: dict, what: str) -> dict[str, np.ndarray]:
     """Our params (or grads) → framework names, transposes included."""
     if not isinstance(tree, Mapping):
-        raise TypeError(f"tree must be a dict of name -> numpy array (params or grads), got {describe(tree)}")
+        raise InputTypeError(f"tree must be a dict of name -> numpy array (params or grads), got {describe(tree)}")
     ours = {o for _, o, _ in table} | {o for _, o, _ in optional}
     missing = [o for _, o, _ in table if o not in tree]
     # "inputs_embeds" is the input's gradient in an encoder_backward result, not a parameter.
     unexpected = [k for k in tree if k not in ours and k != "inputs_embeds"]
     if missing or unexpected:
-        raise ValueError(f"{what}: tree does not match the config ({mismatch_detail(missing, unexpected)})")
+        raise InputValueError(f"{what}: tree does not match the config ({mismatch_detail(missing, unexpected)})")
     out: dict[str, np.ndarray] = {}
     dtype = None
     for fw, o, transpose in table + [r for r in optional if r[1] in tree]:
         a = tree[o]
         if not isinstance(a, np.ndarray) or a.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"{what}: tree[{o!r}] must be a float32/float64 numpy array, got {describe(a)}")
+            raise InputTypeError(f"{what}: tree[{o!r}] must be a float32/float64 numpy array, got {describe(a)}")
         if a.shape != tuple(shapes[o]):
-            raise ValueError(f"{what}: tree[{o!r}] must have shape {tuple(shapes[o])}, got shape {a.shape}")
+            raise InputValueError(f"{what}: tree[{o!r}] must have shape {tuple(shapes[o])}, got shape {a.shape}")
         if dtype is None:
             dtype = a.dtype
         elif a.dtype != dtype:
-            raise TypeError(f"{what}: tree arrays must share one dtype: tree[{o!r}] is {a.dtype}, others {dtype}")
+            raise InputTypeError(f"{what}: tree arrays must share one dtype: tree[{o!r}] is {a.dtype}, others {dtype}")
         out[fw] = np.ascontiguousarray(a.T if transpose else a)
     return out
 
 
-def hf_state_dict_from_params(tree: Mapping[str, np.ndarray], config: EncoderConfig,
+def hf_state_dict_from_params(tree: Mapping[str, np.ndarray], config: EncoderConfig | HFEncoderConfig,
                               prefix: str = "") -> dict[str, np.ndarray]:
     """The reverse of :func:`params_from_hf_state_dict`, in NumPy: our params *or grads*
-    → HF BERT names (``prefix`` + name, e.g. ``prefix="bert."`` for a BertFor* model),
+    → the family's HF names (``prefix`` + name, e.g. ``prefix="bert."`` for a BertFor* model),
     weight matrices transposed back to ``nn.Linear``'s (d_out, d_in). ``pooler.W``/``pooler.b``
-    are exported when present. Arrays are fresh contiguous copies in the tree's dtype."""
-    _check_bert_like(config, "hf_state_dict_from_params")
+    are exported when present. A bare-layer config gives the layer's own names
+    (``attention.self.query.weight``, ...). Arrays are fresh contiguous copies in the tree's dtype."""
+    fc = _as_family_config(config, "hf_state_dict_from_params")
     if not isinstance(prefix, str):
-        raise TypeError(f"prefix must be a str, got {describe(prefix)}")
-    shapes = dict(param_shapes(config), **{"pooler.W": (config.d_model, config.d_model),
-                                           "pooler.b": (config.d_model,)})
-    out = _export(tree, _hf_table(config), _HF_POOLER, shapes, "hf_state_dict_from_params")
+        raise InputTypeError(f"prefix must be a str, got {describe(prefix)}")
+    if isinstance(tree, Mapping) and len(tree) + 1 < hf_table_size(fc):
+        raise InputValueError(f"hf_state_dict_from_params: tree has {len(tree)} arrays, the {fc.model_type} config "
+                              f"needs {hf_table_size(fc)}")
+    out = _export(tree, list(hf_name_table(fc)), pooler_rows(fc), _family_shapes(fc), "hf_state_dict_from_params")
     return {prefix + k: v for k, v in out.items()}
 
 
+def hf_module_names(config: EncoderConfig | HFEncoderConfig) -> dict[str, str]:
+    """Our name → the HF name (of a base model, or of a bare layer) for every tensor of ``config``,
+    pooler included where the family has one: how to read our names in HF's terms."""
+    fc = _as_family_config(config, "hf_module_names")
+    return {ours: fw for fw, ours, _ in list(hf_name_table(fc)) + pooler_rows(fc)}
+
+
 # ----------------------------------------------------------------------------- torch names (NumPy)
+@dataclass(frozen=True, eq=False)
+class TorchLayerConfig(EncoderConfig):
+    """The config of a bare ``nn.TransformerEncoderLayer``, as :func:`from_torch` returns it.
+
+    It *is* an :class:`EncoderConfig` (``n_layers = 1``, no final LayerNorm, no embeddings) and
+    compares equal to the plain EncoderConfig with the same fields; the only difference is that
+    the torch exports (:func:`to_torch_state_dict`, :func:`torch_state_dict_from_params`, and
+    :func:`params_from_torch_state_dict` on import) default to the layer's own names
+    (``self_attn.in_proj_weight``, not ``layers.0.self_attn.in_proj_weight``): what goes in as a
+    single layer comes back under the single layer's names.
+    """
+
+    def __eq__(self, other):
+        if isinstance(other, EncoderConfig):
+            names = [f.name for f in dataclasses.fields(EncoderConfig)]
+            return all(getattr(self, n) == getattr(other, n) for n in names)
+        return NotImplemented
+
+    __hash__ = EncoderConfig.__hash__
+
+
+def _single_layer(config: EncoderConfig, single_layer: bool | None) -> bool:
+    """``single_layer`` as given, or (None) whether ``config`` came from a bare layer."""
+    if single_layer is None:
+        return isinstance(config, TorchLayerConfig) and config.n_layers == 1 and not config.use_final_layer_norm
+    if not isinstance(single_layer, bool):
+        raise InputTypeError(f"single_layer must be a bool or None, got {describe(single_layer)}")
+    return single_layer
+
+
 def _check_torch_like(config: EncoderConfig, what: str) -> None:
     """A config that nn.TransformerEncoder can express, else ValueError naming the field."""
     if not isinstance(config, EncoderConfig):
-        raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
+        raise InputTypeError(f"config must be an EncoderConfig, got {describe(config)}")
     if config.has_embeddings:
-        raise ValueError(f"{what}: nn.TransformerEncoder has no embeddings, but config.vocab_size = "
+        raise InputValueError(f"{what}: nn.TransformerEncoder has no embeddings, but config.vocab_size = "
                          f"{config.vocab_size}; use to_hf_state_dict for a BERT-style model")
     if config.share_layers:
-        raise ValueError(f"{what}: nn.TransformerEncoder has independent layers, got config.share_layers = True")
+        raise InputValueError(f"{what}: nn.TransformerEncoder has independent layers, got config.share_layers = True")
 
 
 def _torch_layer_names(pre: str) -> dict[str, str]:
@@ -342,7 +418,7 @@ def _torch_layer_names(pre: str) -> dict[str, str]:
 def _torch_table(config: EncoderConfig, single_layer: bool) -> list[tuple[str, str, bool]]:
     """(torch name, our name, transpose?) rows, without the fused in_proj tensors."""
     if single_layer and (config.n_layers != 1 or config.use_final_layer_norm):
-        raise ValueError("single_layer=True (a bare nn.TransformerEncoderLayer) needs config.n_layers = 1 and "
+        raise InputValueError("single_layer=True (a bare nn.TransformerEncoderLayer) needs config.n_layers = 1 and "
                          f"no final LayerNorm, got n_layers = {config.n_layers}, "
                          f"final LayerNorm = {config.use_final_layer_norm}")
     rows = []
@@ -361,16 +437,18 @@ def _in_proj_names(config: EncoderConfig, single_layer: bool) -> list[tuple[str,
 
 
 def params_from_torch_state_dict(state: Mapping, config: EncoderConfig, dtype=None,
-                                 single_layer: bool = False) -> dict[str, np.ndarray]:
+                                 single_layer: bool | None = None) -> dict[str, np.ndarray]:
     """Our params from the state dict of ``nn.TransformerEncoder`` (``single_layer=False``)
     or of a bare ``nn.TransformerEncoderLayer`` (``single_layer=True``); NumPy or torch values.
+    ``single_layer=None``: a bare layer exactly when ``config`` is a :class:`TorchLayerConfig`.
 
     The fused ``self_attn.in_proj_weight`` (3d, d) is split into its three (d, d) row blocks
     and each is transposed: W_Q = in_proj_weight[:d]ᵀ, W_K = [d:2d]ᵀ, W_V = [2d:]ᵀ.
     """
     _check_torch_like(config, "params_from_torch_state_dict")
+    single_layer = _single_layer(config, single_layer)
     if not isinstance(state, Mapping):
-        raise TypeError(f"state must be a mapping of name -> array (a state dict), got {describe(state)}")
+        raise InputTypeError(f"state must be a mapping of name -> array (a state dict), got {describe(state)}")
     d = config.d_model
     shapes = dict(param_shapes(config))
     table = _torch_table(config, single_layer)
@@ -380,7 +458,8 @@ def params_from_torch_state_dict(state: Mapping, config: EncoderConfig, dtype=No
         shapes[op + "W_QKV"], shapes[op + "b_QKV"] = (d, 3 * d), (3 * d,)
         fused += [(tp + "self_attn.in_proj_weight", op + "W_QKV", True),
                   (tp + "self_attn.in_proj_bias", op + "b_QKV", False)]
-    flat = _import(state, table + fused, [], (), shapes, dtype, "PyTorch")
+    rows = _rows_for(state, table + fused, len(table) + len(fused), [], (), "PyTorch")
+    flat = _import(state, rows, shapes, dtype, "PyTorch")
     for _, op in _in_proj_names(config, single_layer):
         W, b = flat.pop(op + "W_QKV"), flat.pop(op + "b_QKV")       # (d, 3d), (3d,)
         for j, s in enumerate("QKV"):
@@ -390,12 +469,15 @@ def params_from_torch_state_dict(state: Mapping, config: EncoderConfig, dtype=No
 
 
 def torch_state_dict_from_params(tree: Mapping[str, np.ndarray], config: EncoderConfig,
-                                 single_layer: bool = False) -> dict[str, np.ndarray]:
+                                 single_layer: bool | None = None) -> dict[str, np.ndarray]:
     """The reverse of :func:`params_from_torch_state_dict` in NumPy, for params *or grads*:
-    in_proj_weight = [W_Qᵀ; W_Kᵀ; W_Vᵀ] (3d, d), in_proj_bias = [b_Q; b_K; b_V]."""
+    in_proj_weight = [W_Qᵀ; W_Kᵀ; W_Vᵀ] (3d, d), in_proj_bias = [b_Q; b_K; b_V].
+    ``single_layer=None``: the bare layer's names exactly when ``config`` is a :class:`TorchLayerConfig`
+    (the config :func:`from_torch` returns for an ``nn.TransformerEncoderLayer``)."""
     _check_torch_like(config, "torch_state_dict_from_params")
+    single_layer = _single_layer(config, single_layer)
     if not isinstance(tree, Mapping):
-        raise TypeError(f"tree must be a dict of name -> numpy array (params or grads), got {describe(tree)}")
+        raise InputTypeError(f"tree must be a dict of name -> numpy array (params or grads), got {describe(tree)}")
     d = config.d_model
     shapes = dict(param_shapes(config))
     table = _torch_table(config, single_layer)
@@ -408,7 +490,7 @@ def torch_state_dict_from_params(tree: Mapping[str, np.ndarray], config: Encoder
                 a = fused_tree.pop(name, None)
                 if not isinstance(a, np.ndarray) or a.shape != shape:
                     got = "missing" if a is None else describe(a)
-                    raise ValueError(f"torch_state_dict_from_params: tree[{name!r}] must be an array of shape "
+                    raise InputValueError(f"torch_state_dict_from_params: tree[{name!r}] must be an array of shape "
                                      f"{shape}, got {got}")
                 parts.append(a)
             # [W_Q | W_K | W_V] (d, 3d) transposed is [W_Qᵀ; W_Kᵀ; W_Vᵀ] (3d, d): torch's in_proj_weight.
@@ -446,7 +528,7 @@ def _torch_activation(layer) -> str:
         return "gelu"
     if isinstance(act, torch.nn.GELU):
         return {"none": "gelu", "tanh": "gelu_tanh"}[act.approximate]
-    raise ValueError(f"unsupported activation {act!r} in nn.TransformerEncoderLayer: use activation='relu' or "
+    raise InputValueError(f"unsupported activation {act!r} in nn.TransformerEncoderLayer: use activation='relu' or "
                      "'gelu' (or F.relu / F.gelu / nn.ReLU() / nn.GELU())")
 
 
@@ -454,13 +536,13 @@ def _layernorm_eps(norm, name: str, d: int) -> float:
     """eps of an affine nn.LayerNorm over the last axis of size d, or ValueError naming ``name``."""
     torch = _require_torch()
     if type(norm) is not torch.nn.LayerNorm:
-        raise ValueError(f"{name} must be an nn.LayerNorm, got {type(norm).__name__}")
+        raise InputValueError(f"{name} must be an nn.LayerNorm, got {type(norm).__name__}")
     if tuple(norm.normalized_shape) != (d,):
-        raise ValueError(f"{name}.normalized_shape must be ({d},), got {tuple(norm.normalized_shape)}")
+        raise InputValueError(f"{name}.normalized_shape must be ({d},), got {tuple(norm.normalized_shape)}")
     if norm.weight is None:
-        raise ValueError(f"{name} has elementwise_affine=False; transformer_np's LayerNorm always has γ and β")
+        raise InputValueError(f"{name} has elementwise_affine=False; transformer_np's LayerNorm always has γ and β")
     if norm.bias is None:
-        raise ValueError(f"{name} has bias=False; transformer_np's LayerNorm always has β")
+        raise InputValueError(f"{name} has bias=False; transformer_np's LayerNorm always has β")
     return float(norm.eps)
 
 
@@ -468,29 +550,30 @@ def _torch_layer_options(layer, where: str) -> dict:
     """Everything about one nn.TransformerEncoderLayer that our EncoderConfig must express."""
     torch = _require_torch()
     if not isinstance(layer, torch.nn.TransformerEncoderLayer):
-        raise TypeError(f"{where} must be an nn.TransformerEncoderLayer, got {type(layer).__name__}")
+        raise InputTypeError(f"{where} must be an nn.TransformerEncoderLayer, got {type(layer).__name__}")
     attn = layer.self_attn
     d = attn.embed_dim
     if not attn._qkv_same_embed_dim:
-        raise ValueError(f"{where}.self_attn has kdim = {attn.kdim} / vdim = {attn.vdim} different from "
+        raise InputValueError(f"{where}.self_attn has kdim = {attn.kdim} / vdim = {attn.vdim} different from "
                          f"embed_dim = {d}: unsupported (self-attention projects from d_model)")
     if attn.in_proj_bias is None or attn.out_proj.bias is None:
-        raise ValueError(f"{where}.self_attn was built with bias=False: transformer_np's projections have biases")
+        raise InputValueError(f"{where}.self_attn was built with bias=False: transformer_np's projections have biases")
     if attn.bias_k is not None or attn.bias_v is not None:
-        raise ValueError(f"{where}.self_attn was built with add_bias_kv=True: unsupported")
+        raise InputValueError(f"{where}.self_attn was built with add_bias_kv=True: unsupported")
     if attn.add_zero_attn:
-        raise ValueError(f"{where}.self_attn was built with add_zero_attn=True: unsupported")
+        raise InputValueError(f"{where}.self_attn was built with add_zero_attn=True: unsupported")
     for lin in ("linear1", "linear2"):
         if getattr(layer, lin).bias is None:
-            raise ValueError(f"{where}.{lin} has no bias (bias=False): transformer_np's FFN has biases")
+            raise InputValueError(f"{where}.{lin} has no bias (bias=False): transformer_np's FFN has biases")
     eps1 = _layernorm_eps(layer.norm1, where + ".norm1", d)
     eps2 = _layernorm_eps(layer.norm2, where + ".norm2", d)
     if eps1 != eps2:
-        raise ValueError(f"{where}: norm1.eps = {eps1} and norm2.eps = {eps2} differ; one layer_norm_eps is supported")
+        raise InputValueError(f"{where}: norm1.eps = {eps1} and norm2.eps = {eps2} differ; "
+                              "one layer_norm_eps is supported")
     drops = {"self_attn.dropout": float(attn.dropout), "dropout.p": float(layer.dropout.p),
              "dropout1.p": float(layer.dropout1.p), "dropout2.p": float(layer.dropout2.p)}
     if len(set(drops.values())) > 1:
-        raise ValueError(f"{where}: the dropout probabilities differ ({drops}); one dropout is supported")
+        raise InputValueError(f"{where}: the dropout probabilities differ ({drops}); one dropout is supported")
     return {"d_model": d, "n_heads": attn.num_heads, "d_ff": layer.linear1.out_features,
             "activation": _torch_activation(layer), "norm_first": bool(layer.norm_first),
             "layer_norm_eps": eps1, "dropout": drops["dropout.p"]}
@@ -515,6 +598,9 @@ def from_torch(module, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]
     also applies dropout after the FFN activation, which transformer_np does not (a
     difference in training only — in eval mode both are the identity).
 
+    A bare layer's config is a :class:`TorchLayerConfig` (equal to the plain EncoderConfig), so
+    ``to_torch_state_dict(grads, config)`` then uses the layer's own names.
+
     Parameters keep the module's dtype (float64 if every parameter is float64, else float32),
     or ``dtype`` if given. Unsupported options (bias=False, add_bias_kv, kdim/vdim ≠ d, a custom
     activation, a non-LayerNorm or non-affine norm, layers that differ) raise ValueError naming
@@ -526,9 +612,9 @@ def from_torch(module, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]
     elif isinstance(module, torch.nn.TransformerEncoder):
         layers, norm, single = list(module.layers), module.norm, False
         if not layers:
-            raise ValueError("the nn.TransformerEncoder has no layers")
+            raise InputValueError("the nn.TransformerEncoder has no layers")
     else:
-        raise TypeError(f"module must be an nn.TransformerEncoderLayer or nn.TransformerEncoder, "
+        raise InputTypeError(f"module must be an nn.TransformerEncoderLayer or nn.TransformerEncoder, "
                         f"got {type(module).__name__}")
     where = "module" if single else "module.layers"
     opts = _torch_layer_options(layers[0], where if single else where + "[0]")
@@ -536,13 +622,15 @@ def from_torch(module, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]
         other = _torch_layer_options(layer, f"{where}[{i}]")
         diff = {k: (opts[k], other[k]) for k in opts if opts[k] != other[k]}
         if diff:
-            raise ValueError(f"{where}[{i}] differs from {where}[0] in {diff}: all layers must share one configuration")
+            raise InputValueError(f"{where}[{i}] differs from {where}[0] in {diff}: "
+                                  "all layers must share one configuration")
     if norm is not None:
         eps = _layernorm_eps(norm, "module.norm", opts["d_model"])
         if eps != opts["layer_norm_eps"]:
-            raise ValueError(f"module.norm.eps = {eps} differs from the layers' layer_norm_eps = "
+            raise InputValueError(f"module.norm.eps = {eps} differs from the layers' layer_norm_eps = "
                              f"{opts['layer_norm_eps']}; one layer_norm_eps is supported")
-    config = EncoderConfig(n_layers=len(layers), d_model=opts["d_model"], n_heads=opts["n_heads"],
+    config_class = TorchLayerConfig if single else EncoderConfig
+    config = config_class(n_layers=len(layers), d_model=opts["d_model"], n_heads=opts["n_heads"],
                            d_ff=opts["d_ff"], activation=opts["activation"],
                            norm_position="pre" if opts["norm_first"] else "post",
                            layer_norm_eps=opts["layer_norm_eps"], dropout=opts["dropout"], vocab_size=None,
@@ -553,21 +641,84 @@ def from_torch(module, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]
     return config, params
 
 
+def _require_transformers():
+    try:
+        import transformers
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("this function needs transformers: pip install transformers "
+                          "(or pip install 'transformer_np[hf]')") from e
+    return transformers
+
+
 def from_hf_bert(model, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]]:
     """``(config, params)`` from a ``transformers.BertModel`` or a ``BertFor*`` model (its
     ``bert.`` submodel; task heads ignored). The pooler is kept as ``pooler.W``/``pooler.b``
     when the model has one. Parameters keep the model's dtype (float64 if all float64, else
-    float32) unless ``dtype`` is given. See :func:`config_from_hf_dict` for what is rejected.
+    float32) unless ``dtype`` is given. See :func:`config_from_hf_dict` for what is rejected;
+    :func:`from_hf` does the same for every supported family.
     """
     cfg = getattr(model, "config", None)
     if cfg is None or not hasattr(model, "state_dict"):
-        raise TypeError(f"model must be a transformers BertModel or BertFor* model, got {type(model).__name__}")
-    hf = cfg.to_dict()
-    act = getattr(cfg, "hidden_act", "gelu")
+        raise InputTypeError(f"model must be a transformers BertModel or BertFor* model, got {type(model).__name__}")
+    config, params = from_hf(model, dtype=dtype)
+    if not isinstance(config, EncoderConfig):
+        raise InputValueError(f"from_hf_bert: model is a {config.model_type} model, not BERT; use from_hf")
+    return config, params
+
+
+def _hf_config_dict(cfg, where: str) -> dict:
+    act = getattr(cfg, "hidden_act", getattr(cfg, "activation", "gelu"))
     if not isinstance(act, str):
-        raise ValueError(f"model.config.hidden_act is a callable {act!r}; use one of {sorted(HF_ACTIVATIONS)}")
-    config = config_from_hf_dict(hf)
-    params = params_from_hf_state_dict(model.state_dict(), config, dtype=_module_dtype(model, dtype))
+        raise InputValueError(f"{where}.hidden_act is a callable {act!r}; use one of {sorted(HF_ACTIVATIONS)}")
+    return cfg.to_dict()
+
+
+def _layer_hf_config(module):
+    """The transformers config held by an HF layer's submodules (BertSelfAttention.config, ...), or None."""
+    for m in module.modules():
+        cfg = getattr(m, "config", None)
+        if cfg is not None and hasattr(cfg, "to_dict") and hasattr(cfg, "model_type"):
+            return cfg
+    return None
+
+
+def from_hf(module, dtype=None) -> tuple[EncoderConfig | HFEncoderConfig, dict[str, np.ndarray]]:
+    """``(config, params)`` from a transformers encoder of any supported family, or from one of its layers.
+
+    * A model — ``BertModel``, ``RobertaModel``, ``XLMRobertaModel``, ``CamembertModel``,
+      ``Data2VecTextModel``, ``DistilBertModel``, ``AlbertModel``, ``ElectraModel``, ``ErnieModel``
+      or any of their ``*For*`` task models (the base model's tensors; task heads ignored): BERT
+      gives an :class:`EncoderConfig`, the others an :class:`HFEncoderConfig`. Run either with
+      :func:`hf_forward`.
+    * A layer — ``BertLayer``, ``RobertaLayer``, ``AlbertLayer``, DistilBERT's ``TransformerBlock``,
+      ...: an :class:`HFEncoderConfig` with ``bare_layer=True`` (no embeddings, ``layers.0.*`` params),
+      whose exports use the layer's own names. Run it with ``hf_forward(params, config,
+      inputs_embeds=H)``.
+
+    Parameters keep the module's dtype (float64 if all float64, else float32) unless ``dtype`` is
+    given. Unsupported architectures raise :class:`~transformer_np.errors.ModelConfigError` listing
+    the supported ones.
+    """
+    torch = _require_torch()
+    if not isinstance(module, torch.nn.Module):
+        raise InputTypeError(f"module must be a transformers model or layer (a torch.nn.Module), "
+                             f"got {type(module).__name__}")
+    transformers = _require_transformers()
+    if isinstance(module, transformers.PreTrainedModel):
+        name = type(module).__name__
+        config = config_from_hf_dict(_hf_config_dict(module.config, f"{name}.config"), source=f"{name}.config")
+        params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype))
+        return config, params
+    cfg = _layer_hf_config(module)
+    if cfg is None:
+        raise InputTypeError(f"module must be a transformers encoder model ({supported_text()}) or one of their "
+                             f"layers, got {type(module).__name__}")
+    source = f"{type(module).__name__}'s config"
+    fam, spec = read_hf_config(_hf_config_dict(cfg, source), source)
+    enc = encoder_config_from_spec(fam, spec).replace(n_layers=1, vocab_size=None, type_vocab_size=0,
+                                                      share_layers=False, max_len=2**31 - 1)
+    config = HFEncoderConfig(fam.model_type, enc, bare_layer=True)
+    params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype), prefix="")
     return config, params
 
 
@@ -576,10 +727,13 @@ def _to_torch_tensors(arrays: dict) -> dict:
     return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
 
 
-def to_torch_state_dict(tree: Mapping[str, np.ndarray], config: EncoderConfig, single_layer: bool = False) -> dict:
+def to_torch_state_dict(tree: Mapping[str, np.ndarray], config: EncoderConfig,
+                        single_layer: bool | None = None) -> dict:
     """Our params (or grads) → a state dict of torch tensors for ``nn.TransformerEncoder``
-    (names ``layers.{i}.*``, plus ``norm.*`` when the config has a final LayerNorm), or, with
-    ``single_layer=True``, for a bare ``nn.TransformerEncoderLayer``.
+    (names ``layers.{i}.*``, plus ``norm.*`` when the config has a final LayerNorm), or for a bare
+    ``nn.TransformerEncoderLayer`` (its own names) — by default (``single_layer=None``) exactly when
+    ``config`` came from one (:func:`from_torch` of a layer returns a :class:`TorchLayerConfig`);
+    ``single_layer=True``/``False`` forces either.
 
     Tensors are fresh CPU copies in the tree's dtype (float64 stays float64);
     ``module.load_state_dict(sd, strict=True)`` copies them into the module's own dtype.
@@ -587,11 +741,12 @@ def to_torch_state_dict(tree: Mapping[str, np.ndarray], config: EncoderConfig, s
     return _to_torch_tensors(torch_state_dict_from_params(tree, config, single_layer=single_layer))
 
 
-def to_hf_state_dict(tree: Mapping[str, np.ndarray], config: EncoderConfig, prefix: str = "") -> dict:
-    """Our params (or grads) → a state dict of torch tensors with ``transformers.BertModel``
-    names (``prefix="bert."`` for a BertFor* model). ``pooler.*`` is included when the tree
-    has ``pooler.W``/``pooler.b``; for a tree without a pooler load into
-    ``BertModel(cfg, add_pooling_layer=False)``. Tensors are fresh CPU copies in the tree's
-    dtype; ``load_state_dict(strict=True)`` copies them into the model's dtype.
+def to_hf_state_dict(tree: Mapping[str, np.ndarray], config: EncoderConfig | HFEncoderConfig,
+                     prefix: str = "") -> dict:
+    """Our params (or grads) → a state dict of torch tensors with the family's transformers
+    names (``prefix="bert."`` etc. for a task model; a bare-layer config gives the layer's own
+    names). ``pooler.*`` is included when the tree has ``pooler.W``/``pooler.b``; for a tree
+    without a pooler load into ``XModel(cfg, add_pooling_layer=False)``. Tensors are fresh CPU
+    copies in the tree's dtype; ``load_state_dict(strict=True)`` copies them into the model's dtype.
     """
     return _to_torch_tensors(hf_state_dict_from_params(tree, config, prefix=prefix))

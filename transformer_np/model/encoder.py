@@ -20,167 +20,254 @@ The stack:
 
 The only mask is the padding mask (``attention_mask``: 1 = real token, 0 = padding);
 encoder self-attention is otherwise unmasked — bidirectional.
+
+Two paths, one maths. ``fast=True`` (the default) runs every sublayer through
+:mod:`transformer_np.ops.fast` (row-blocked attention, fused QKV, in-place buffers, blocked
+GELU); ``fast=False`` through :mod:`transformer_np.ops.plain`, the textbook kernels of the op
+modules — the layer below is written once and takes its ops from one or the other. The cache
+records the path, and the backward follows it. ``tests/ops/test_fast_path.py`` proves that the
+two give the same outputs and gradients.
+
+Checks happen here, once: :func:`encoder_forward` / :func:`encoder_layer_forward` check the
+config, the parameters, the inputs and the masks, and the kernels below them check nothing.
+The backward refuses a cache that can no longer be used
+(:class:`~transformer_np.errors.StaleCacheError`): one freed by ``free_cache=True``
+(:mod:`transformer_np.ops.cache`), or one whose parameters changed since the forward (a
+fingerprint per parameter, recorded by the forward: see :class:`~transformer_np.ops.cache.ParamGuard`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._validate import (all_finite, as_float_array, as_int_array, check_bool, check_cache, check_dout,
-                        check_rng, describe)
-from ..ops.attention import mha_backward, mha_forward
+from .._validate import (
+    all_finite,
+    as_float_array,
+    as_int_array,
+    check_bool,
+    check_cache,
+    check_dout,
+    check_rng,
+    describe,
+    mismatch_detail,
+)
+from ..errors import InputTypeError, InputValueError, NonFiniteError
+from ..ops import fast as _fast_ops
+from ..ops import plain as _plain_ops
+from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
+from ..ops.cache import FREED_MESSAGE, ParamGuard, check_not_freed, reader
+from ..ops.dropout import _dropout_backward, _dropout_forward
+from ..ops.embeddings import _embeddings_backward, _embeddings_forward
+from ..ops.feedforward import FFN_PARAM_NAMES
+from ..ops.masks import _padding_mask, combine_masks, validate_attention_mask
 from .config import EncoderConfig
-from ..ops.dropout import dropout_backward, dropout_forward
-from ..ops.embeddings import embeddings_backward, embeddings_forward
-from ..ops.feedforward import ffn_backward, ffn_forward
-from ..ops.layernorm import layernorm_backward, layernorm_forward
-from ..ops.masks import combine_masks, padding_mask, validate_attention_mask
-from .params import layer_prefix, sub_params, validate_params
-from ..ops.residual import residual_backward, residual_forward
+from .params import layer_prefix, param_shapes, sub_params, validate_params
 
-__all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward", "encoder_backward", "FREED_MESSAGE"]
+__all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward", "encoder_backward",
+           "FREED_MESSAGE"]
+
+#: the embedding lookup tables: checked for replacement only, not fingerprinted — a lookup's backward
+#: is a scatter of dH that never reads the table, so changing its values cannot make a gradient stale
+#: (as in PyTorch, whose embedding saves no weight for backward), and the word table is the largest
+#: array of a model (BERT-base: 23 M numbers, more than a layer's weights).
+LOOKUP_TABLES = ("embeddings.word", "embeddings.position", "embeddings.token_type")
+
+
+def _ops(fast: bool):
+    """The kernels of one path: :mod:`transformer_np.ops.fast` or :mod:`transformer_np.ops.plain`."""
+    return _fast_ops if fast else _plain_ops
 
 
 # ----------------------------------------------------------------------------- one layer
-def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None = None,
-                          training: bool = False, rng: np.random.Generator | None = None
-                          ) -> tuple[np.ndarray, dict]:
-    """One encoder layer H^(ℓ−1) → H^(ℓ), both (B, n, d_model).
-
-    ``p`` holds the layer's parameters without the "layers.ℓ." prefix (``attn.W_Q``, …,
-    ``ln1.gamma``, ``ffn.W_1``, …, ``ln2.beta``). ``mask`` is additive (see
-    :mod:`transformer_np.ops.masks`). The placement comes from ``config.norm_position``.
-    """
-    as_float_array(x, "x", ndim=3, finite=False)
+def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
+                   training: bool, rng, fast: bool) -> tuple[np.ndarray, dict]:
+    """One encoder layer, unchecked (the caller has checked x, p, mask, training and rng)."""
+    ops = _ops(fast)
     attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
-    drop, eps, h = config.dropout, config.layer_norm_eps, config.n_heads
-    c: dict = {"kind": "encoder_layer", "norm_position": config.norm_position}
+    drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
+    c: dict = {"kind": "encoder_layer", "norm_position": config.norm_position, "fast": fast, "shape": x.shape}
     if config.norm_position == "post":
-        a, c["attn"] = mha_forward(x, attn_p, h, mask, drop, training, rng)           # (B, n, d)
-        a, c["drop1"] = dropout_forward(a, drop, training, rng)
-        r, c["res1"] = residual_forward(x, a)                                         # H + MHA(H)
-        z, c["ln1"] = layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)        # Z
-        f, c["ffn"] = ffn_forward(z, ffn_p, config.activation)                        # (B, n, d)
-        f, c["drop2"] = dropout_forward(f, drop, training, rng)
-        r, c["res2"] = residual_forward(z, f)                                         # Z + FFN(Z)
-        out, c["ln2"] = layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)      # H^(ℓ)
+        a, c["attn"] = ops.mha_forward(x, attn_p, h, mask, drop, training, rng)           # (B, n, d)
+        a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
+        r, c["res1"] = ops.residual_forward(x, a)                                         # H + MHA(H)
+        z, c["ln1"] = ops.layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)        # Z
+        f, c["ffn"] = ops.ffn_forward(z, ffn_p, config.activation)                        # (B, n, d)
+        f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
+        r, c["res2"] = ops.residual_forward(z, f)                                         # Z + FFN(Z)
+        out, c["ln2"] = ops.layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)      # H^(ℓ)
     else:
-        y, c["ln1"] = layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)        # LN(H)
-        a, c["attn"] = mha_forward(y, attn_p, h, mask, drop, training, rng)
-        a, c["drop1"] = dropout_forward(a, drop, training, rng)
-        z, c["res1"] = residual_forward(x, a)                                         # Z = H + MHA(LN(H))
-        y, c["ln2"] = layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)        # LN(Z)
-        f, c["ffn"] = ffn_forward(y, ffn_p, config.activation)
-        f, c["drop2"] = dropout_forward(f, drop, training, rng)
-        out, c["res2"] = residual_forward(z, f)                                       # H^(ℓ) = Z + FFN(LN(Z))
+        y, c["ln1"] = ops.layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)        # LN(H)
+        a, c["attn"] = ops.mha_forward(y, attn_p, h, mask, drop, training, rng)
+        a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
+        z, c["res1"] = ops.residual_forward(x, a)                                         # Z = H + MHA(LN(H))
+        y, c["ln2"] = ops.layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)        # LN(Z)
+        f, c["ffn"] = ops.ffn_forward(y, ffn_p, config.activation)
+        f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
+        out, c["res2"] = ops.residual_forward(z, f)                                       # H^(ℓ) = Z + FFN(LN(Z))
     return out, c
 
 
-def _prefixed(prefix: str, grads: dict) -> dict:
-    return {prefix + k: v for k, v in grads.items()}
-
-
-FREED_MESSAGE = ("this cache was freed by a previous backward with free_cache=True; run the forward again "
-                 "(or pass free_cache=False to backpropagate through one cache more than once)")
-
-
-def _taker(cache: dict, free_cache: bool):
-    """``take(key)``: read a cache entry, or — with ``free_cache`` — remove it as it is read, so
-    its arrays are released as soon as the backward step that reads them returns (as autograd
-    frees each saved tensor after its node's backward). Refuses a cache already freed."""
-    check_bool(free_cache, "free_cache")
-    if cache.get("freed"):
-        raise ValueError(FREED_MESSAGE)
-    if free_cache:
-        cache["freed"] = True
-        return cache.pop
-    return cache.__getitem__
-
-
-def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
-    """Returns ``(dx, grads)``, grads keyed like the layer's ``p`` (``attn.W_Q``, …).
-
-    ``free_cache=True`` drops each sublayer's cache entries as soon as its backward is done
-    (lower peak memory); the cache cannot then be used for a second backward (ValueError).
-    """
-    check_cache(cache, "cache", "encoder_layer")
-    take, g = _taker(cache, free_cache), {}
+def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, dict]:
+    """Backward of :func:`_layer_forward` by the path the forward took, unchecked."""
+    ops = _ops(cache["fast"])
+    take, g = reader(cache, free_cache), {}
     if cache["norm_position"] == "post":
-        dr, g["ln2.gamma"], g["ln2.beta"] = layernorm_backward(dout, take("ln2"))
-        dz, df = residual_backward(dr, take("res2"))              # the skip path: dz gets dr as is
-        dz_ffn, gf = ffn_backward(dropout_backward(df, take("drop2")), take("ffn"), free_cache)
+        dr, g["ln2.gamma"], g["ln2.beta"] = ops.layernorm_backward(dout, take("ln2"))
+        dz, df = ops.residual_backward(dr, take("res2"))          # the skip path: dz gets dr as is
+        dz_ffn, gf = ops.ffn_backward(ops.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
         dz = dz + dz_ffn
-        dr, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dz, take("ln1"))
-        dx, da = residual_backward(dr, take("res1"))
-        dx_attn, ga = mha_backward(dropout_backward(da, take("drop1")), take("attn"), free_cache)
+        dr, g["ln1.gamma"], g["ln1.beta"] = ops.layernorm_backward(dz, take("ln1"))
+        dx, da = ops.residual_backward(dr, take("res1"))
+        dx_attn, ga = ops.mha_backward(ops.dropout_backward(da, take("drop1")), take("attn"), free_cache)
         dx = dx + dx_attn
     else:
-        dz, df = residual_backward(dout, take("res2"))
-        dy, gf = ffn_backward(dropout_backward(df, take("drop2")), take("ffn"), free_cache)
-        dz_ln, g["ln2.gamma"], g["ln2.beta"] = layernorm_backward(dy, take("ln2"))
+        dz, df = ops.residual_backward(dout, take("res2"))
+        dy, gf = ops.ffn_backward(ops.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
+        dz_ln, g["ln2.gamma"], g["ln2.beta"] = ops.layernorm_backward(dy, take("ln2"))
         dz = dz + dz_ln
-        dx, da = residual_backward(dz, take("res1"))
-        dy, ga = mha_backward(dropout_backward(da, take("drop1")), take("attn"), free_cache)
-        dx_ln, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dy, take("ln1"))
+        dx, da = ops.residual_backward(dz, take("res1"))
+        dy, ga = ops.mha_backward(ops.dropout_backward(da, take("drop1")), take("attn"), free_cache)
+        dx_ln, g["ln1.gamma"], g["ln1.beta"] = ops.layernorm_backward(dy, take("ln1"))
         dx = dx + dx_ln
     g.update(_prefixed("attn.", ga))
     g.update(_prefixed("ffn.", gf))
     return dx, g
 
 
+def _prefixed(prefix: str, grads: dict) -> dict:
+    return {prefix + k: v for k, v in grads.items()}
+
+
+def layer_param_shapes(config: EncoderConfig) -> dict[str, tuple[int, ...]]:
+    """The parameters of one layer (names without the "layers.ℓ." prefix) and their shapes."""
+    d, f = config.d_model, config.d_ff
+    shapes = {"attn." + k: (d, d) if k.startswith("W") else (d,) for k in MHA_PARAM_NAMES}
+    shapes.update({"ln1.gamma": (d,), "ln1.beta": (d,)})
+    shapes.update({"ffn." + k: s for k, s in zip(FFN_PARAM_NAMES, ((d, f), (f,), (f, d), (d,)))})
+    shapes.update({"ln2.gamma": (d,), "ln2.beta": (d,)})
+    return shapes
+
+
+def _check_layer_params(p, config: EncoderConfig, dtype) -> None:
+    if not isinstance(p, dict):
+        raise InputTypeError(f"p must be a dict of the layer's parameters (attn.W_Q, …), got {describe(p)}")
+    shapes = layer_param_shapes(config)
+    missing = [k for k in shapes if k not in p]
+    extra = [k for k in p if k not in shapes]
+    if missing or extra:
+        raise InputValueError(f"p does not match one layer of the config ({mismatch_detail(missing, extra)}); "
+                              f"pass sub_params(params, 'layers.ℓ.')")
+    for k, shape in shapes.items():
+        as_float_array(p[k], f"p[{k!r}]", dtype=dtype, finite=False)
+        if p[k].shape != shape:
+            raise InputValueError(f"p[{k!r}] must have shape {shape}, got shape {p[k].shape}")
+
+
+def _check_dropout_rng(config: EncoderConfig, training, rng) -> None:
+    check_bool(training, "training")
+    if training and config.dropout > 0:
+        if rng is None:
+            raise InputValueError(f"rng must be a numpy.random.Generator when training=True and dropout = "
+                                  f"{config.dropout} > 0 (e.g. rng=np.random.default_rng(0)), got None")
+        check_rng(rng)
+
+
+def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None = None,
+                          training: bool = False, rng: np.random.Generator | None = None,
+                          fast: bool = True) -> tuple[np.ndarray, dict]:
+    """One encoder layer H^(ℓ−1) → H^(ℓ), both (B, n, d_model).
+
+    ``p`` holds the layer's parameters without the "layers.ℓ." prefix (``attn.W_Q``, …,
+    ``ln1.gamma``, ``ffn.W_1``, …, ``ln2.beta``). ``mask`` is additive, broadcastable to
+    (B, h, n, n) (see :mod:`transformer_np.ops.masks`). The placement comes from
+    ``config.norm_position``. ``fast=False`` runs the plain (textbook) kernels.
+    """
+    if not isinstance(config, EncoderConfig):
+        raise InputTypeError(f"config must be an EncoderConfig, got {describe(config)}")
+    as_float_array(x, "x", ndim=3, finite=False)
+    if x.shape[-1] != config.d_model:
+        raise InputValueError(f"x must have shape (B, n, d_model) = (*, *, {config.d_model}), got shape {x.shape}")
+    _check_layer_params(p, config, x.dtype)
+    if mask is not None:
+        B, n, _ = x.shape
+        check_attention_mask(mask, (B, config.n_heads, n, n), x.dtype)
+    _check_dropout_rng(config, training, rng)
+    check_bool(fast, "fast")
+    out, cache = _layer_forward(x, p, config, mask, training, rng, fast)
+    cache["guard"] = ParamGuard(p, layer_param_shapes(config), label="p")
+    return out, cache
+
+
+def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
+    """Returns ``(dx, grads)``, grads keyed like the layer's ``p`` (``attn.W_Q``, …).
+
+    ``free_cache=True`` drops each sublayer's cache entries as soon as its backward is done
+    (lower peak memory); the cache cannot then be used for a second backward. A freed cache, or
+    one whose parameters changed since the forward, raises
+    :class:`~transformer_np.errors.StaleCacheError`.
+    """
+    check_cache(cache, "cache", "encoder_layer")
+    check_bool(free_cache, "free_cache")
+    check_not_freed(cache)
+    check_dout(dout, "dout", cache["shape"])
+    if "guard" in cache:
+        cache["guard"].check()
+    return _layer_backward(dout, cache, free_cache)
+
+
 # ----------------------------------------------------------------------------- the stack
 def _check_inputs(config, dtype, input_ids, attention_mask, token_type_ids, inputs_embeds):
     if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError("give exactly one of input_ids and inputs_embeds, got "
-                         + ("both" if input_ids is not None else "neither"))
+        raise InputValueError("give exactly one of input_ids and inputs_embeds, got "
+                              + ("both" if input_ids is not None else "neither"))
     if input_ids is not None:
         if not config.has_embeddings:
-            raise ValueError("input_ids needs a token embedding, but the config has vocab_size = None; "
-                             "pass inputs_embeds (H^(0)) instead")
+            raise InputValueError("input_ids needs a token embedding, but the config has vocab_size = None; "
+                                  "pass inputs_embeds (H^(0)) instead")
         ids = as_int_array(input_ids, "input_ids", ndim=2)
         B, n = ids.shape
         V = config.vocab_size
         if ids.size and (ids.min() < 0 or ids.max() >= V):
             bad = ids[(ids < 0) | (ids >= V)].flat[0]
-            raise ValueError(f"input_ids must lie in [0, {V - 1}] (vocab_size = {V}), got {int(bad)}")
+            raise InputValueError(f"input_ids must lie in [0, {V - 1}] (vocab_size = {V}), got {int(bad)}")
         x = ids
     else:
         x = as_float_array(inputs_embeds, "inputs_embeds", ndim=3)
         B, n, d = x.shape
         if d != config.d_model:
-            raise ValueError(f"inputs_embeds must have shape (B, n, d_model) = (*, *, {config.d_model}), "
-                             f"got shape {x.shape}")
+            raise InputValueError(f"inputs_embeds must have shape (B, n, d_model) = (*, *, {config.d_model}), "
+                                  f"got shape {x.shape}")
         if x.dtype != dtype:
-            raise TypeError(f"inputs_embeds must have the params' dtype {dtype}, got {x.dtype} "
-                            f"(convert with inputs_embeds.astype(np.{dtype}))")
+            raise InputTypeError(f"inputs_embeds must have the params' dtype {dtype}, got {x.dtype} "
+                                 f"(convert with inputs_embeds.astype(np.{dtype}))")
     if n < 1 or B < 1:
-        raise ValueError(f"the input must have at least one sequence and one position, got (B, n) = ({B}, {n})")
+        raise InputValueError(f"the input must have at least one sequence and one position, got (B, n) = ({B}, {n})")
     if n > config.max_len:
-        raise ValueError(f"sequence length n = {n} exceeds max_len = {config.max_len}")
+        raise InputValueError(f"sequence length n = {n} exceeds max_len = {config.max_len}")
     if attention_mask is not None:
         attention_mask = validate_attention_mask(attention_mask, (B, n))
     if token_type_ids is not None:
         if input_ids is None:
-            raise ValueError("token_type_ids only applies with input_ids (inputs_embeds is already H^(0))")
+            raise InputValueError("token_type_ids only applies with input_ids (inputs_embeds is already H^(0))")
         tt = as_int_array(token_type_ids, "token_type_ids", ndim=2)
         if tt.shape != (B, n):
-            raise ValueError(f"token_type_ids must have shape (B, n) = {(B, n)}, got shape {tt.shape}")
+            raise InputValueError(f"token_type_ids must have shape (B, n) = {(B, n)}, got shape {tt.shape}")
         T = config.type_vocab_size
         if T == 0:
             if tt.any():
-                raise ValueError("token_type_ids given, but the config has type_vocab_size = 0")
+                raise InputValueError("token_type_ids given, but the config has type_vocab_size = 0")
             tt = None
         elif tt.size and (tt.min() < 0 or tt.max() >= T):
-            raise ValueError(f"token_type_ids must lie in [0, {T - 1}] (type_vocab_size = {T}), "
-                             f"got {int(tt[(tt < 0) | (tt >= T)].flat[0])}")
+            raise InputValueError(f"token_type_ids must lie in [0, {T - 1}] (type_vocab_size = {T}), "
+                                  f"got {int(tt[(tt < 0) | (tt >= T)].flat[0])}")
         token_type_ids = tt
     return x, attention_mask, token_type_ids
 
 
 def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attention_mask=None,
                     token_type_ids=None, inputs_embeds=None, training: bool = False,
-                    rng: np.random.Generator | None = None, extra_mask: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, dict]:
+                    rng: np.random.Generator | None = None, extra_mask: np.ndarray | None = None,
+                    fast: bool = True) -> tuple[np.ndarray, dict]:
     """Run the encoder stack. Give exactly one of ``input_ids`` (B, n) and ``inputs_embeds``
     (B, n, d_model) — the latter is H^(0) itself and skips the embedding block.
 
@@ -193,50 +280,59 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
             when ``config.dropout > 0``).
         extra_mask: an additional additive mask broadcastable to (B, h, n, n), e.g.
             :func:`causal_mask` — only for contrasting an encoder with a decoder.
+        fast: True (default) runs the stack through :mod:`transformer_np.ops.fast`; False
+            through the plain textbook kernels (:mod:`transformer_np.ops.plain`) — the same
+            results to rounding, with every intermediate (e.g. the attention scores) in the cache.
 
     Returns:
         ``(H, cache)``: H of shape (B, n, d_model), in the params' dtype. The cache feeds
         :func:`encoder_backward` and exposes ``cache["hidden_states"]`` (H^(0) … H^(N);
         for Pre-LN the residual stream before the final LayerNorm) and
         ``cache["attentions"]`` (N arrays of shape (B, h, n, n)).
+
+    Raises:
+        InputTypeError / InputValueError: a bad argument (named in the message).
+        NonFiniteError: a non-finite input, or an overflow of the dtype inside the stack.
     """
     if not isinstance(config, EncoderConfig):
-        raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
+        raise InputTypeError(f"config must be an EncoderConfig, got {describe(config)}")
     dtype = validate_params(params, config)
-    check_bool(training, "training")
-    if training and config.dropout > 0:
-        if rng is None:
-            raise ValueError(f"rng must be a numpy.random.Generator when training=True and dropout = "
-                             f"{config.dropout} > 0 (e.g. rng=np.random.default_rng(0)), got None")
-        check_rng(rng)
+    _check_dropout_rng(config, training, rng)
+    check_bool(fast, "fast")
     x, attention_mask, token_type_ids = _check_inputs(config, dtype, input_ids, attention_mask,
                                                       token_type_ids, inputs_embeds)
-    cache: dict = {"kind": "encoder", "config": config, "from_ids": input_ids is not None}
-    if input_ids is not None:
-        e, cache["embeddings"] = embeddings_forward(sub_params(params, "embeddings."), x, token_type_ids,
-                                                    config.positional, config.layer_norm_eps,
-                                                    config.embedding_layer_norm)
-        H, cache["emb_drop"] = dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
-    else:
-        H = x                                                                      # H^(0) = inputs_embeds
-    B, n = H.shape[:2]
-    mask = None if attention_mask is None else padding_mask(attention_mask, dtype)  # (B, 1, 1, n)
+    B, n = x.shape[:2]
+    mask = None if attention_mask is None else _padding_mask(attention_mask, dtype)  # (B, 1, 1, n)
     if extra_mask is not None:
-        as_float_array(extra_mask, "extra_mask", dtype=dtype, finite=False)
+        check_attention_mask(extra_mask, (B, config.n_heads, n, n), dtype, "extra_mask")
         mask = combine_masks(mask, extra_mask)
+    names = list(param_shapes(config))
+    guard = ParamGuard(params, [k for k in names if k not in LOOKUP_TABLES],
+                       identity_only=[k for k in names if k in LOOKUP_TABLES])
+    cache: dict = {"kind": "encoder", "config": config, "from_ids": input_ids is not None, "fast": fast,
+                   "guard": guard}
+    if input_ids is not None:
+        e, cache["embeddings"] = _embeddings_forward(sub_params(params, "embeddings."), x, token_type_ids,
+                                                     config.positional, float(config.layer_norm_eps),
+                                                     config.embedding_layer_norm)
+        H, cache["emb_drop"] = _dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
+    else:
+        H = x                                                                       # H^(0) = inputs_embeds
+    ops = _ops(fast)
     hidden, attns, layer_caches = [H], [], []
     # Overflow is detected once, after the stack, and reported as an error (below) rather than
     # as a stream of RuntimeWarnings followed by a NaN output.
     with np.errstate(over="ignore", invalid="ignore"):
         for layer in range(config.n_layers):
             p = sub_params(params, layer_prefix(config, layer))
-            H, lc = encoder_layer_forward(H, p, config, mask, training, rng)      # (B, n, d)
+            H, lc = _layer_forward(H, p, config, mask, training, rng, fast)        # (B, n, d)
+            lc["guard"] = guard              # encoder_layer_backward on this layer checks the model's params
             hidden.append(H)
-            attns.append(lc["attn"]["attn"]["weights"])                            # (B, h, n, n)
+            attns.append(lc["attn"]["attn"]["weights"])                             # (B, h, n, n)
             layer_caches.append(lc)
         if config.use_final_layer_norm:
-            H, cache["final_ln"] = layernorm_forward(H, params["final_ln.gamma"], params["final_ln.beta"],
-                                                     config.layer_norm_eps)
+            H, cache["final_ln"] = ops.layernorm_forward(H, params["final_ln.gamma"], params["final_ln.beta"],
+                                                         float(config.layer_norm_eps))
     if not all_finite(H):
         _raise_overflow("forward", hidden, dtype)
     cache.update(layers=layer_caches, hidden_states=hidden, attentions=attns, out_shape=H.shape,
@@ -249,9 +345,9 @@ def _raise_overflow(where: str, hidden: list, dtype) -> None:
     first = next((i for i, h in enumerate(hidden) if not all_finite(h)), len(hidden))
     at = f"in layer {first}" if first < len(hidden) else "in the final LayerNorm"
     scale = float(np.max(np.abs(hidden[0])))
-    raise ValueError(f"the {where} pass overflowed {dtype} {at}: its output is not finite although the input "
-                     f"was (max |H^(0)| = {scale:.3g}); the input or weight scale is too large for this dtype "
-                     f"(rescale inputs_embeds / the weights, or use float64)")
+    raise NonFiniteError(f"the {where} pass overflowed {dtype} {at}: its output is not finite although the input "
+                         f"was (max |H^(0)| = {scale:.3g}); the input or weight scale is too large for this dtype "
+                         f"(rescale inputs_embeds / the weights, or use float64)")
 
 
 def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = False, free_cache: bool = False):
@@ -268,30 +364,35 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
     ``cache["hidden_states"][ℓ + 1]``) become None once that layer's backward no longer
     needs them, sublayer by sublayer inside the layer, so the peak memory of a forward +
     backward no longer holds the whole cache next to the gradients. The gradients are the
-    same; the cache cannot be backpropagated again (ValueError).
+    same; the cache cannot be backpropagated again.
+
+    Raises:
+        StaleCacheError: the cache was freed by an earlier ``free_cache=True`` backward, or a
+            parameter was changed in place (or its array replaced in ``params``) since the
+            forward — the error names it.
+        NonFiniteError: dH is not finite, or the backward overflowed the dtype.
     """
     check_cache(cache, "cache", "encoder")
     config: EncoderConfig = cache["config"]
     check_bool(return_hidden_grads, "return_hidden_grads")
     check_bool(free_cache, "free_cache")
-    if cache.get("freed"):
-        raise ValueError(FREED_MESSAGE)
+    check_not_freed(cache)
     dH = check_dout(dH, "dH", cache["out_shape"], finite=True)
     if dH.dtype != cache["dtype"]:
-        raise TypeError(f"dH must have the forward's dtype {cache['dtype']}, got {dH.dtype}")
+        raise InputTypeError(f"dH must have the forward's dtype {cache['dtype']}, got {dH.dtype}")
+    cache["guard"].check()
+    ops = _ops(cache["fast"])
+    take = reader(cache, free_cache)
     grads: dict = {}
-    if free_cache:
-        cache["freed"] = True
-    take = cache.pop if free_cache else cache.__getitem__
     with np.errstate(over="ignore", invalid="ignore"):
         if "final_ln" in cache:
-            dH, grads["final_ln.gamma"], grads["final_ln.beta"] = layernorm_backward(dH, take("final_ln"))
+            dH, grads["final_ln.gamma"], grads["final_ln.beta"] = ops.layernorm_backward(dH, take("final_ln"))
         dhidden = [dH]
         for layer in reversed(range(config.n_layers)):
             layer_cache = cache["layers"][layer]
             if free_cache:   # the layer's output and A are not read by its backward; its cache goes below
                 cache["layers"][layer] = cache["attentions"][layer] = cache["hidden_states"][layer + 1] = None
-            dH, g = encoder_layer_backward(dH, layer_cache, free_cache=free_cache)
+            dH, g = _layer_backward(dH, layer_cache, free_cache)
             del layer_cache
             prefix = layer_prefix(config, layer)
             for k, v in g.items():
@@ -302,13 +403,13 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
         if free_cache:
             cache["hidden_states"][0] = None
         if cache["from_ids"]:
-            de = dropout_backward(dH, take("emb_drop"))
-            grads.update(_prefixed("embeddings.", embeddings_backward(de, take("embeddings"))))
+            de = _dropout_backward(dH, take("emb_drop"))
+            grads.update(_prefixed("embeddings.", _embeddings_backward(de, take("embeddings"))))
         else:
             grads["inputs_embeds"] = dH
     bad = [k for k, g in grads.items() if not all_finite(g)]
     if bad:
-        raise ValueError(f"the backward pass overflowed {cache['dtype']}: the gradients of {bad[:4]} are not "
-                         f"finite although dH was; the upstream gradient or the activations are too large "
-                         f"for this dtype (scale dH down, or use float64)")
+        raise NonFiniteError(f"the backward pass overflowed {cache['dtype']}: the gradients of {bad[:4]} are not "
+                             f"finite although dH was; the upstream gradient or the activations are too large "
+                             f"for this dtype (scale dH down, or use float64)")
     return (grads, dhidden) if return_hidden_grads else grads

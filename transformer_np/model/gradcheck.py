@@ -25,29 +25,37 @@ every call).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
+from .._compat import forward_moved as _forward_moved
+from .._validate import check_int
 from ..ops import activations as act
 from ..ops.attention import attention_backward, attention_forward, mha_backward, mha_forward
-from .._validate import check_int
-from .config import EncoderConfig
 from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embeddings import embedding_backward, embedding_forward, embeddings_backward, embeddings_forward
-from .encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 from ..ops.feedforward import ffn_backward, ffn_forward
-from .heads import (cls_classifier_backward, cls_classifier_forward, mean_pool_backward, mean_pool_forward,
-                    pooler_backward, pooler_forward, tagger_backward, tagger_forward)
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.linear import linear_backward, linear_forward
-from .losses import cross_entropy_backward, cross_entropy_forward
 from ..ops.masks import padding_mask
-from .params import init_params, sub_params
 from ..ops.residual import residual_backward, residual_forward
 from ..ops.softmax import softmax_backward, softmax_forward
-from .._compat import forward_moved as _forward_moved
+from .config import EncoderConfig
+from .encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
+from .heads import (
+    cls_classifier_backward,
+    cls_classifier_forward,
+    mean_pool_backward,
+    mean_pool_forward,
+    pooler_backward,
+    pooler_forward,
+    tagger_backward,
+    tagger_forward,
+)
+from .losses import cross_entropy_backward, cross_entropy_forward
+from .params import init_params, sub_params
 
 __all__ = ["rel_error", "numerical_gradient", "check_op", "run_all", "random_params", "TOLERANCE"]
 

@@ -22,11 +22,11 @@ import math
 
 import numpy as np
 
-from .._validate import (FLOAT_DTYPES, check_choice, check_float_dtype, check_int, describe,
-                        mismatch_detail)
+from .._validate import FLOAT_DTYPES, check_choice, check_float_dtype, check_int, describe, mismatch_detail
 from ..ops.attention import MHA_PARAM_NAMES
-from .config import EncoderConfig
 from ..ops.feedforward import FFN_PARAM_NAMES
+from .budget import check_memory, estimate_encoder
+from .config import EncoderConfig
 
 __all__ = ["param_shapes", "init_params", "validate_params", "layer_prefix", "sub_params",
            "OPTIONAL_PARAMS"]
@@ -91,6 +91,9 @@ def init_params(config: EncoderConfig, seed: int = 0, dtype=np.float64, init: st
     Values are drawn in float64 in the fixed order of :func:`param_shapes` from
     ``np.random.default_rng(seed)`` and then cast, so float32 and float64 models built
     from the same seed hold the same numbers (up to rounding).
+
+    Raises :class:`~transformer_np.errors.ResourceLimitError` before allocating anything when the
+    parameters would not fit the memory limit (see :mod:`transformer_np.model.budget`).
     """
     if not isinstance(config, EncoderConfig):
         raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
@@ -99,6 +102,7 @@ def init_params(config: EncoderConfig, seed: int = 0, dtype=np.float64, init: st
     check_choice(init, "init", INITS)
     if not (isinstance(std, (int, float)) and std > 0):
         raise ValueError(f"std must be a positive number, got {std!r}")
+    check_memory(estimate_encoder(config, dt), "init_params")
     rng = np.random.default_rng(seed)
     params = {}
     for name, shape in param_shapes(config).items():

@@ -1,0 +1,58 @@
+"""The ops of the encoder, each ``x_forward(...) -> (out, cache)`` with a hand-written ``x_backward``.
+
+One module per op, holding the plain (textbook) forward and backward next to their derivation;
+:mod:`transformer_np.ops.fast` holds the speed-tuned versions the encoder stack uses by default,
+:mod:`transformer_np.ops.plain` the plain kernels under the same names, and
+:mod:`transformer_np.ops.cache` the cache protocol (freeing, stale-parameter guard).
+
+The functions ``erf`` and ``softmax`` are not re-exported here: their names are those of their
+modules (``transformer_np.ops.erf``, ``transformer_np.ops.softmax``), which a package attribute
+would shadow. Import them from their modules, or from ``transformer_np``.
+"""
+
+from .activations import (
+                          ACTIVATIONS,
+                          activation_backward,
+                          activation_forward,
+                          gelu_backward,
+                          gelu_forward,
+                          gelu_tanh_backward,
+                          gelu_tanh_forward,
+                          relu_backward,
+                          relu_forward,
+)
+from .attention import (
+                          MHA_PARAM_NAMES,
+                          attention_backward,
+                          attention_forward,
+                          merge_heads,
+                          mha_backward,
+                          mha_forward,
+                          split_heads,
+)
+from .dropout import dropout_backward, dropout_forward
+from .embeddings import (
+                          embedding_backward,
+                          embedding_forward,
+                          embeddings_backward,
+                          embeddings_forward,
+                          sinusoidal_positional_encoding,
+)
+from .feedforward import FFN_PARAM_NAMES, ffn_backward, ffn_forward
+from .layernorm import layernorm_backward, layernorm_forward
+from .linear import linear_backward, linear_forward
+from .masks import causal_mask, combine_masks, mask_value, padding_mask, validate_attention_mask
+from .residual import residual_backward, residual_forward
+from .softmax import softmax_backward, softmax_forward
+
+__all__ = [
+    "ACTIVATIONS", "FFN_PARAM_NAMES", "MHA_PARAM_NAMES",
+    "activation_backward", "activation_forward", "attention_backward", "attention_forward", "causal_mask",
+    "combine_masks", "dropout_backward", "dropout_forward", "embedding_backward", "embedding_forward",
+    "embeddings_backward", "embeddings_forward", "ffn_backward", "ffn_forward", "gelu_backward",
+    "gelu_forward", "gelu_tanh_backward", "gelu_tanh_forward", "layernorm_backward", "layernorm_forward",
+    "linear_backward", "linear_forward", "mask_value", "merge_heads", "mha_backward", "mha_forward",
+    "padding_mask", "relu_backward", "relu_forward", "residual_backward", "residual_forward",
+    "sinusoidal_positional_encoding", "softmax_backward", "softmax_forward", "split_heads",
+    "validate_attention_mask",
+]

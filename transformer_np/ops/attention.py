@@ -4,9 +4,14 @@ Scaled dot-product attention (one head; every leading axis is a batch axis):
     S = Q Kᵀ / √d_k + M          (n_q, n_k)   M: additive mask (0 or very negative)
     A = softmax(S)  (row-wise)   (n_q, n_k)   rows sum to 1
     O = A V                      (n_q, d_v)
-Backward, given dO:
-    dV = Aᵀ dO,   dA = dO Vᵀ,   dS = A ⊙ (dA − rowsum(dA ⊙ A)),
-    dQ = dS K / √d_k,   dK = dSᵀ Q / √d_k          (the mask is a constant)
+Backward, given dO (A_drop = A, or A after dropout in training):
+    dV = A_dropᵀ dO                       (n_k, d_v)
+    dA = dO Vᵀ  (then through the dropout mask)   (n_q, n_k)
+    dS = A ⊙ (dA − rowsum(dA ⊙ A))        (n_q, n_k)   the softmax backward, row by row
+    dQ = dS K / √d_k                      (n_q, d_k)
+    dK = dSᵀ Q / √d_k                     (n_k, d_k)   (the mask is a constant)
+The derivations: O = A V is a product, so dA = dO Vᵀ and dV = Aᵀ dO; the softmax rule is
+in :mod:`transformer_np.ops.softmax`; S = Q Kᵀ/√d_k is a product again.
 
 Multi-head attention (h heads, d_k = d_model / h), for X of shape (B, n, d_model):
     Q = X W_Q + b_Q,  K = X W_K + b_K,  V = X W_V + b_V          each (B, n, d_model)
@@ -14,11 +19,17 @@ Multi-head attention (h heads, d_k = d_model / h), for X of shape (B, n, d_model
     O_h = Attention(Q_h, K_h, V_h)                                   (B, h, n, d_k)
     merge heads: (B, h, n, d_k) → (B, n, h, d_k) → (B, n, d_model)   (= Concat(head_1..head_h))
     MHA(X) = Concat(O_1, …, O_h) W_O + b_O                          (B, n, d_model)
-
 Splitting by reshape is exactly the article's per-head W_Q[h]: head i owns columns
-i·d_k … (i+1)·d_k − 1 of W_Q. The three projections are done as one matmul with the
-column-concatenated [W_Q | W_K | W_V] (d_model, 3·d_model) — the same math, one pass
-over X instead of three.
+i·d_k … (i+1)·d_k − 1 of W_Q. Backward: the chain in reverse; X feeds three projections, so
+dX = dQ W_Qᵀ + dK W_Kᵀ + dV W_Vᵀ.
+
+This module is the plain path: the equations above, line by line. The encoder stack runs the
+same maths through :mod:`transformer_np.ops.fast` by default (scores by blocks of query rows,
+in-place buffers, one fused [W_Q | W_K | W_V] projection); ``tests/ops/test_fast_path.py``
+proves the two agree.
+
+The public functions check their arguments once; the ``_``-prefixed kernels compute without
+checks, for callers that have already checked.
 """
 
 from __future__ import annotations
@@ -27,10 +38,12 @@ import math
 
 import numpy as np
 
-from .._validate import as_float_array, check_cache, check_dout, check_float, check_int
-from .dropout import dropout_forward
-from .linear import linear_backward, linear_forward
-from .softmax import softmax, softmax_backward
+from .._validate import as_float_array, check_bool, check_cache, check_dout, check_float, check_int, check_rng, describe
+from ..errors import InputTypeError, InputValueError
+from .cache import check_not_freed, release
+from .dropout import _dropout_backward, _dropout_forward
+from .linear import _linear_backward, _linear_forward
+from .softmax import _softmax as softmax  # the unchecked kernel: S was built here
 
 __all__ = ["attention_forward", "attention_backward", "mha_forward", "mha_backward",
            "MHA_PARAM_NAMES", "split_heads", "merge_heads"]
@@ -38,102 +51,31 @@ __all__ = ["attention_forward", "attention_backward", "mha_forward", "mha_backwa
 MHA_PARAM_NAMES = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
 
 
-# Scores per block of query rows: 2**20 entries (4 MiB in float32). Each elementwise pass of
-# the softmax (scale, mask, max, exp, sum, divide) and of its backward then runs on a block
-# that stays in cache instead of streaming the whole (…, n_q, n_k) array through memory — for
-# n = 2048 that array is 128 MiB. Measured on the long shape (1 thread, attention fwd / bwd):
-# unblocked 328 / 406 ms, 2**18: 211 / 263, 2**20: 219 / 226, 2**21: 208 / 297 ms; smaller
-# blocks lose to the per-GEMM overhead (bert-base: 1.5 M scores, 2 blocks, within 2 ms of one).
-_BLOCK_SCORES = 1 << 20
-
-
-def _row_blocks(lead: int, n_q: int, n_k: int) -> list[slice]:
-    """Slices of the query rows such that one block of scores, lead · rows · n_k entries,
-    has about ``_BLOCK_SCORES`` of them (at least one row per block)."""
-    rows = max(1, _BLOCK_SCORES // max(1, lead * n_k))
-    return [slice(r, min(r + rows, n_q)) for r in range(0, max(n_q, 1), rows)]
-
-
-def _mask_rows(mask: np.ndarray | None, rows: slice) -> np.ndarray | None:
-    """The rows of an additive mask for one block (a mask broadcast over the rows is used whole)."""
-    if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
-        return mask
-    return mask[..., rows, :]
-
-
-def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
-                      dropout_p: float = 0.0, training: bool = False,
-                      rng: np.random.Generator | None = None) -> tuple[np.ndarray, dict]:
-    """softmax(Q Kᵀ/√d_k + mask) V over the last two axes.
-
-    Q (..., n_q, d_k), K (..., n_k, d_k), V (..., n_k, d_v); ``mask`` additive,
-    broadcastable to (..., n_q, n_k). Dropout (if any) acts on the attention weights.
-    Returns ``(O, cache)``; ``cache["weights"]`` holds A (before dropout).
-
-    S and A are computed by blocks of query rows (see ``_BLOCK_SCORES``): each row of A is
-    the softmax of its own row of S, so the blocks are independent and the result is the
-    same as for the whole matrix at once.
-    """
-    as_float_array(Q, "Q", finite=False)
-    as_float_array(K, "K", dtype=Q.dtype, finite=False)
-    as_float_array(V, "V", dtype=Q.dtype, finite=False)
-    if Q.ndim < 2 or K.ndim != Q.ndim or V.ndim != Q.ndim:
-        raise ValueError(f"Q, K, V must have the same rank >= 2, got shapes {Q.shape}, {K.shape}, {V.shape}")
-    if K.shape[-1] != Q.shape[-1]:
-        raise ValueError(f"K must have last dimension d_k = {Q.shape[-1]} like Q, got shape {K.shape}")
-    if V.shape[-2] != K.shape[-2]:
-        raise ValueError(f"V must have n_k = {K.shape[-2]} rows like K, got shape {V.shape}")
-    lead = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2])
-    score_shape = lead + (Q.shape[-2], K.shape[-2])           # (..., n_q, n_k)
-    if mask is not None:
-        as_float_array(mask, "mask", dtype=Q.dtype, finite=False)
-        try:
-            ok = np.broadcast_shapes(mask.shape, score_shape) == score_shape
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(f"mask must broadcast to the score shape {score_shape} without enlarging it, "
-                             f"got shape {mask.shape}")
-    scale = 1.0 / math.sqrt(Q.shape[-1])                     # a Python float: keeps float32 float32
-    Kt = K.swapaxes(-1, -2)                                  # (..., d_k, n_k) view
-    A = np.empty(score_shape, dtype=Q.dtype)                 # (..., n_q, n_k)
-    for rows in _row_blocks(math.prod(lead), *score_shape[-2:]):
-        S = np.matmul(Q[..., rows, :], Kt, out=A[..., rows, :])   # (..., r, n_k) scores, in A's rows
-        S *= scale                                           # in place: no second (r, n_k) array
-        if mask is not None:
-            S += _mask_rows(mask, rows)
-        softmax(S, out=S)                                    # A's rows = softmax of their scores
-    sm_cache = {"kind": "softmax", "s": A}                   # A = softmax(S), assembled by row blocks
-    A_drop, drop_cache = dropout_forward(A, dropout_p, training, rng)
+# ----------------------------------------------------------------------------- the computation
+def _attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
+                       dropout_p: float = 0.0, training: bool = False, rng=None) -> tuple[np.ndarray, dict]:
+    """S = Q Kᵀ/√d_k + M, A = softmax(S), O = A V (A after dropout in training)."""
+    d_k = Q.shape[-1]
+    M = 0.0 if mask is None else mask                        # additive: 0 = allowed, very negative = hidden
+    S = Q @ K.swapaxes(-1, -2) / math.sqrt(d_k) + M          # (..., n_q, n_k)  (√ as a Python float keeps float32)
+    A = softmax(S)                                           # (..., n_q, n_k)  rows sum to 1
+    A_drop, drop_cache = _dropout_forward(A, dropout_p, training, rng)
     O = A_drop @ V                                           # (..., n_q, d_v)
-    cache = {"kind": "attention", "Q": Q, "K": K, "V": V, "scale": scale,
-             "weights": A, "A_drop": A_drop, "softmax": sm_cache, "dropout": drop_cache}
+    cache = {"kind": "attention", "Q": Q, "K": K, "V": V, "scale": 1.0 / math.sqrt(d_k),
+             "scores": S, "weights": A, "A_drop": A_drop, "dropout": drop_cache}
     return O, cache
 
 
-def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Returns ``(dQ, dK, dV)``; see the module docstring.
-
-    By the same blocks of query rows as the forward: dS for rows r only needs dO, A and the
-    dropout mask of rows r, so dQ[r] = dS_r K is written block by block and
-    dK = Σ_r dS_rᵀ Q[r] is accumulated; no (…, n_q, n_k) temporary is ever whole.
-    """
-    check_cache(cache, "cache", "attention")
-    Q, K, V, scale = cache["Q"], cache["K"], cache["V"], cache["scale"]
-    check_dout(dO, "dO", Q.shape[:-1] + (V.shape[-1],))
-    A, A_drop, drop_mask = cache["softmax"]["s"], cache["A_drop"], cache["dropout"]["mask"]
-    dV = A_drop.swapaxes(-1, -2) @ dO                        # (..., n_k, d_v)
-    Vt = V.swapaxes(-1, -2)                                  # (..., d_v, n_k) view
-    dQ = np.empty(A.shape[:-1] + (Q.shape[-1],), dtype=Q.dtype)   # (..., n_q, d_k)
-    dK = np.zeros(A.shape[:-2] + K.shape[-2:], dtype=Q.dtype)     # (..., n_k, d_k)
-    for rows in _row_blocks(math.prod(A.shape[:-2]), *A.shape[-2:]):
-        dA = dO[..., rows, :] @ Vt                           # (..., r, n_k) ∂L/∂A_drop for these rows
-        if drop_mask is not None:
-            dA *= drop_mask[..., rows, :]                    # dropout backward on the block
-        dS = softmax_backward(dA, {"kind": "softmax", "s": A[..., rows, :]})   # (..., r, n_k)
-        dS *= scale                                          # fold 1/√d_k once
-        dQ[..., rows, :] = dS @ K                            # (..., r, d_k)
-        dK += dS.swapaxes(-1, -2) @ Q[..., rows, :]          # (..., n_k, d_k)
+def _attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The module docstring's backward, line by line."""
+    Q, K, V, A, A_drop = cache["Q"], cache["K"], cache["V"], cache["weights"], cache["A_drop"]
+    d_k = Q.shape[-1]
+    dV = A_drop.swapaxes(-1, -2) @ dO                        # (..., n_k, d_v)   dV = A_dropᵀ dO
+    dA_drop = dO @ V.swapaxes(-1, -2)                        # (..., n_q, n_k)   ∂L/∂A_drop = dO Vᵀ
+    dA = _dropout_backward(dA_drop, cache["dropout"])        # through the dropout mask (identity at eval)
+    dS = A * (dA - (dA * A).sum(axis=-1, keepdims=True))     # dS = A ⊙ (dA − rowsum(dA ⊙ A))
+    dQ = dS @ K / math.sqrt(d_k)                             # (..., n_q, d_k)
+    dK = dS.swapaxes(-1, -2) @ Q / math.sqrt(d_k)            # (..., n_k, d_k)
     return dQ, dK, dV
 
 
@@ -149,14 +91,122 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     return x.transpose(0, 2, 1, 3).reshape(B, n, h * dk)     # (B, n, d_model)
 
 
+def _mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = None,
+                 dropout_p: float = 0.0, training: bool = False, rng=None) -> tuple[np.ndarray, dict]:
+    c: dict = {"kind": "mha", "n_heads": n_heads}
+    Q, c["q"] = _linear_forward(x, p["W_Q"], p["b_Q"])                   # (B, n, d)
+    K, c["k"] = _linear_forward(x, p["W_K"], p["b_K"])                   # (B, n, d)
+    V, c["v"] = _linear_forward(x, p["W_V"], p["b_V"])                   # (B, n, d)
+    Q, K, V = (split_heads(t, n_heads) for t in (Q, K, V))               # each (B, h, n, d_k)
+    O, c["attn"] = _attention_forward(Q, K, V, mask, dropout_p, training, rng)   # (B, h, n, d_k)
+    out, c["o"] = _linear_forward(merge_heads(O), p["W_O"], p["b_O"])    # (B, n, d)
+    return out, c
+
+
+def _mha_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, dict]:
+    h = cache["n_heads"]
+    dctx, dW_O, db_O = _linear_backward(dout, cache["o"])                # (B, n, d)
+    dQ, dK, dV = _attention_backward(split_heads(dctx, h), cache["attn"])   # each (B, h, n, d_k)
+    dxq, dW_Q, db_Q = _linear_backward(merge_heads(dQ), cache["q"])      # (B, n, d)
+    dxk, dW_K, db_K = _linear_backward(merge_heads(dK), cache["k"])
+    dxv, dW_V, db_V = _linear_backward(merge_heads(dV), cache["v"])
+    dx = dxq + dxk + dxv                                                 # x fed all three projections
+    grads = {"W_Q": dW_Q, "b_Q": db_Q, "W_K": dW_K, "b_K": db_K, "W_V": dW_V, "b_V": db_V,
+             "W_O": dW_O, "b_O": db_O}
+    return dx, grads
+
+
+# ----------------------------------------------------------------------------- checks
+def check_attention_mask(mask, score_shape: tuple, dtype, name: str = "mask") -> None:
+    """An additive mask of the scores' dtype that broadcasts to ``score_shape`` without enlarging it."""
+    as_float_array(mask, name, dtype=dtype, finite=False)
+    try:
+        ok = np.broadcast_shapes(mask.shape, score_shape) == tuple(score_shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InputValueError(f"{name} must broadcast to the score shape {tuple(score_shape)} without "
+                              f"enlarging it, got shape {mask.shape}")
+
+
+def check_dropout_args(dropout_p, training, rng) -> None:
+    check_float(dropout_p, "dropout_p", 0.0, 1.0, max_inclusive=False)
+    check_bool(training, "training")
+    if training and dropout_p > 0:
+        check_rng(rng)
+
+
 def _check_mha_params(p: dict, d: int, dtype) -> None:
+    if not isinstance(p, dict):
+        raise InputTypeError(f"p must be a dict of the multi-head attention parameters {MHA_PARAM_NAMES}, "
+                             f"got {describe(p)}")
     for name in MHA_PARAM_NAMES:
         if name not in p:
-            raise ValueError(f"params is missing the multi-head attention parameter {name!r}")
+            raise InputValueError(f"params is missing the multi-head attention parameter {name!r}")
         shape = (d, d) if name.startswith("W") else (d,)
         as_float_array(p[name], name, dtype=dtype, finite=False)
         if p[name].shape != shape:
-            raise ValueError(f"{name} must have shape {shape} for d_model = {d}, got shape {p[name].shape}")
+            raise InputValueError(f"{name} must have shape {shape} for d_model = {d}, got shape {p[name].shape}")
+
+
+def check_mha_args(x, p, n_heads, mask, dropout_p, training, rng) -> None:
+    """Everything :func:`mha_forward` needs, checked once (the encoder layer uses it too)."""
+    as_float_array(x, "x", ndim=3, finite=False)
+    check_int(n_heads, "n_heads", minimum=1)
+    B, n, d = x.shape
+    if d % n_heads:
+        raise InputValueError(f"d_model = {d} must be divisible by n_heads = {n_heads}")
+    check_dropout_args(dropout_p, training, rng)
+    _check_mha_params(p, d, x.dtype)
+    if mask is not None:
+        check_attention_mask(mask, (B, n_heads, n, n), x.dtype)
+
+
+# ----------------------------------------------------------------------------- the public API
+def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
+                      dropout_p: float = 0.0, training: bool = False,
+                      rng: np.random.Generator | None = None) -> tuple[np.ndarray, dict]:
+    """softmax(Q Kᵀ/√d_k + mask) V over the last two axes.
+
+    Args:
+        Q: (..., n_q, d_k); K: (..., n_k, d_k); V: (..., n_k, d_v) — one float dtype, the same
+            leading (batch, head) axes.
+        mask: additive, broadcastable to the scores' shape (..., n_q, n_k) (see
+            :mod:`transformer_np.ops.masks`); None = no mask.
+        dropout_p, training, rng: dropout on the attention weights (training only; ``rng`` a
+            ``numpy.random.Generator``, required when training with ``dropout_p > 0``).
+
+    Returns:
+        ``(O, cache)``: O (..., n_q, d_v). The cache documents every step: ``"scores"`` S =
+        Q Kᵀ/√d_k + mask, ``"weights"`` A = softmax(S), ``"A_drop"`` (A after dropout; A itself
+        at eval), and ``"Q"``, ``"K"``, ``"V"``, ``"scale"`` (1/√d_k), ``"dropout"``.
+    """
+    as_float_array(Q, "Q", finite=False)
+    as_float_array(K, "K", dtype=Q.dtype, finite=False)
+    as_float_array(V, "V", dtype=Q.dtype, finite=False)
+    if Q.ndim < 2 or K.ndim != Q.ndim or V.ndim != Q.ndim:
+        raise InputValueError(f"Q, K, V must have the same rank >= 2, got shapes {Q.shape}, {K.shape}, {V.shape}")
+    if K.shape[:-2] != Q.shape[:-2] or V.shape[:-2] != Q.shape[:-2]:
+        raise InputValueError(f"Q, K, V must have the same leading (batch, head) axes, got shapes "
+                              f"{Q.shape}, {K.shape}, {V.shape}")
+    if K.shape[-1] != Q.shape[-1]:
+        raise InputValueError(f"K must have last dimension d_k = {Q.shape[-1]} like Q, got shape {K.shape}")
+    if V.shape[-2] != K.shape[-2]:
+        raise InputValueError(f"V must have n_k = {K.shape[-2]} rows like K, got shape {V.shape}")
+    if mask is not None:
+        check_attention_mask(mask, Q.shape[:-1] + (K.shape[-2],), Q.dtype)
+    check_dropout_args(dropout_p, training, rng)
+    return _attention_forward(Q, K, V, mask, dropout_p, training, rng)
+
+
+def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns ``(dQ, dK, dV)``; see the module docstring.
+
+    Takes the cache of :func:`attention_forward` or of the fast path's attention (both keep
+    Q, K, V, the weights A, A_drop and the dropout mask)."""
+    check_cache(cache, "cache", "attention")
+    check_dout(dO, "dO", cache["Q"].shape[:-1] + (cache["V"].shape[-1],))
+    return _attention_backward(dO, cache)
 
 
 def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = None,
@@ -166,48 +216,30 @@ def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = 
 
     ``p`` holds W_Q, b_Q, W_K, b_K, W_V, b_V (projections, (d, d) and (d,)), W_O, b_O.
     ``mask`` is additive, broadcastable to (B, h, n, n): use :func:`padding_mask`.
-    Returns ``(out, cache)``; ``cache["attn"]["weights"]`` is A of shape (B, h, n, n).
+    Returns ``(out, cache)``; ``cache["attn"]`` is the attention cache (``"scores"`` S and
+    ``"weights"`` A of shape (B, h, n, n), …) and ``cache["q"]``, ``["k"]``, ``["v"]``, ``["o"]``
+    the caches of the four projections.
     """
-    as_float_array(x, "x", ndim=3, finite=False)
-    check_int(n_heads, "n_heads", minimum=1)
-    B, n, d = x.shape
-    if d % n_heads:
-        raise ValueError(f"d_model = {d} must be divisible by n_heads = {n_heads}")
-    check_float(dropout_p, "dropout_p", 0.0, 1.0, max_inclusive=False)
-    _check_mha_params(p, d, x.dtype)
-    W_qkv = np.concatenate([p["W_Q"], p["W_K"], p["W_V"]], axis=1)   # (d, 3d)
-    b_qkv = np.concatenate([p["b_Q"], p["b_K"], p["b_V"]])           # (3d,)
-    qkv, qkv_cache = linear_forward(x, W_qkv, b_qkv)                 # (B, n, 3d)
-    dk = d // n_heads
-    qkv = qkv.reshape(B, n, 3, n_heads, dk).transpose(2, 0, 3, 1, 4)  # (3, B, h, n, d_k) view
-    O, attn_cache = attention_forward(qkv[0], qkv[1], qkv[2], mask, dropout_p, training, rng)
-    ctx = merge_heads(O)                                             # (B, n, d)
-    out, o_cache = linear_forward(ctx, p["W_O"], p["b_O"])           # (B, n, d)
-    return out, {"kind": "mha", "n_heads": n_heads, "qkv": qkv_cache, "attn": attn_cache, "o": o_cache}
+    check_mha_args(x, p, n_heads, mask, dropout_p, training, rng)
+    return _mha_forward(x, p, n_heads, mask, dropout_p, training, rng)
 
 
 def mha_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Returns ``(dx, grads)`` with grads keyed W_Q, b_Q, …, b_O (same shapes as the params).
 
-    ``free_cache=True`` removes each op's entry from ``cache`` as it is used (the context,
-    then Q, K, V and A), so they are released before the input projection's backward.
+    Takes the cache of :func:`mha_forward` or of the fast path's (fused QKV) multi-head attention.
+    ``free_cache=True`` frees the cache (the fast path's as it goes, sublayer by sublayer); it
+    cannot be backpropagated again (:class:`~transformer_np.errors.StaleCacheError`).
     """
     check_cache(cache, "cache", "mha")
-    take = cache.pop if free_cache else cache.__getitem__
-    dctx, dW_O, db_O = linear_backward(dout, take("o"))              # (B, n, d)
-    B, n, d = dctx.shape
-    h = cache["n_heads"]
-    dO = split_heads(dctx, h)                                        # (B, h, n, d_k)
-    dQ, dK, dV = attention_backward(dO, take("attn"))                # each (B, h, n, d_k)
-    # Write the three head gradients straight into the (B, n, 3, h, d_k) layout of qkv
-    # (one copy, instead of np.stack followed by a transposing reshape: two).
-    dqkv = np.empty((B, n, 3, h, d // h), dtype=dctx.dtype)          # (B, n, 3, h, d_k)
-    dqkv_heads = dqkv.transpose(2, 0, 3, 1, 4)                       # (3, B, h, n, d_k) view
-    dqkv_heads[0], dqkv_heads[1], dqkv_heads[2] = dQ, dK, dV
-    del dctx, dO, dQ, dK, dV                                         # copied into dqkv: release them
-    dqkv = dqkv.reshape(B, n, 3 * d)                                 # (B, n, 3d) view
-    dx, dW_qkv, db_qkv = linear_backward(dqkv, take("qkv"))
-    grads = {"W_Q": dW_qkv[:, :d], "W_K": dW_qkv[:, d:2 * d], "W_V": dW_qkv[:, 2 * d:],
-             "b_Q": db_qkv[:d], "b_K": db_qkv[d:2 * d], "b_V": db_qkv[2 * d:],
-             "W_O": dW_O, "b_O": db_O}
-    return dx, grads
+    check_bool(free_cache, "free_cache")
+    check_not_freed(cache)
+    o = cache["o"]
+    check_dout(dout, "dout", o["x"].shape[:-1] + (o["W"].shape[1],))
+    if "qkv" in cache:                                   # the fast path's fused layout
+        from . import fast
+        return fast.mha_backward(dout, cache, free_cache)
+    out = _mha_backward(dout, cache)
+    if free_cache:
+        release(cache)
+    return out

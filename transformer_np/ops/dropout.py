@@ -7,7 +7,8 @@ Eval:      out = x (identity) — no rescaling needed at inference, which is why
 Backward:  dx = dout ⊙ m.
 
 There is no hidden global RNG: the caller passes a ``numpy.random.Generator``, so the
-same seed gives the same mask (gradient checks rely on this).
+same seed gives the same mask (gradient checks rely on this, and so does the test that the
+plain and fast paths agree: both draw the same masks in the same order).
 """
 
 from __future__ import annotations
@@ -19,22 +20,33 @@ from .._validate import as_float_array, check_bool, check_cache, check_dout, che
 __all__ = ["dropout_forward", "dropout_backward"]
 
 
+# ----------------------------------------------------------------------------- the computation
+def _dropout_forward(x: np.ndarray, p: float, training: bool, rng) -> tuple[np.ndarray, dict]:
+    if not training or p == 0.0:
+        return x, {"kind": "dropout", "mask": None, "shape": x.shape}
+    keep = rng.random(x.shape) >= p                          # P(keep) = 1 - p
+    mask = keep.astype(x.dtype) * (1.0 / (1.0 - float(p)))   # 0 or 1/(1-p), in x's dtype
+    return x * mask, {"kind": "dropout", "mask": mask, "shape": x.shape}
+
+
+def _dropout_backward(dout: np.ndarray, cache: dict) -> np.ndarray:
+    return dout if cache["mask"] is None else dout * cache["mask"]
+
+
+# ----------------------------------------------------------------------------- the public API
 def dropout_forward(x: np.ndarray, p: float, training: bool,
                     rng: np.random.Generator | None = None) -> tuple[np.ndarray, dict]:
     """Returns ``(out, cache)``. ``rng`` is required when ``training`` and ``p > 0``."""
     as_float_array(x, "x", finite=False)
     check_float(p, "p (dropout probability)", 0.0, 1.0, max_inclusive=False)
     check_bool(training, "training")
-    if not training or p == 0.0:
-        return x, {"kind": "dropout", "mask": None, "shape": x.shape}
-    check_rng(rng)
-    keep = rng.random(x.shape) >= p                          # P(keep) = 1 - p
-    mask = keep.astype(x.dtype) * (1.0 / (1.0 - float(p)))   # 0 or 1/(1-p), in x's dtype
-    return x * mask, {"kind": "dropout", "mask": mask, "shape": x.shape}
+    if training and p > 0.0:
+        check_rng(rng)
+    return _dropout_forward(x, p, training, rng)
 
 
 def dropout_backward(dout: np.ndarray, cache: dict) -> np.ndarray:
     """dx = dout ⊙ m (identity at eval)."""
     check_cache(cache, "cache", "dropout")
     check_dout(dout, "dout", cache["shape"])
-    return dout if cache["mask"] is None else dout * cache["mask"]
+    return _dropout_backward(dout, cache)

@@ -19,32 +19,88 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import as_float_array, as_int_array, check_cache, check_dout, check_int
-from .layernorm import layernorm_backward, layernorm_forward
+from .._validate import (
+    as_float_array,
+    as_int_array,
+    check_bool,
+    check_cache,
+    check_choice,
+    check_dout,
+    check_int,
+    describe,
+)
+from ..errors import InputTypeError, InputValueError
+from .layernorm import _layernorm_backward, _layernorm_forward, check_layernorm_args
 
 __all__ = ["embedding_forward", "embedding_backward", "sinusoidal_positional_encoding",
            "embeddings_forward", "embeddings_backward"]
 
 
-def embedding_forward(ids: np.ndarray, table: np.ndarray, name: str = "ids") -> tuple[np.ndarray, dict]:
-    """Lookup ``table[ids]``: ids (...) integer, table (V, d) → (..., d)."""
-    as_float_array(table, "table", ndim=2, finite=False)
+# ----------------------------------------------------------------------------- the computation
+def _embedding_forward(ids: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, dict]:
+    return table[ids], {"kind": "embedding", "ids": ids, "table_shape": table.shape, "dtype": table.dtype}
+
+
+def _embedding_backward(dout: np.ndarray, cache: dict) -> np.ndarray:
+    ids, (V, d) = cache["ids"], cache["table_shape"]
+    dtable = np.zeros((V, d), dtype=cache["dtype"])          # (V, d)
+    np.add.at(dtable, ids.reshape(-1), dout.reshape(-1, d))  # repeated ids accumulate
+    return dtable
+
+
+def _embeddings_forward(p: dict, input_ids: np.ndarray, token_type_ids: np.ndarray | None,
+                        positional: str, eps: float, use_layer_norm: bool) -> tuple[np.ndarray, dict]:
+    B, n = input_ids.shape
+    x, c_word = _embedding_forward(input_ids, p["word"])                        # (B, n, d)
+    caches = {"kind": "embeddings", "word": c_word, "positional": positional}
+    if positional == "learned":
+        pos_ids = np.broadcast_to(np.arange(n), (B, n))                          # (B, n)
+        e, caches["position"] = _embedding_forward(pos_ids, p["position"])
+        x = x + e
+    elif positional == "sinusoidal":
+        x = x + sinusoidal_positional_encoding(n, x.shape[-1], x.dtype)         # broadcasts over B
+    if "token_type" in p:
+        tt = np.zeros((B, n), dtype=np.int64) if token_type_ids is None else token_type_ids
+        e, caches["token_type"] = _embedding_forward(tt, p["token_type"])
+        x = x + e
+    if use_layer_norm:
+        x, caches["ln"] = _layernorm_forward(x, p["ln.gamma"], p["ln.beta"], eps)
+    return x, caches
+
+
+def _embeddings_backward(dx: np.ndarray, cache: dict) -> dict:
+    grads = {}
+    if "ln" in cache:
+        dx, grads["ln.gamma"], grads["ln.beta"] = _layernorm_backward(dx, cache["ln"])
+    grads["word"] = _embedding_backward(dx, cache["word"])
+    if "position" in cache:
+        grads["position"] = _embedding_backward(dx, cache["position"])
+    if "token_type" in cache:
+        grads["token_type"] = _embedding_backward(dx, cache["token_type"])
+    return grads
+
+
+# ----------------------------------------------------------------------------- the public API
+def _check_ids(ids, table: np.ndarray, name: str) -> np.ndarray:
     ids = as_int_array(ids, name)
     V = table.shape[0]
     if ids.size and (ids.min() < 0 or ids.max() >= V):
         bad = ids[(ids < 0) | (ids >= V)]
-        raise ValueError(f"{name} must lie in [0, {V - 1}] (the table has {V} rows), got {int(bad.flat[0])}")
-    return table[ids], {"kind": "embedding", "ids": ids, "table_shape": table.shape, "dtype": table.dtype}
+        raise InputValueError(f"{name} must lie in [0, {V - 1}] (the table has {V} rows), got {int(bad.flat[0])}")
+    return ids
+
+
+def embedding_forward(ids: np.ndarray, table: np.ndarray, name: str = "ids") -> tuple[np.ndarray, dict]:
+    """Lookup ``table[ids]``: ids (...) integer, table (V, d) → (..., d)."""
+    as_float_array(table, "table", ndim=2, finite=False)
+    return _embedding_forward(_check_ids(ids, table, name), table)
 
 
 def embedding_backward(dout: np.ndarray, cache: dict) -> np.ndarray:
     """dTable: scatter-add of dout into the rows that were looked up."""
     check_cache(cache, "cache", "embedding")
-    ids, (V, d) = cache["ids"], cache["table_shape"]
-    check_dout(dout, "dout", ids.shape + (d,))
-    dtable = np.zeros((V, d), dtype=cache["dtype"])
-    np.add.at(dtable, ids.reshape(-1), dout.reshape(-1, d))  # repeated ids accumulate
-    return dtable
+    check_dout(dout, "dout", cache["ids"].shape + (cache["table_shape"][1],))
+    return _embedding_backward(dout, cache)
 
 
 def sinusoidal_positional_encoding(n: int, d_model: int, dtype=np.float64) -> np.ndarray:
@@ -65,33 +121,40 @@ def embeddings_forward(p: dict, input_ids: np.ndarray, token_type_ids: np.ndarra
     """The BERT embedding block. ``p`` holds "word", optionally "position" and
     "token_type", and "ln.gamma"/"ln.beta" when ``use_layer_norm``. Returns (E, cache),
     E of shape (B, n, d) before dropout (dropout is applied by the encoder)."""
-    B, n = input_ids.shape
-    x, c_word = embedding_forward(input_ids, p["word"], "input_ids")          # (B, n, d)
-    caches = {"kind": "embeddings", "word": c_word, "positional": positional}
-    if positional == "learned":
-        pos_ids = np.broadcast_to(np.arange(n), (B, n))
-        e, caches["position"] = embedding_forward(pos_ids, p["position"], "position ids")
-        x = x + e
-    elif positional == "sinusoidal":
-        x = x + sinusoidal_positional_encoding(n, x.shape[-1], x.dtype)        # broadcasts over B
-    if "token_type" in p:
-        tt = np.zeros((B, n), dtype=np.int64) if token_type_ids is None else token_type_ids
-        e, caches["token_type"] = embedding_forward(tt, p["token_type"], "token_type_ids")
-        x = x + e
+    if not isinstance(p, dict) or "word" not in p:
+        raise InputTypeError(f"p must be a dict holding at least the token table 'word', got {describe(p)}")
+    check_choice(positional, "positional", ("learned", "sinusoidal", "none"))
+    check_bool(use_layer_norm, "use_layer_norm")
+    word = as_float_array(p["word"], "p['word']", ndim=2, finite=False)
+    ids = _check_ids(input_ids, word, "input_ids")
+    if ids.ndim != 2:
+        raise InputValueError(f"input_ids must have 2 dimensions (B, n), got shape {ids.shape}")
+    tables = [("position", positional == "learned"), ("token_type", "token_type" in p)]
+    for key, used in tables:
+        if used:
+            as_float_array(p.get(key), f"p[{key!r}]", ndim=2, dtype=word.dtype, finite=False)
+            if p[key].shape[1] != word.shape[1]:
+                raise InputValueError(f"p[{key!r}] must have width {word.shape[1]} like p['word'], "
+                                      f"got shape {p[key].shape}")
+    if positional == "learned" and ids.shape[1] > p["position"].shape[0]:
+        raise InputValueError(f"input_ids has {ids.shape[1]} positions but p['position'] only "
+                              f"{p['position'].shape[0]} rows")
+    if token_type_ids is not None:
+        if "token_type" not in p:
+            raise InputValueError("token_type_ids given, but p has no 'token_type' table")
+        token_type_ids = _check_ids(token_type_ids, p["token_type"], "token_type_ids")
+        if token_type_ids.shape != ids.shape:
+            raise InputValueError(f"token_type_ids must have input_ids' shape {ids.shape}, "
+                                  f"got shape {token_type_ids.shape}")
     if use_layer_norm:
-        x, caches["ln"] = layernorm_forward(x, p["ln.gamma"], p["ln.beta"], eps)
-    return x, caches
+        check_layernorm_args(np.empty((0, word.shape[1]), word.dtype), p.get("ln.gamma"), p.get("ln.beta"), eps,
+                             ("the embeddings", "p['ln.gamma']", "p['ln.beta']", "eps"))
+    return _embeddings_forward(p, ids, token_type_ids, positional, float(eps), use_layer_norm)
 
 
 def embeddings_backward(dx: np.ndarray, cache: dict) -> dict:
     """Gradients of the embedding block, keyed like its params."""
     check_cache(cache, "cache", "embeddings")
-    grads = {}
-    if "ln" in cache:
-        dx, grads["ln.gamma"], grads["ln.beta"] = layernorm_backward(dx, cache["ln"])
-    grads["word"] = embedding_backward(dx, cache["word"])
-    if "position" in cache:
-        grads["position"] = embedding_backward(dx, cache["position"])
-    if "token_type" in cache:
-        grads["token_type"] = embedding_backward(dx, cache["token_type"])
-    return grads
+    ids, d = cache["word"]["ids"], cache["word"]["table_shape"][1]
+    check_dout(dx, "dx", ids.shape + (d,))
+    return _embeddings_backward(dx, cache)

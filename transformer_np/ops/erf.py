@@ -16,7 +16,7 @@ as ``exp(-s²) · exp(-(y−s)(y+s))`` with ``s = trunc(16 y)/16`` so that the r
 of ``y²`` (which exp would amplify by y²) is avoided — Cody's trick.
 
 Accuracy: within a few ulp of ``math.erf`` in float64 (relative error below 1e-15,
-checked in ``tests/test_activations.py`` against ``math.erf`` on 10⁵ points).
+checked in ``tests/ops/test_erf.py`` against ``math.erf`` on 10⁵ points).
 
 float32: the same scheme — ranges of y = |x|, erf(x) = x·R(x²) near 0 and
 erf(x) = sign(x)·(1 − exp(−y²)·R(·)) beyond — with coefficients sized for float32, chosen
@@ -28,7 +28,7 @@ and cost ~80 elementwise passes; float32 input uses two ranges and two degree-6 
 
 S and M are the Chebyshev interpolants (degree 6, on x² ∈ [0, 1] and t ∈ [1/3, 2/3]) of
 erf(x)/x and erfc(y)·exp(y²), computed in float64 from ``math.erf``/``math.erfc`` and
-converted to monomial form (``tests/test_erf32.py`` recomputes them). Their own relative
+converted to monomial form (``tests/ops/test_erf.py`` recomputes them). Their own relative
 errors are 1.3e-9 and 4.8e-8. Past y = 4, erfc(4) = 1.5e-8 already rounds 1 − erfc to 1
 in float32, so clamping y there gives erf = ±1 exactly. Evaluated in float32 arithmetic
 (the coefficients are Python floats, which NumPy treats as "weak" scalars, so nothing is
@@ -182,6 +182,11 @@ def erf(x: np.ndarray) -> np.ndarray:
     error < 2e-7 in float32 (the float32 coefficient set; see the module doc).
     """
     x = as_float_array(np.asarray(x) if not isinstance(x, np.ndarray) else x, "x", finite=False)
+    return _erf(x)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """:func:`erf` without the argument check (x a float32/float64 ndarray)."""
     flat_x = x.reshape(-1)                                   # (size,) a view when x is contiguous
     if flat_x.dtype == np.float32:
         return _erf32(flat_x).reshape(x.shape)

@@ -14,59 +14,85 @@ so
     dγ = Σ_rows dy ⊙ x̂,    dβ = Σ_rows dy
 The two means are over the feature axis; the sums over every other axis (batch and
 positions share γ and β). A constant row (σ² = 0) gives x̂ = 0 and r = 1/√ε: finite.
+
+One numerical guard: if (x − μ)² overflows (or x holds NaN/inf), σ² is not finite, r would be
+0 and y = β — finite and silently wrong — so a non-finite σ² raises
+:class:`~transformer_np.errors.NonFiniteError` (one pass over the (…, 1) variances only).
+
+This module is the plain path; :mod:`transformer_np.ops.fast` computes the same in fewer
+temporary arrays for the encoder stack.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._validate import as_float_array, check_cache, check_dout
+from .._validate import as_float_array, check_cache, check_dout, check_float
+from ..errors import InputValueError, NonFiniteError
 
 __all__ = ["layernorm_forward", "layernorm_backward"]
 
 
-def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
-                      eps: float = 1e-5) -> tuple[np.ndarray, dict]:
-    """y = γ ⊙ (x − μ)/√(σ² + ε) + β over the last axis. x (..., d), γ and β (d,)."""
-    as_float_array(x, "x", finite=False)
-    d = x.shape[-1] if x.ndim else 0
-    for name, p in (("gamma", gamma), ("beta", beta)):
-        as_float_array(p, name, ndim=1, dtype=x.dtype, finite=False)
-        if p.shape != (d,):
-            raise ValueError(f"{name} must have shape ({d},) to match x of shape {x.shape}, got shape {p.shape}")
-    if not (isinstance(eps, (int, float, np.floating)) and eps > 0):
-        raise ValueError(f"eps must be a positive number, got {eps!r}")
+# ----------------------------------------------------------------------------- the computation
+def check_variance(var: np.ndarray, xc: np.ndarray) -> None:
+    """Raise NonFiniteError when a row's variance is not finite (see the module docstring)."""
+    if not np.all(np.isfinite(var)):
+        big = float(np.nanmax(np.abs(np.where(np.isfinite(xc), xc, 0))))
+        raise NonFiniteError(f"layernorm: the variance of x is not finite ({xc.dtype} overflow: |x − mean| "
+                             f"reaches {big:.3g}, whose square exceeds {xc.dtype}'s range, or x holds NaN/inf); "
+                             f"rescale x or use float64")
+
+
+def _layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
+                       eps: float = 1e-5) -> tuple[np.ndarray, dict]:
     mu = x.mean(axis=-1, keepdims=True)                     # (..., 1)
     xc = x - mu                                             # (..., d)
-    var = np.mean(xc * xc, axis=-1, keepdims=True)          # (..., 1)
-    if not np.all(np.isfinite(var)):
-        # (x − μ)² overflowed (or x held NaN/inf): r would be 0 and y = β — finite, silently wrong.
-        # The check costs one pass over the (..., 1) variances only.
-        raise ValueError(f"layernorm: the variance of x is not finite ({x.dtype} overflow: |x − mean| "
-                         f"reaches {float(np.nanmax(np.abs(np.where(np.isfinite(xc), xc, 0)))):.3g}, whose "
-                         f"square exceeds {x.dtype}'s range); rescale x or use float64")
-    rstd = 1.0 / np.sqrt(var + float(eps))                  # (..., 1)
-    xhat = xc
-    xhat *= rstd                                            # (..., d) in place: xc is not needed again
-    y = xhat * gamma
-    y += beta
+    var = (xc * xc).mean(axis=-1, keepdims=True)            # (..., 1) biased
+    check_variance(var, xc)
+    rstd = 1.0 / np.sqrt(var + eps)                         # (..., 1) r
+    xhat = xc * rstd                                        # (..., d)
+    y = gamma * xhat + beta                                 # (..., d)
     return y, {"kind": "layernorm", "xhat": xhat, "rstd": rstd, "gamma": gamma}
+
+
+def _layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    xhat, rstd, gamma = cache["xhat"], cache["rstd"], cache["gamma"]
+    rows = tuple(range(xhat.ndim - 1))                      # every axis but the features
+    dgamma = (dy * xhat).sum(axis=rows)                     # (d,)
+    dbeta = dy.sum(axis=rows)                               # (d,)
+    g = dy * gamma                                          # (..., d)
+    mean_g = g.mean(axis=-1, keepdims=True)                 # (..., 1)
+    mean_gx = (g * xhat).mean(axis=-1, keepdims=True)       # (..., 1)
+    dx = rstd * (g - mean_g - xhat * mean_gx)               # (..., d)
+    return dx, dgamma, dbeta
+
+
+# ----------------------------------------------------------------------------- the public API
+def check_layernorm_args(x, gamma, beta, eps, names=("x", "gamma", "beta", "eps")) -> None:
+    nx, ng, nb, ne = names
+    as_float_array(x, nx, finite=False)
+    d = x.shape[-1] if x.ndim else 0
+    for name, p in ((ng, gamma), (nb, beta)):
+        as_float_array(p, name, ndim=1, dtype=x.dtype, finite=False)
+        if p.shape != (d,):
+            raise InputValueError(f"{name} must have shape ({d},) to match {nx} of shape {x.shape}, "
+                                  f"got shape {p.shape}")
+    check_float(eps, ne, 0.0, min_inclusive=False)          # a finite positive number, not a bool
+
+
+def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
+                      eps: float = 1e-5) -> tuple[np.ndarray, dict]:
+    """y = γ ⊙ (x − μ)/√(σ² + ε) + β over the last axis. x (..., d), γ and β (d,).
+
+    ``eps`` must be a finite number > 0 (a bool is refused). Returns ``(y, cache)``.
+    """
+    check_layernorm_args(x, gamma, beta, eps)
+    with np.errstate(over="ignore", invalid="ignore"):      # an overflow is reported as NonFiniteError
+        return _layernorm_forward(x, gamma, beta, float(eps))
 
 
 def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns ``(dx, dgamma, dbeta)``; see the module docstring for the derivation."""
     check_cache(cache, "cache", "layernorm")
-    xhat, rstd, gamma = cache["xhat"], cache["rstd"], cache["gamma"]
-    check_dout(dy, "dy", xhat.shape)
-    d = xhat.shape[-1]
-    lead = tuple(range(xhat.ndim - 1))
-    dgamma = (dy * xhat).sum(axis=lead)                     # (d,)
-    dbeta = dy.sum(axis=lead)                               # (d,)
-    g = dy * gamma                                          # (..., d)
-    mean_g = g.sum(axis=-1, keepdims=True) / d              # (..., 1)
-    mean_gx = (g * xhat).sum(axis=-1, keepdims=True) / d    # (..., 1)
-    dx = g                                                  # reuse g's buffer (g is ours)
-    dx -= mean_g
-    dx -= xhat * mean_gx
-    dx *= rstd                                              # dx = r (g − mean(g) − x̂ mean(g x̂))
-    return dx, dgamma, dbeta
+    check_dout(dy, "dy", cache["xhat"].shape)
+    return _layernorm_backward(dy, cache)

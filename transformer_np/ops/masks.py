@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validate import as_int_array, check_float_dtype, check_int, describe
+from ..errors import InputTypeError, InputValueError
 
 __all__ = ["padding_mask", "causal_mask", "combine_masks", "mask_value", "validate_attention_mask"]
 
@@ -36,16 +37,16 @@ def validate_attention_mask(attention_mask, batch_shape: tuple[int, int] | None 
         m = m.astype(np.int64)
     elif isinstance(m, np.ndarray) and np.issubdtype(m.dtype, np.floating):
         if not np.all(np.isin(m, (0.0, 1.0))):
-            raise ValueError(f"{name} must contain only 0 (padding) and 1 (real token), "
+            raise InputValueError(f"{name} must contain only 0 (padding) and 1 (real token), "
                              f"got values {np.unique(m)[:6].tolist()}")
         m = m.astype(np.int64)
     m = as_int_array(m, name, ndim=2)
     if batch_shape is not None and m.shape != tuple(batch_shape):
-        raise ValueError(f"{name} must have shape (B, n) = {tuple(batch_shape)} to match the input, "
+        raise InputValueError(f"{name} must have shape (B, n) = {tuple(batch_shape)} to match the input, "
                          f"got shape {m.shape}")
     if not np.all((m == 0) | (m == 1)):
         bad = np.unique(m[(m != 0) & (m != 1)])[:6].tolist()
-        raise ValueError(f"{name} must contain only 0 (padding) and 1 (real token), got values {bad}")
+        raise InputValueError(f"{name} must contain only 0 (padding) and 1 (real token), got values {bad}")
     return m
 
 
@@ -55,10 +56,13 @@ def padding_mask(attention_mask: np.ndarray, dtype=np.float64) -> np.ndarray:
     The two singleton axes broadcast over heads and query positions: a padding key is
     hidden from every query in every head.
     """
-    dt = check_float_dtype(dtype)
-    m = validate_attention_mask(attention_mask)
-    add = np.where(m == 1, 0.0, mask_value(dt)).astype(dt)   # (B, n)
-    return add[:, None, None, :]                             # (B, 1, 1, n)
+    return _padding_mask(validate_attention_mask(attention_mask), check_float_dtype(dtype))
+
+
+def _padding_mask(m: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """:func:`padding_mask` for a checked (B, n) 0/1 integer mask."""
+    add = np.where(m == 1, 0.0, mask_value(dtype)).astype(dtype)   # (B, n)
+    return add[:, None, None, :]                                   # (B, 1, 1, n)
 
 
 def causal_mask(n: int, dtype=np.float64) -> np.ndarray:
@@ -80,6 +84,6 @@ def combine_masks(*masks: np.ndarray | None) -> np.ndarray | None:
         if m is None:
             continue
         if not isinstance(m, np.ndarray):
-            raise TypeError(f"masks must be numpy arrays or None, got {describe(m)}")
+            raise InputTypeError(f"masks must be numpy arrays or None, got {describe(m)}")
         out = m if out is None else np.minimum(out, m)
     return out

@@ -12,8 +12,17 @@ from __future__ import annotations
 import numpy as np
 
 from .._validate import as_float_array, check_cache, check_dout
+from ..errors import InputValueError
 
 __all__ = ["residual_forward", "residual_backward"]
+
+
+def _residual_forward(x: np.ndarray, fx: np.ndarray) -> tuple[np.ndarray, dict]:
+    return x + fx, {"kind": "residual", "shape": x.shape}
+
+
+def _residual_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+    return dout, dout
 
 
 def residual_forward(x: np.ndarray, fx: np.ndarray) -> tuple[np.ndarray, dict]:
@@ -21,13 +30,13 @@ def residual_forward(x: np.ndarray, fx: np.ndarray) -> tuple[np.ndarray, dict]:
     as_float_array(x, "x", finite=False)
     as_float_array(fx, "fx", dtype=x.dtype, finite=False)
     if x.shape != fx.shape:
-        raise ValueError(f"residual: the sublayer output fx must have the shape of its input x "
-                         f"{x.shape} (d_model must stay constant through the stack), got shape {fx.shape}")
-    return x + fx, {"kind": "residual", "shape": x.shape}
+        raise InputValueError(f"residual: the sublayer output fx must have the shape of its input x "
+                              f"{x.shape} (d_model must stay constant through the stack), got shape {fx.shape}")
+    return _residual_forward(x, fx)
 
 
 def residual_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray]:
     """Returns ``(dx, dfx)``: both are the upstream gradient itself."""
     check_cache(cache, "cache", "residual")
     check_dout(dout, "dout", cache["shape"])
-    return dout, dout
+    return _residual_backward(dout, cache)

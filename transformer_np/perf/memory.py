@@ -25,12 +25,12 @@ import numpy as np
 
 from .._validate import describe
 
-__all__ = ["cache_nbytes"]
+__all__ = ["cache_nbytes", "cache_arrays", "owner", "is_param_ref"]
 
 _PARAM_KEYS = ("W", "gamma")   # cache entries that hold a reference to a parameter, not an activation
 
 
-def _owner(a: np.ndarray) -> np.ndarray:
+def owner(a: np.ndarray) -> np.ndarray:
     """The array that owns a's memory (follows .base through views and reshapes)."""
     while isinstance(a.base, np.ndarray):
         a = a.base
@@ -48,6 +48,22 @@ def _walk(node, path: str, out: list) -> None:
             _walk(v, f"{path}.{i}" if path else str(i), out)
 
 
+def cache_arrays(cache) -> list[tuple[str, np.ndarray]]:
+    """Every array in a cache (nested dicts, lists, tuples) with its dotted path, in walk order —
+    the one cache walker of the package (:func:`cache_nbytes` and the anatomy study use it)."""
+    out: list = []
+    _walk(cache, "", out)
+    return out
+
+
+def is_param_ref(path: str) -> bool:
+    """True for an entry that refers to a parameter (``…W``, ``…gamma``), not to an activation."""
+    return path.rsplit(".", 1)[-1] in _PARAM_KEYS
+
+
+_owner = owner          # the names used before 0.2
+
+
 def _group(path: str) -> str:
     parts = path.split(".")
     return ".".join(parts[:2]) if parts[0] == "layers" and len(parts) > 1 else parts[0]
@@ -61,16 +77,15 @@ def cache_nbytes(cache: dict, include_params: bool = False) -> dict:
         include_params: also count the parameter arrays the cache refers to (W, γ).
 
     Returns:
-        ``{"entries": {dotted path: nbytes}, "groups": {sublayer: nbytes}, "total": int,
-        "param_refs": {dotted path: nbytes}}`` where ``total`` counts each underlying buffer
-        once (views share their owner's bytes) and ``entries``/``groups`` count each view at
-        its own size.
+        dict: ``entries`` ({dotted path: nbytes}), ``groups`` ({sublayer: nbytes}), ``total``
+        (int) and ``param_refs`` ({dotted path: nbytes}), where ``total`` counts each underlying
+        buffer once (views share their owner's bytes) and ``entries``/``groups`` count each view
+        at its own size.
     """
     if not isinstance(cache, dict):
         raise TypeError(f"cache must be the dict returned by a *_forward function, got {describe(cache)}")
-    arrays: list = []
-    _walk(cache, "", arrays)
-    is_param = [p.rsplit(".", 1)[-1] in _PARAM_KEYS for p, _ in arrays]
+    arrays = cache_arrays(cache)
+    is_param = [is_param_ref(p) for p, _ in arrays]
     param_refs = {p: int(a.nbytes) for (p, a), flag in zip(arrays, is_param) if flag}
     if not include_params:
         arrays = [pa for pa, flag in zip(arrays, is_param) if not flag]
@@ -78,6 +93,6 @@ def cache_nbytes(cache: dict, include_params: bool = False) -> dict:
     groups: dict = {}
     for p, nbytes in entries.items():
         groups[_group(p)] = groups.get(_group(p), 0) + nbytes
-    owners = {id(_owner(a)): _owner(a) for _, a in arrays}
+    owners = {id(owner(a)): owner(a) for _, a in arrays}
     total = sum(int(o.nbytes) for o in owners.values())
     return {"entries": entries, "groups": groups, "total": total, "param_refs": param_refs}

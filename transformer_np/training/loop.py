@@ -15,7 +15,12 @@ run that was never interrupted.
 Outputs in ``--out``: ``loss_curve.json`` (the history), ``loss_curve.png`` (if matplotlib is
 installed), ``checkpoint.npz`` (params ``param/<name>``, optimiser state ``optim/<key>``, and
 the run's config and history as JSON strings under ``config`` and ``history``; it loads with
-``np.load(path, allow_pickle=False)``).
+``np.load(path, allow_pickle=False)``). Checkpoints are written atomically and checked in full
+before a resume uses them: see :mod:`transformer_np.training.checkpoint`.
+
+Before anything is allocated, the memory of the run (parameters, gradients, AdamW's two moments,
+the activations of a batch, the attention maps) is estimated and checked against the limit of
+:mod:`transformer_np.model.budget` (``--layers 100000`` is refused at once, with the estimate).
 """
 
 from __future__ import annotations
@@ -29,17 +34,30 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validate import check_choice, check_float, check_int, describe
-from ..model.config import EncoderConfig
-from .optim import AdamW, WarmupCosineSchedule, WarmupLinearSchedule, clip_grad_norm
-from .tasks import TASKS, Task, accuracy, get_task, init_model, model_backward, model_forward, task_config
 from .._compat import forward_moved as _forward_moved
+from .._validate import check_choice, check_float, check_int, describe
+from ..errors import InputTypeError, InputValueError, NonFiniteError
+from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
+from ..model.config import EncoderConfig
+from ..model.params import INITS, init_params
+from .optim import AdamW, WarmupCosineSchedule, WarmupLinearSchedule, clip_grad_norm
+from .tasks import (
+    TASKS,
+    Task,
+    accuracy,
+    get_task,
+    head_param_shapes,
+    init_model,
+    model_backward,
+    model_forward,
+    task_config,
+)
 
 __all__ = ["RunConfig", "TrainState", "build", "train_step", "evaluate", "train", "layer_grad_norms",
-           "save_checkpoint", "load_checkpoint", "save_loss_curve"]
+           "estimate_run", "save_checkpoint", "load_checkpoint", "save_loss_curve"]
 
 SCHEDULES = ("constant", "linear", "cosine")
-CHECKPOINT = "checkpoint.npz"
+CHECKPOINT = "checkpoint.npz"                   # the same name as checkpoint.CHECKPOINT
 CURVE_JSON = "loss_curve.json"
 CURVE_PNG = "loss_curve.png"
 
@@ -53,10 +71,13 @@ class RunConfig:
     "constant" (the fixed lr of the warm-up experiment), "linear" or "cosine" decay to 0 at
     ``steps``. ``weight_decay`` 0 makes AdamW plain Adam. ``clip`` 0 = no clipping (the
     global norm is logged either way). ``grad_norm_steps``: record per-layer gradient norms
-    for the first this-many steps.
+    for the first this-many steps. ``init``: the encoder's weight matrices ~ N(0, 0.02²)
+    ("bert") or Glorot-uniform ("xavier"; embeddings and the task head stay N(0, 0.02²)), see
+    :func:`~transformer_np.model.params.init_params`. ``betas``, ``eps``: AdamW's (β₁, β₂), ε.
     """
 
     task: str = "sort"
+    init: str = "bert"
     layers: int = 2
     d_model: int = 32
     heads: int = 4
@@ -85,12 +106,18 @@ class RunConfig:
         for name in ("warmup", "seed", "grad_norm_steps"):
             check_int(getattr(self, name), name, minimum=0)
         check_choice(self.norm, "norm", ("pre", "post"))
+        check_choice(self.init, "init", INITS)
         check_choice(self.schedule, "schedule", SCHEDULES)
         check_choice(self.dtype, "dtype", ("float32", "float64"))
         check_float(self.lr, "lr", 0.0, min_inclusive=False)
         check_float(self.weight_decay, "weight_decay", 0.0)
         check_float(self.clip, "clip", 0.0)
         check_float(self.dropout, "dropout", 0.0, 1.0, max_inclusive=False)
+        check_int(self.seq_len, "seq_len", minimum=2, allow_none=True)
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
+            raise InputTypeError(f"betas must be a pair (beta1, beta2), got {describe(self.betas)}")
+        for i, b in enumerate(self.betas):
+            check_float(b, f"betas[{i}]", 0.0, 1.0, max_inclusive=False)
         if self.schedule != "constant" and self.warmup > self.steps:
             raise ValueError(f"warmup must be <= steps = {self.steps} for a decaying schedule, got {self.warmup}")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
@@ -101,12 +128,15 @@ class RunConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
+    def from_dict(cls, d: dict) -> RunConfig:
+        """The inverse of :meth:`to_dict` (fields not given take their defaults); validated."""
+        if not isinstance(d, dict):
+            raise InputTypeError(f"a run config must be a dict, got {describe(d)}")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
+        unknown = sorted(set(d) - known, key=str)
         if unknown:
-            raise ValueError(f"unknown run config fields {unknown}")
-        return cls(**{k: tuple(v) if k == "betas" else v for k, v in d.items()})
+            raise InputValueError(f"unknown run config fields {unknown}")
+        return cls(**{k: tuple(v) if k == "betas" and isinstance(v, list) else v for k, v in d.items()})
 
 
 @dataclass
@@ -121,6 +151,7 @@ class TrainState:
     step: int = 0
     history: dict = field(default_factory=dict)
     eval_batches: list = field(default_factory=list)
+    start_step: int = 0          # the step this process started from (> 0 after a resume)
 
 
 def _schedule(cfg: RunConfig):
@@ -134,17 +165,59 @@ def _new_history() -> dict:
             "eval": {"step": [], "loss": [], "accuracy": []}, "diverged_at": None}
 
 
-def build(cfg: RunConfig) -> TrainState:
-    """A fresh run: task, encoder config, initial params (seed), AdamW with the schedule."""
+def estimate_run(cfg: RunConfig, task: Task | None = None, mc: EncoderConfig | None = None) -> MemoryEstimate:
+    """The memory a training run needs (parameters, gradients, AdamW's moments, one batch's
+    activations and attention maps, the head's logits), estimated from the sizes alone."""
+    if not isinstance(cfg, RunConfig):
+        raise TypeError(f"cfg must be a RunConfig, got {describe(cfg)}")
+    if task is None or mc is None:
+        task = get_task(cfg.task, seq_len=cfg.seq_len)
+        mc = _model_config(cfg, task)
+    dt = np.dtype(cfg.dtype)
+    est = estimate_encoder(mc, dt, cfg.batch_size, task.seq_len, backward=True, optimizer_slots=2)
+    n_head = 0
+    for shape in head_param_shapes(task, mc).values():
+        n_head += math.prod(shape)
+    tokens = cfg.batch_size * task.seq_len
+    extra = {"parameters": n_head * dt.itemsize, "gradients": n_head * dt.itemsize,
+             "optimiser state": 2 * n_head * dt.itemsize,
+             "activations": 3 * tokens * task.n_classes * dt.itemsize      # logits, probabilities, dlogits
+             + 4 * tokens * 8 * (1 + cfg.eval_batches)}                    # int64 batches (ids, mask, labels)
+    return est + MemoryEstimate(extra)
+
+
+def _model_config(cfg: RunConfig, task: Task) -> EncoderConfig:
+    return task_config(task, cfg.layers, cfg.d_model, cfg.heads, cfg.norm, dropout=cfg.dropout)
+
+
+def _setup(cfg: RunConfig) -> tuple[Task, EncoderConfig]:
+    """Task and encoder config of ``cfg``, after checking the run's memory estimate."""
     if not isinstance(cfg, RunConfig):
         raise TypeError(f"cfg must be a RunConfig, got {describe(cfg)}")
     task = get_task(cfg.task, seq_len=cfg.seq_len)
-    mc = task_config(task, cfg.layers, cfg.d_model, cfg.heads, cfg.norm, dropout=cfg.dropout)
-    params = init_model(task, mc, seed=cfg.seed, dtype=np.dtype(cfg.dtype))
+    mc = _model_config(cfg, task)
+    check_memory(estimate_run(cfg, task, mc), "train")
+    return task, mc
+
+
+def _assemble(cfg: RunConfig, task: Task, mc: EncoderConfig, params: dict | None = None) -> TrainState:
+    """The TrainState of ``cfg`` at step 0, with fresh parameters (seed) or the given ones."""
+    if params is None:
+        params = init_model(task, mc, seed=cfg.seed, dtype=np.dtype(cfg.dtype))
+        if cfg.init != "bert":              # the encoder's matrices re-drawn; embeddings (drawn first) unchanged
+            params.update(init_params(mc, seed=cfg.seed, dtype=np.dtype(cfg.dtype), init=cfg.init))
     opt = AdamW(params, lr=_schedule(cfg), betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
     erng = np.random.default_rng([cfg.seed, 4])                         # held-out batches: fixed per seed
     evals = [task.make_batch(erng, cfg.batch_size) for _ in range(cfg.eval_batches)]
     return TrainState(cfg, task, mc, params, opt, 0, _new_history(), evals)
+
+
+def build(cfg: RunConfig) -> TrainState:
+    """A fresh run: task, encoder config, initial params (seed), AdamW with the schedule.
+
+    Raises ResourceLimitError (before allocating) when the run would not fit the memory limit."""
+    task, mc = _setup(cfg)
+    return _assemble(cfg, task, mc)
 
 
 def layer_grad_norms(grads: dict, n_layers: int) -> list[float]:
@@ -161,9 +234,7 @@ def _finite_or_none(fn):
     try:
         with np.errstate(all="ignore"):   # a diverging run overflows; the caller records it
             return fn()
-    except ValueError as e:
-        if "finite" not in str(e):
-            raise
+    except NonFiniteError:
         return None
 
 
@@ -212,7 +283,7 @@ def evaluate(state: TrainState) -> tuple[float, float]:
     """Mean loss and accuracy over the fixed held-out batches (no dropout)."""
     losses, accs = [], []
     for batch in state.eval_batches:
-        out = _finite_or_none(lambda: model_forward(state.params, state.model_config, state.task, batch))
+        out = _finite_or_none(lambda b=batch: model_forward(state.params, state.model_config, state.task, b))
         if out is None:
             return float("nan"), float("nan")
         losses.append(out[0])
@@ -252,8 +323,11 @@ def train(cfg: RunConfig | None = None, out: str | Path | None = None, resume: b
     """Run (or continue) training to ``cfg.steps`` total steps.
 
     ``out``: directory for the checkpoint and loss curve (None = keep everything in memory).
-    ``resume``: continue from ``out/checkpoint.npz``; its config is used, except ``steps``
-    (and ``eval_every``), taken from ``cfg`` when given, so a run can be extended.
+    ``resume``: continue from ``out/checkpoint.npz``. When ``cfg`` is given it must equal the
+    checkpoint's config except ``steps`` and ``eval_every`` (the new total and evaluation period;
+    the learning-rate schedule follows the new total) — anything else is a CheckpointError naming
+    the field. ``state.start_step`` is the step the run continued from, so ``state.step −
+    state.start_step`` steps ran here. Stale temporary files of an interrupted save are removed.
     Stops early (``history["diverged_at"]``) when the loss becomes non-finite.
     """
     outdir = Path(out) if out is not None else None
@@ -261,14 +335,17 @@ def train(cfg: RunConfig | None = None, out: str | Path | None = None, resume: b
         if resume:
             if outdir is None:
                 raise ValueError("resume=True needs out, the directory holding checkpoint.npz")
-            state = load_checkpoint(outdir / CHECKPOINT)
-            if cfg is not None:
+            remove_stale_temporaries(outdir / CHECKPOINT)
+            state = load_checkpoint(outdir / CHECKPOINT, expect=cfg)
+            if cfg is not None and (cfg.steps, cfg.eval_every) != (state.cfg.steps, state.cfg.eval_every):
                 state.cfg = dataclasses.replace(state.cfg, steps=cfg.steps, eval_every=cfg.eval_every)
+                state.opt.schedule = _schedule(state.cfg)
         else:
             state = build(cfg if cfg is not None else RunConfig())
     cfg = state.cfg
     if outdir is not None:
         outdir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(outdir / CHECKPOINT)
     bar = _Progress(cfg.steps, progress)
     h = state.history
     while state.step < cfg.steps and h["diverged_at"] is None:
@@ -288,44 +365,15 @@ def train(cfg: RunConfig | None = None, out: str | Path | None = None, resume: b
     return state
 
 
-# ----------------------------------------------------------------------------- checkpoints
-def save_checkpoint(path: str | Path, state: TrainState) -> None:
-    """Params, optimiser state, step, config and history in one ``.npz`` (no pickles)."""
-    arrays = {"param/" + k: v for k, v in state.params.items()}
-    arrays.update({"optim/" + k: v for k, v in state.opt.state_dict().items()})
-    arrays["step"] = np.array(state.step, dtype=np.int64)
-    arrays["config"] = np.array(json.dumps(state.cfg.to_dict()))
-    arrays["history"] = np.array(json.dumps(state.history))
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)                                                   # never leave a half-written file
-
-
-def load_checkpoint(path: str | Path) -> TrainState:
-    """Rebuild a :class:`TrainState` from :func:`save_checkpoint`'s file, exactly."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"checkpoint not found: {path}")
-    with np.load(path, allow_pickle=False) as z:
-        cfg = RunConfig.from_dict(json.loads(str(z["config"])))
-        state = build(cfg)
-        for k in list(state.params):
-            key = "param/" + k
-            if key not in z:
-                raise ValueError(f"checkpoint {path} lacks parameter {k!r}")
-            state.params[k][...] = z[key]                               # in place: the optimiser holds these
-        state.opt.load_state_dict({k[len("optim/"):]: z[k] for k in z.files if k.startswith("optim/")})
-        state.step = int(z["step"])
-        state.history = json.loads(str(z["history"]))
-    return state
-
-
 # ----------------------------------------------------------------------------- loss curve
 def save_loss_curve(path: str | Path, state: TrainState) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"config": state.cfg.to_dict(), **state.history}, f, indent=1)
 
+
+# Checkpoints live in transformer_np.training.checkpoint (imported here, at the end, because it builds
+# TrainStates with this module's helpers); the names keep resolving from transformer_np.training.loop.
+from .checkpoint import load_checkpoint, remove_stale_temporaries, save_checkpoint  # noqa: E402
 
 # Moved in 0.2 (study code to transformer_np.course, the command line to transformer_np.cli);
 # the old names keep resolving.

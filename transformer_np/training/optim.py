@@ -22,16 +22,23 @@ the number of optimiser steps already taken (0 for the first update), like PyTor
 ``LambdaLR``. Schedules here follow Hugging Face's conventions (``get_linear_schedule_with_warmup``,
 ``get_cosine_schedule_with_warmup``): during linear warm-up lr(t) = η_max · t / T_w, so the
 very first update (t = 0) uses lr = 0.
+
+Every value is checked where it is used: a schedule that returns NaN, ±inf, a negative number
+(which would turn the update into gradient ascent) or a non-number stops the step with an error
+naming the step, before any parameter changes. A state dict is checked in full before anything is
+restored: step counts are non-negative integers not above ``t``, moments have the parameter's
+shape, are finite, and Adam's second moment is ≥ 0.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from .._validate import check_bool, check_float, check_int, describe
+from ..errors import InputTypeError, InputValueError, NonFiniteError
 
 __all__ = ["AdamW", "SGD", "clip_grad_norm", "global_grad_norm", "ConstantSchedule", "WarmupLinearSchedule",
            "WarmupCosineSchedule", "InverseSqrtSchedule", "noam_schedule", "make_schedule"]
@@ -176,6 +183,9 @@ def clip_grad_norm(grads: dict, max_norm: float) -> float:
     """
     check_float(max_norm, "max_norm", 0.0, min_inclusive=False)
     norm = global_grad_norm(grads)
+    if not math.isfinite(norm):
+        raise NonFiniteError(f"grads contain NaN/inf values (global norm {norm}): there is nothing to clip; "
+                             f"the run has diverged (lower the lr, add warm-up)")
     coef = max_norm / (norm + 1e-6)
     if coef < 1.0:
         for g in grads.values():
@@ -205,27 +215,42 @@ class _Optimizer:
 
     @property
     def lr(self) -> float:
-        """The learning rate the NEXT step will use."""
-        return float(self.schedule(self.t))
+        """The learning rate the NEXT step will use (checked: a finite number >= 0)."""
+        return self._lr_at(self.t)
+
+    def _lr_at(self, t: int) -> float:
+        lr = self.schedule(t)
+        if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, (int, float, np.integer, np.floating)):
+            raise InputTypeError(f"the learning-rate schedule must return a number at step {t}, "
+                                 f"got {describe(lr)}")
+        lr = float(lr)
+        if not math.isfinite(lr):
+            raise NonFiniteError(f"the learning-rate schedule returned {lr} at step {t}; a "
+                                 f"learning rate must be finite (no parameter was changed)")
+        if lr < 0:
+            raise InputValueError(f"the learning-rate schedule returned {lr} at step {t}; a "
+                                  f"learning rate must be >= 0 (a negative one is gradient ascent; no parameter "
+                                  f"was changed)")
+        return lr
 
     def _check_step_grads(self, grads: dict) -> None:
         _check_grads(grads)
         unknown = [k for k in grads if k not in self.params]
         if unknown:
-            raise ValueError(f"grads has names that are not parameters: {unknown[:5]}")
+            raise InputValueError(f"grads has names that are not parameters: {unknown[:5]}")
         for k, g in grads.items():
             if g.shape != self.params[k].shape:
-                raise ValueError(f"grads[{k!r}] must have the parameter's shape {self.params[k].shape}, "
+                raise InputValueError(f"grads[{k!r}] must have the parameter's shape {self.params[k].shape}, "
                                  f"got shape {g.shape}")
             if not np.all(np.isfinite(g)):
                 # one NaN would silently poison the parameter and its Adam moments forever
-                raise ValueError(f"grads[{k!r}] contains NaN/inf values: refusing to update (the run has "
+                raise NonFiniteError(f"grads[{k!r}] contains NaN/inf values: refusing to update (the run has "
                                  f"diverged; lower the lr, add warm-up or clip gradients)")
 
     def step(self, grads: dict) -> float:
         """One update of every parameter that has a gradient; returns the lr used."""
         self._check_step_grads(grads)
-        lr = self.lr
+        lr = self._lr_at(self.t)                            # validated before anything changes
         for name, g in grads.items():
             p = self.params[name]
             st = self.state.setdefault(name, {"step": 0})
@@ -248,29 +273,82 @@ class _Optimizer:
                     out[f"{slot}.{name}"] = st[slot].copy()
         return out
 
+    def _required_slots(self) -> tuple[str, ...]:
+        """The slots every parameter with step > 0 must have."""
+        return self._slots
+
     def load_state_dict(self, d: dict) -> None:
-        """Restore what :meth:`state_dict` returned (the params are restored separately)."""
+        """Restore what :meth:`state_dict` returned (the params are restored separately).
+
+        Everything is checked before anything changes: ``t`` and every ``step.<name>`` are
+        integer scalars with 0 <= step <= t; every key is ``t``, ``step.<name>`` or
+        ``<slot>.<name>`` for a parameter ``name``; a parameter with step > 0 has all its slots,
+        one with step 0 none; slots have the parameter's shape, finite values, and Adam's
+        ``exp_avg_sq`` is >= 0. Raises InputValueError/InputTypeError naming the entry.
+        """
         if not isinstance(d, dict) or "t" not in d:
-            raise ValueError("state must be a dict made by state_dict() with key 't'")
-        state: dict[str, dict] = {}
+            raise InputTypeError(f"state must be a dict made by state_dict() with key 't', got {describe(d)}")
+        t = _int_scalar(d["t"], "state['t']", 0)
+        steps: dict[str, int] = {}
+        slots: dict[str, dict[str, np.ndarray]] = {}
         for key, a in d.items():
             if key == "t":
                 continue
+            if not isinstance(key, str) or "." not in key:
+                raise InputValueError(f"optimizer state key {key!r} must be 't', 'step.<param>' or "
+                                      f"'<slot>.<param>' with slot in {list(self._slots)}")
             kind, name = key.split(".", 1)
+            if kind != "step" and kind not in self._slots:
+                raise InputValueError(f"unknown optimizer state entry {key!r}: the kind {kind!r} must be 'step' "
+                                      f"or one of {list(self._slots)} for {type(self).__name__}")
             if name not in self.params:
-                raise ValueError(f"optimizer state names a parameter that does not exist: {name!r}")
-            st = state.setdefault(name, {"step": 0})
+                raise InputValueError(f"optimizer state {key!r} names a parameter that does not exist: {name!r}")
             if kind == "step":
-                st["step"] = int(a)
-            elif kind in self._slots:
-                if a.shape != self.params[name].shape:
-                    raise ValueError(f"optimizer state {key!r} must have shape {self.params[name].shape}, "
-                                     f"got {a.shape}")
+                steps[name] = _int_scalar(a, f"optimizer state {key!r}", 0, t, "t = " + str(t))
+                continue
+            p = self.params[name]
+            if not isinstance(a, np.ndarray) or not np.issubdtype(a.dtype, np.floating):
+                raise InputTypeError(f"optimizer state {key!r} must be a float numpy array, got {describe(a)}")
+            if a.shape != p.shape:
+                raise InputValueError(f"optimizer state {key!r} must have shape {p.shape}, got {a.shape}")
+            if not np.all(np.isfinite(a)):
+                raise NonFiniteError(f"optimizer state {key!r} contains NaN/inf values")
+            if kind == "exp_avg_sq" and a.size and float(a.min()) < 0:
+                raise InputValueError(f"optimizer state {key!r} must be >= 0 (a mean of squared gradients), "
+                                      f"got a minimum of {float(a.min())}")
+            slots.setdefault(name, {})[kind] = a
+        for name in sorted(set(steps) | set(slots)):
+            have = sorted(slots.get(name, {}))
+            step = steps.get(name)
+            if step is None:
+                raise InputValueError(f"optimizer state has {have} for {name!r} but no 'step.{name}'")
+            want = sorted(self._required_slots()) if step > 0 else []
+            if have != want:
+                raise InputValueError(f"optimizer state for {name!r} at step {step} must have the entries "
+                                      f"{want or 'none'} ({type(self).__name__}), got {have or 'none'}")
+        state: dict[str, dict] = {}
+        for name, step in steps.items():
+            st = state[name] = {"step": step}
+            for kind, a in slots.get(name, {}).items():
                 st[kind] = np.array(a, dtype=self.params[name].dtype, copy=True)
-            else:
-                raise ValueError(f"unknown optimizer state entry {key!r}")
-        self.t = int(d["t"])
+        self.t = t
         self.state = state
+
+
+def _int_scalar(a, what: str, minimum: int, maximum: int | None = None, max_name: str = "") -> int:
+    """An integer 0-d value (Python int or integer ndarray) within [minimum, maximum]."""
+    if isinstance(a, np.ndarray):
+        if a.ndim != 0 or a.dtype == bool or not np.issubdtype(a.dtype, np.integer):
+            raise InputTypeError(f"{what} must be an integer scalar, got {describe(a)}")
+        a = int(a)
+    elif isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+        raise InputTypeError(f"{what} must be an integer scalar, got {describe(a)}")
+    a = int(a)
+    if a < minimum:
+        raise InputValueError(f"{what} must be >= {minimum}, got {a}")
+    if maximum is not None and a > maximum:
+        raise InputValueError(f"{what} must be <= {max_name or maximum}, got {a}")
+    return a
 
 
 class AdamW(_Optimizer):
@@ -294,7 +372,7 @@ class AdamW(_Optimizer):
             raise TypeError(f"betas must be a pair (beta1, beta2), got {describe(betas)}")
         check_float(betas[0], "betas[0]", 0.0, 1.0, max_inclusive=False)
         check_float(betas[1], "betas[1]", 0.0, 1.0, max_inclusive=False)
-        check_float(eps, "eps", 0.0)
+        check_float(eps, "eps", 0.0, min_inclusive=False)   # eps = 0 divides 0 by 0 where v = 0
         check_float(weight_decay, "weight_decay", 0.0)
         super().__init__(params, lr)
         self.betas = (float(betas[0]), float(betas[1]))
@@ -335,6 +413,9 @@ class SGD(_Optimizer):
         super().__init__(params, lr)
         self.momentum, self.dampening = float(momentum), float(dampening)
         self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
+
+    def _required_slots(self) -> tuple[str, ...]:
+        return self._slots if self.momentum else ()
 
     def _update(self, p, g, st, lr):
         if self.weight_decay:

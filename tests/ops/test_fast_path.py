@@ -1,0 +1,351 @@
+"""The fast path (``transformer_np.ops.fast``) computes what the plain path computes.
+
+For every op that has both paths, and for the whole encoder stack (Post-LN and Pre-LN, forward,
+every parameter gradient and every ∂L/∂H^(ℓ)), the two agree to ≤ 1e-12 in float64 and
+≤ 1e-6 in float32 on random shapes (Hypothesis), with padding masks and with dropout (both
+paths draw the same masks from generators seeded alike).
+
+The measure is the parity tests' ``nrel``, ‖fast − plain‖ / ‖plain‖ (Frobenius), for outputs.
+For gradients the denominator is max(‖plain‖, the largest gradient norm of the same backward)
+— gradcheck's error floor: some gradients are zero in exact arithmetic (b_K: the softmax ignores
+a constant added to a row of scores) or small by cancellation, and what both paths return for
+those is rounding noise on the scale of the backward's arithmetic, not a value to compare.
+
+Also here: the fast path's own tricks (row blocks of scores) against one block, and the path
+switch (``fast=``) of the encoder.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import transformer_np as tnp
+from transformer_np.model.gradcheck import rel_error
+from transformer_np.model.params import sub_params
+from transformer_np.ops import fast, plain
+
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow])
+TOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-6}
+DTYPES = st.sampled_from([np.float64, np.float32])
+
+
+def rel(a, b, floor: float = 0.0) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    den = max(float(np.linalg.norm(b)), floor)
+    assert den > 0, "reference is exactly zero: the relative error is undefined"
+    return float(np.linalg.norm(a - b) / den)
+
+
+def assert_grads_agree(g_fast: dict, g_plain: dict, dtype, what: str = "") -> None:
+    assert g_fast.keys() == g_plain.keys()
+    floor = max(float(np.linalg.norm(np.asarray(g, dtype=np.float64))) for g in g_plain.values())
+    for k in g_plain:
+        assert g_fast[k].dtype == g_plain[k].dtype == dtype, (what, k)
+        assert rel(g_fast[k], g_plain[k], floor) <= TOL[np.dtype(dtype)], (what, k, rel(g_fast[k], g_plain[k], floor))
+
+
+def assert_agree(a, b, dtype, what: str = "") -> None:
+    assert a.dtype == b.dtype == dtype, what
+    assert rel(a, b) <= TOL[np.dtype(dtype)], (what, rel(a, b))
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+# ----------------------------------------------------------------------------- the two kernel sets
+def test_both_paths_offer_the_same_kernels_with_the_same_signatures():
+    assert set(fast.__all__) == set(plain.__all__)
+    for name in fast.__all__:
+        f, p = list(inspect.signature(getattr(fast, name)).parameters), \
+            list(inspect.signature(getattr(plain, name)).parameters)
+        assert f[:len(p)] == p and set(f[len(p):]) <= {"out"}, name   # fast.softmax adds out=
+
+
+# ----------------------------------------------------------------------------- op by op
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 6), st.integers(1, 9), st.integers(1, 9), st.booleans(), DTYPES,
+       st.integers(0, 2**16))
+def test_linear(B, n, d_in, d_out, bias, dtype, seed):
+    r = _rng(seed)
+    x, W = r.standard_normal((B, n, d_in)).astype(dtype), r.standard_normal((d_in, d_out)).astype(dtype)
+    b = r.standard_normal(d_out).astype(dtype) if bias else None
+    dy = r.standard_normal((B, n, d_out)).astype(dtype)
+    (yf, cf), (yp, cp) = fast.linear_forward(x, W, b), plain.linear_forward(x, W, b)
+    assert_agree(yf, yp, dtype, "y")
+    names = ("x", "W", "b") if bias else ("x", "W")
+    gf = dict(zip(names, fast.linear_backward(dy, cf)))
+    gp = dict(zip(names, plain.linear_backward(dy, cp)))
+    assert_grads_agree(gf, gp, dtype, "linear")
+
+
+@SETTINGS
+@given(st.integers(1, 4), st.integers(1, 9), st.floats(0.1, 50.0), DTYPES, st.integers(0, 2**16))
+def test_softmax_in_place_and_out(rows, cols, scale, dtype, seed):
+    x = (scale * _rng(seed).standard_normal((rows, cols))).astype(dtype)
+    ref = plain.softmax(x)
+    assert_agree(fast.softmax(x), ref, dtype, "new array")
+    out = np.empty_like(x)
+    assert fast.softmax(x, out=out) is out
+    assert_agree(out, ref, dtype, "out=")
+    y = x.copy()
+    fast.softmax(y, out=y)
+    assert_agree(y, ref, dtype, "in place")
+    assert_agree(tnp.softmax(x, out=np.empty_like(x)), ref, dtype, "public out=")
+
+
+def _mask(kind: str, B: int, n_q: int, n_k: int, dtype, r) -> np.ndarray | None:
+    if kind == "none":
+        return None
+    if kind == "padding":                                   # (B, 1, 1, n_k): the last keys of batch 0 hidden
+        am = np.ones((B, n_k), dtype=np.int64)
+        am[0, max(1, n_k // 2):] = 0
+        return tnp.padding_mask(am, dtype)
+    return np.where(r.random((B, 1, n_q, n_k)) < 0.3, np.finfo(dtype).min, 0.0).astype(dtype)   # any pattern
+
+
+MASKS = st.sampled_from(["none", "padding", "full"])
+DROPOUT = st.sampled_from([0.0, 0.3])
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 8), st.integers(1, 8), st.integers(1, 6),
+       st.integers(1, 6), MASKS, DROPOUT, DTYPES, st.integers(0, 2**16))
+def test_attention(B, h, n_q, n_k, d_k, d_v, mask_kind, p, dtype, seed):
+    r = _rng(seed)
+    Q = r.standard_normal((B, h, n_q, d_k)).astype(dtype)
+    K = r.standard_normal((B, h, n_k, d_k)).astype(dtype)
+    V = r.standard_normal((B, h, n_k, d_v)).astype(dtype)
+    dO = r.standard_normal((B, h, n_q, d_v)).astype(dtype)
+    mask = _mask(mask_kind, B, n_q, n_k, dtype, r)
+    Of, cf = fast.attention_forward(Q, K, V, mask, p, p > 0, _rng(seed + 1))
+    Op, cp = plain.attention_forward(Q, K, V, mask, p, p > 0, _rng(seed + 1))
+    assert_agree(Of, Op, dtype, "O")
+    assert_agree(cf["weights"], cp["weights"], dtype, "A")
+    assert_agree(cf["A_drop"], cp["A_drop"], dtype, "A_drop")
+    gf = dict(zip("QKV", fast.attention_backward(dO, cf)))
+    gp = dict(zip("QKV", plain.attention_backward(dO, cp)))
+    assert_grads_agree(gf, gp, dtype, "attention")
+
+
+def _mha_params(d: int, dtype, r) -> dict:
+    p = {k: (r.standard_normal((d, d)) / np.sqrt(d)) for k in ("W_Q", "W_K", "W_V", "W_O")}
+    p.update({k: 0.1 * r.standard_normal(d) for k in ("b_Q", "b_K", "b_V", "b_O")})
+    return {k: v.astype(dtype) for k, v in p.items()}
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 7), st.integers(1, 4), st.integers(1, 5), MASKS, DROPOUT, DTYPES,
+       st.integers(0, 2**16), st.booleans())
+def test_mha(B, n, h, d_k, mask_kind, p_drop, dtype, seed, free):
+    r = _rng(seed)
+    d = h * d_k
+    x = r.standard_normal((B, n, d)).astype(dtype)
+    dout = r.standard_normal((B, n, d)).astype(dtype)
+    p = _mha_params(d, dtype, r)
+    mask = _mask(mask_kind, B, n, n, dtype, r)
+    of, cf = fast.mha_forward(x, p, h, mask, p_drop, p_drop > 0, _rng(seed + 1))
+    op, cp = plain.mha_forward(x, p, h, mask, p_drop, p_drop > 0, _rng(seed + 1))
+    assert_agree(of, op, dtype, "out")
+    assert_agree(cf["attn"]["weights"], cp["attn"]["weights"], dtype, "A")
+    dxf, gf = fast.mha_backward(dout, cf, free)
+    dxp, gp = plain.mha_backward(dout, cp, free)
+    assert_grads_agree({"x": dxf, **gf}, {"x": dxp, **gp}, dtype, "mha")
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 6), st.integers(1, 12), st.floats(0.01, 100.0), DTYPES,
+       st.integers(0, 2**16))
+def test_layernorm(B, n, d, scale, dtype, seed):
+    r = _rng(seed)
+    x = (scale * r.standard_normal((B, n, d)) + r.standard_normal()).astype(dtype)
+    g, b = (1 + 0.3 * r.standard_normal(d)).astype(dtype), (0.3 * r.standard_normal(d)).astype(dtype)
+    dy = r.standard_normal((B, n, d)).astype(dtype)
+    (yf, cf), (yp, cp) = fast.layernorm_forward(x, g, b, 1e-5), plain.layernorm_forward(x, g, b, 1e-5)
+    assert_agree(yf, yp, dtype, "y")
+    gf = dict(zip(("x", "gamma", "beta"), fast.layernorm_backward(dy, cf)))
+    gp = dict(zip(("x", "gamma", "beta"), plain.layernorm_backward(dy, cp)))
+    assert_grads_agree(gf, gp, dtype, "layernorm")
+
+
+@SETTINGS
+@given(st.integers(1, 70_000), st.sampled_from(["gelu", "gelu_tanh", "relu"]), DTYPES, st.integers(0, 2**16))
+def test_activation_blocks_are_bit_for_bit_the_whole_array(size, act, dtype, seed):
+    """Sizes past several 16 Ki blocks: the blocked evaluation is the same arithmetic per element."""
+    z = (3 * _rng(seed).standard_normal(size)).astype(dtype)
+    (af, cf), (ap, cp) = fast.activation_forward(z, act), plain.activation_forward(z, act)
+    np.testing.assert_array_equal(af, ap)
+    np.testing.assert_array_equal(cf["grad"], cp["grad"])
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 6), st.integers(1, 8), st.integers(1, 16),
+       st.sampled_from(["gelu", "gelu_tanh", "relu"]), DTYPES, st.integers(0, 2**16), st.booleans())
+def test_ffn(B, n, d, d_ff, act, dtype, seed, free):
+    r = _rng(seed)
+    z = r.standard_normal((B, n, d)).astype(dtype)
+    dy = r.standard_normal((B, n, d)).astype(dtype)
+    p = {"W_1": r.standard_normal((d, d_ff)) / np.sqrt(d), "b_1": 0.1 * r.standard_normal(d_ff),
+         "W_2": r.standard_normal((d_ff, d)) / np.sqrt(d_ff), "b_2": 0.1 * r.standard_normal(d)}
+    p = {k: v.astype(dtype) for k, v in p.items()}
+    (yf, cf), (yp, cp) = fast.ffn_forward(z, p, act), plain.ffn_forward(z, p, act)
+    assert_agree(yf, yp, dtype, "y")
+    dzf, gf = fast.ffn_backward(dy, cf, free)
+    dzp, gp = plain.ffn_backward(dy, cp, free)
+    assert_grads_agree({"z": dzf, **gf}, {"z": dzp, **gp}, dtype, "ffn")
+
+
+# ----------------------------------------------------------------------------- the whole stack
+def _params(cfg, seed: int, dtype) -> dict:
+    """Glorot weights and non-trivial LayerNorm γ, β and biases (γ = 1, β = 0 would hide their gradients)."""
+    p = tnp.init_params(cfg, seed=seed, init="xavier", std=0.5)
+    r = _rng(seed + 7)
+    for k, v in p.items():
+        leaf = k.rsplit(".", 1)[-1]
+        if leaf == "gamma":
+            p[k] = 1 + 0.1 * r.standard_normal(v.shape)
+        elif leaf == "beta" or leaf.startswith("b_"):
+            p[k] = 0.1 * r.standard_normal(v.shape)
+    return {k: v.astype(dtype) for k, v in p.items()}
+
+
+@st.composite
+def stacks(draw):
+    h = draw(st.integers(1, 3))
+    return dict(N=draw(st.integers(1, 3)), h=h, d=h * draw(st.integers(1, 5)), d_ff=draw(st.integers(1, 16)),
+                B=draw(st.integers(1, 3)), n=draw(st.integers(1, 7)), norm=draw(st.sampled_from(["post", "pre"])),
+                act=draw(st.sampled_from(["gelu", "gelu_tanh", "relu"])), ids=draw(st.booleans()),
+                training=draw(st.booleans()), n_pad=draw(st.integers(0, 6)), dtype=draw(DTYPES),
+                seed=draw(st.integers(0, 2**16)))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks())
+def test_encoder_stack_forward_and_every_gradient(s):
+    cfg = tnp.EncoderConfig(n_layers=s["N"], d_model=s["d"], n_heads=s["h"], d_ff=s["d_ff"],
+                            norm_position=s["norm"], final_layer_norm=s["norm"] == "pre", activation=s["act"],
+                            vocab_size=31, max_len=8, type_vocab_size=2, dropout=0.1, layer_norm_eps=1e-5)
+    dtype = s["dtype"]
+    params = _params(cfg, s["seed"], dtype)
+    r = _rng(s["seed"])
+    B, n = s["B"], s["n"]
+    mask = np.ones((B, n), dtype=np.int64)
+    mask[0, max(1, n - s["n_pad"]):] = 0                                    # right padding in sequence 0
+    inputs = (dict(input_ids=r.integers(0, 31, (B, n)), token_type_ids=r.integers(0, 2, (B, n))) if s["ids"]
+              else dict(inputs_embeds=r.standard_normal((B, n, s["d"])).astype(dtype)))
+    dH = r.standard_normal((B, n, s["d"])).astype(dtype)
+    runs = {}
+    for path in (True, False):
+        H, cache = tnp.encoder_forward(params, cfg, attention_mask=mask, training=s["training"],
+                                       rng=_rng(s["seed"] + 1), fast=path, **inputs)
+        grads, dhidden = tnp.encoder_backward(dH, cache, return_hidden_grads=True)
+        runs[path] = H, cache, grads, dhidden
+    (Hf, cf, gf, dhf), (Hp, cp, gp, dhp) = runs[True], runs[False]
+    assert_agree(Hf, Hp, dtype, "H")
+    for layer, (a, b) in enumerate(zip(cf["hidden_states"], cp["hidden_states"])):
+        assert_agree(a, b, dtype, f"H^({layer})")
+    for layer, (a, b) in enumerate(zip(cf["attentions"], cp["attentions"])):
+        assert_agree(a, b, dtype, f"A^({layer + 1})")
+    assert_grads_agree(gf, gp, dtype, "stack")
+    assert_grads_agree({f"dH^({i})": a for i, a in enumerate(dhf)}, {f"dH^({i})": b for i, b in enumerate(dhp)},
+                       dtype, "hidden")
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_layer_api_runs_either_path_and_its_backward_follows_the_forward(norm):
+    cfg = tnp.EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, norm_position=norm, dropout=0.0)
+    p = sub_params(_params(cfg, 0, np.float64), "layers.0.")
+    x, dy = _rng(1).standard_normal((2, 5, 8)), _rng(2).standard_normal((2, 5, 8))
+    (yf, cf), (yp, cp) = (tnp.encoder_layer_forward(x, p, cfg, fast=f) for f in (True, False))
+    assert cf["fast"] is True and cp["fast"] is False
+    assert "qkv" in cf["attn"] and {"q", "k", "v"} <= set(cp["attn"])
+    assert_agree(yf, yp, np.float64)
+    (dxf, gf), (dxp, gp) = tnp.encoder_layer_backward(dy, cf), tnp.encoder_layer_backward(dy, cp)
+    assert_grads_agree({"x": dxf, **gf}, {"x": dxp, **gp}, np.float64, "layer")
+
+
+def test_plain_path_caches_the_scores_and_the_fast_path_does_not():
+    cfg = tnp.EncoderConfig(n_layers=2, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
+    params = tnp.init_params(cfg, seed=0)
+    x = _rng(0).standard_normal((1, 4, 8))
+    _, cp = tnp.encoder_forward(params, cfg, inputs_embeds=x, fast=False)
+    _, cf = tnp.encoder_forward(params, cfg, inputs_embeds=x)                 # fast is the default
+    assert cf["fast"] is True and cp["fast"] is False
+    for lc in cp["layers"]:
+        a = lc["attn"]["attn"]
+        S = a["Q"] @ a["K"].swapaxes(-1, -2) / np.sqrt(a["Q"].shape[-1])      # (1, h, n, n)
+        np.testing.assert_allclose(a["scores"], S, rtol=1e-15)
+        np.testing.assert_allclose(a["weights"], tnp.softmax(a["scores"]), rtol=1e-15)
+    assert all("scores" not in lc["attn"]["attn"] for lc in cf["layers"])
+
+
+def test_public_backwards_accept_the_fast_paths_caches():
+    """mha_backward / attention_backward given a cache of the (default, fast) encoder layer."""
+    cfg = tnp.EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
+    p = sub_params(_params(cfg, 3, np.float64), "layers.0.")
+    attn_p = sub_params(p, "attn.")
+    x = _rng(3).standard_normal((2, 5, 8))
+    dout = _rng(4).standard_normal((2, 5, 8))
+    _, lc = tnp.encoder_layer_forward(x, p, cfg)
+    _, pc = tnp.mha_forward(x, attn_p, 2)
+    dx_fast, g_fast = tnp.mha_backward(dout, lc["attn"])
+    dx_plain, g_plain = tnp.mha_backward(dout, pc)
+    assert_grads_agree({"x": dx_fast, **g_fast}, {"x": dx_plain, **g_plain}, np.float64)
+    dO = _rng(5).standard_normal(lc["attn"]["attn"]["Q"].shape)
+    ga = dict(zip("QKV", tnp.attention_backward(dO, lc["attn"]["attn"])))
+    gb = dict(zip("QKV", fast.attention_backward(dO, lc["attn"]["attn"])))
+    assert_grads_agree(ga, gb, np.float64)
+
+
+def test_fast_must_be_a_bool():
+    cfg = tnp.EncoderConfig(n_layers=1, d_model=4, n_heads=1, d_ff=8)
+    params = tnp.init_params(cfg)
+    with pytest.raises(TypeError, match="fast"):
+        tnp.encoder_forward(params, cfg, inputs_embeds=np.zeros((1, 2, 4)), fast=1)
+    with pytest.raises(TypeError, match="fast"):
+        tnp.encoder_layer_forward(np.zeros((1, 2, 4)), sub_params(params, "layers.0."), cfg, fast="no")
+
+
+# ----------------------------------------------------------------------------- row blocks of scores
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "full"])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_row_blocked_attention_equals_one_block(monkeypatch, mask_kind, dropout):
+    """Blocks of query rows (forced small here) give the same O, A and gradients as one block."""
+    r = _rng(0)
+    B, h, n, dk = 2, 3, 11, 4
+    Q, K, V, dO = (r.standard_normal((B, h, n, dk)) for _ in range(4))
+    mask = _mask(mask_kind, B, n, n, np.float64, r)
+
+    def run():
+        O, c = fast.attention_forward(Q, K, V, mask, dropout, dropout > 0, _rng(1))
+        return (O, c["weights"]) + fast.attention_backward(dO, c)
+
+    whole = run()
+    monkeypatch.setattr(fast, "_BLOCK_SCORES", B * h * n * 2)   # 2 query rows per block: 6 blocks
+    assert len(fast._row_blocks(B * h, n, n)) == 6
+    blocked = run()
+    for a, b in zip(whole, blocked):
+        np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-14)
+
+
+def test_row_blocked_attention_gradcheck(monkeypatch):
+    monkeypatch.setattr(fast, "_BLOCK_SCORES", 2 * 5 * 3)       # 3 query rows per block
+    r = _rng(2)
+    Q, K, V = (r.standard_normal((2, 5, 7, 3)) for _ in range(3))
+    R = r.standard_normal((2, 5, 7, 3))
+    loss = lambda q: float(np.sum(fast.attention_forward(q, K, V)[0] * R))   # noqa: E731
+    _, c = fast.attention_forward(Q, K, V)
+    dQ = fast.attention_backward(R, c)[0]
+    num = np.zeros_like(Q)
+    for i in np.ndindex(Q.shape):
+        e = np.zeros_like(Q)
+        e[i] = 1e-6
+        num[i] = (loss(Q + e) - loss(Q - e)) / 2e-6
+    assert rel_error(dQ, num) < 1e-7

@@ -1,0 +1,222 @@
+"""transformer_np.testing: a user's test of a torch / Hugging Face encoder is three lines, and a disagreement
+is an AssertionError that names the tensor (under the framework's own name, with ours alongside), the index,
+the error and the tolerance.
+
+Planted disagreements: a weight perturbed in the torch module after conversion, a weight perturbed in ours, a
+torch-side forward hook (the output disagrees first), a gradient hook (one parameter's gradient disagrees).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="transformer_np.testing compares with PyTorch: pip install torch==2.13.0")
+transformers = pytest.importorskip("transformers", reason="pip install transformers")
+
+from transformer_np.errors import InputTypeError, InputValueError  # noqa: E402
+from transformer_np.io.interop import from_hf, from_torch  # noqa: E402
+from transformer_np.testing import TOLERANCES, assert_matches_torch, compare_with_torch  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.hf]
+ROOT = Path(__file__).resolve().parents[1]
+F64 = torch.float64
+
+
+def x_input(shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape)
+
+
+def ids_input(vocab=50, shape=(2, 6), seed=0):
+    return np.random.default_rng(seed).integers(2, vocab, size=shape)
+
+
+SMALL = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
+             max_position_embeddings=32)
+
+
+# ----------------------------------------------------------------------------- three lines each
+def test_bare_layer_in_three_lines():
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True, dtype=F64)
+    x = np.random.default_rng(0).normal(size=(2, 5, 16))
+    assert_matches_torch(layer, x)
+
+
+@pytest.mark.parametrize("final_norm", [True, False])
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_encoder_in_three_lines(final_norm, norm_first):
+    enc = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, norm_first=norm_first, dtype=F64), num_layers=3,
+        norm=torch.nn.LayerNorm(16, dtype=F64) if final_norm else None, enable_nested_tensor=False)
+    report = assert_matches_torch(enc, x_input((5, 2, 16)), attention_mask=np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
+    assert ("norm.weight" in {e.name for e in report.grads}) == final_norm
+
+
+@pytest.mark.parametrize("make", [
+    lambda: transformers.BertModel(transformers.BertConfig(**SMALL)),
+    lambda: transformers.DistilBertModel(transformers.DistilBertConfig(vocab_size=50, dim=16, n_layers=2, n_heads=4,
+                                                                       hidden_dim=32, max_position_embeddings=32)),
+    lambda: transformers.RobertaModel(transformers.RobertaConfig(**SMALL)),
+    lambda: transformers.AlbertModel(transformers.AlbertConfig(**SMALL, embedding_size=8)),
+    lambda: transformers.ElectraModel(transformers.ElectraConfig(**SMALL, embedding_size=8)),
+], ids=["BertModel", "DistilBertModel", "RobertaModel", "AlbertModel", "ElectraModel"])
+def test_hf_models_in_three_lines(make):
+    model = make().double()
+    ids = np.random.default_rng(0).integers(2, 50, size=(2, 6))
+    assert_matches_torch(model, ids, attention_mask=np.array([[1] * 6, [1, 1, 1, 1, 0, 0]]))
+
+
+def test_hf_layer_in_three_lines():
+    layer = transformers.BertModel(transformers.BertConfig(**SMALL)).double().encoder.layer[1]
+    x = np.random.default_rng(0).normal(size=(2, 6, 16))
+    assert_matches_torch(layer, x)
+
+
+def test_float32_with_the_default_tolerances():
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    report = assert_matches_torch(layer, x_input((4, 9, 32)).astype(np.float32))
+    assert report.dtype == np.float32 and (report.rtol, report.atol) == TOLERANCES[np.dtype(np.float32)]
+    assert 0 < report.max_norm_rel("output") < 1e-5            # float32 round-off, not float64 agreement
+    assert report.failures(rtol=1e-10, atol=1e-12)             # …which float64 tolerances reject
+    report64 = assert_matches_torch(layer, x_input((4, 9, 32)), dtype=torch.float64)   # a float64 copy runs
+    assert report64.max_norm_rel("output") < 1e-13
+
+
+# ----------------------------------------------------------------------------- planted disagreements
+def _message(fn) -> str:
+    with pytest.raises(AssertionError) as info:
+        fn()
+    return str(info.value)
+
+
+def test_torch_weight_perturbed_after_conversion_is_named():
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True, dtype=F64)
+    config, params = from_torch(layer)
+    with torch.no_grad():
+        layer.linear2.weight[3, 17] += 1e-7
+    msg = _message(lambda: assert_matches_torch(layer, x_input((2, 5, 16)), params=params))
+    assert "weight 'linear2.weight' (ours: layers.0.ffn.W_2[17, 3])" in msg.splitlines()[0], msg
+    assert "at index (3, 17)" in msg and "|ours - torch| = 1e-07" in msg
+    assert re.search(r"rtol = 1e-10, atol = 1e-12, S = [\d.]+", msg), msg
+
+
+def test_in_proj_perturbation_names_our_split_tensor():
+    enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, dtype=F64), 2,
+                                      enable_nested_tensor=False)
+    config, params = from_torch(enc)
+    with torch.no_grad():
+        enc.layers[1].self_attn.in_proj_weight[16 + 5, 2] -= 1e-6             # a row of W_Kᵀ
+    msg = _message(lambda: assert_matches_torch(enc, x_input((5, 2, 16)), params=params))
+    assert "weight 'layers.1.self_attn.in_proj_weight' (ours: layers.1.attn.W_K[2, 5])" in msg, msg
+    assert "at index (21, 2)" in msg
+
+
+def test_our_weight_perturbed_is_named_under_the_framework_name():
+    model = transformers.AlbertModel(transformers.AlbertConfig(**SMALL, embedding_size=8)).double()
+    config, params = from_hf(model)
+    params = dict(params)
+    params["embeddings.project.W"] = params["embeddings.project.W"].copy()
+    params["embeddings.project.W"][5, 11] *= 1.001
+    msg = _message(lambda: assert_matches_torch(model, ids_input(), params=params))
+    first = msg.splitlines()[0]
+    assert "weight 'encoder.embedding_hidden_mapping_in.weight' (ours: embeddings.project.W[5, 11])" in first, msg
+    assert "at index (11, 5)" in msg and "tensors disagree" in msg
+
+
+def test_a_forward_difference_names_the_output_first():
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True, dtype=F64)
+    layer.linear2.register_forward_hook(lambda mod, inp, out: out * 1.0000001)   # a framework "bug"
+    msg = _message(lambda: assert_matches_torch(layer, x_input((2, 5, 16))))
+    assert msg.startswith("transformer_np and torch disagree on the output [TransformerEncoderLayer, float64]:"), msg
+
+
+def test_a_gradient_difference_names_that_gradient():
+    model = transformers.BertModel(transformers.BertConfig(**SMALL)).double()
+    name = "encoder.layer.1.intermediate.dense.bias"
+    # a backward-only "bug": adds exactly 0 to the output, and 1e-8·(Σ upstream) to this bias's gradient alone
+    model.encoder.layer[1].intermediate.dense.register_forward_hook(
+        lambda mod, inp, out: out + (mod.bias - mod.bias.detach()) * 1e-8)
+    msg = _message(lambda: assert_matches_torch(model, ids_input()))
+    assert msg.startswith(f"transformer_np and transformers disagree on the gradient of '{name}' "
+                          f"(ours: layers.1.ffn.b_1["), msg
+    assert "1 of" not in msg                                    # only that tensor
+
+
+def test_report_lists_every_tensor_and_can_be_rechecked():
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True, dtype=F64)
+    report = compare_with_torch(layer, x_input((2, 5, 16)), attention_mask=np.array([[1] * 5, [1, 1, 0, 0, 0]]))
+    names = [e.name for e in report.entries]
+    n_params = len(list(layer.parameters()))
+    assert names[:n_params] == [n for n, _ in layer.named_parameters()]                 # weights first
+    assert names[n_params:n_params + 2] == ["output", "input"]
+    assert names[n_params + 2:] == [n for n, _ in layer.named_parameters()]             # then every gradient
+    e = report["self_attn.out_proj.weight"]
+    assert e.kind == "grad" and e.max_abs < 1e-13 and e.norm_rel < 1e-13 and len(e.where) == 2
+    assert "gradient of 'linear1.weight'" in str(report) and report.ok
+    assert report.failures(rtol=0, atol=0)                      # exact equality is not what float64 gives
+    with pytest.raises(AssertionError, match="rtol = 0, atol = 0"):
+        report.check(rtol=0, atol=0)
+
+
+def test_the_key_bias_gradient_is_round_off_and_passes_against_its_weight():
+    """∂L/∂b_K = 0 in exact arithmetic; both sides return round-off, which the module-scaled atol accepts."""
+    model = transformers.BertModel(transformers.BertConfig(**SMALL)).double()
+    report = assert_matches_torch(model, ids_input())
+    kb, kw = report["encoder.layer.0.attention.self.key.bias"], report["encoder.layer.0.attention.self.key.weight"]
+    assert np.abs(kb.ref).max() < 1e-12 * np.abs(kw.ref).max()
+    assert kb.scale == np.abs(kw.ref).max()                     # S of the bias is its weight's
+
+
+def test_the_module_is_not_modified():
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.1, batch_first=True)
+    before = copy.deepcopy(layer.state_dict())
+    layer.train()
+    compare_with_torch(layer, x_input((2, 5, 16)), dtype=np.float64)
+    assert layer.training and all(p.grad is None for p in layer.parameters())
+    assert all(torch.equal(before[k], v) and v.dtype == torch.float32 for k, v in layer.state_dict().items())
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_bad_arguments_are_named():
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True, dtype=F64)
+    with pytest.raises(InputTypeError, match="module must be"):
+        compare_with_torch(torch.nn.Linear(3, 3), x_input((2, 5, 3)))
+    with pytest.raises(InputValueError, match="attention_mask row 1 has no real token"):
+        compare_with_torch(layer, x_input((2, 5, 16)), attention_mask=np.array([[1] * 5, [0] * 5]))
+    with pytest.raises(InputValueError, match="attention_mask must have shape"):
+        compare_with_torch(layer, x_input((2, 5, 16)), attention_mask=np.ones((5, 2)))
+    with pytest.raises(InputValueError, match="grad_output must have the output's shape"):
+        compare_with_torch(layer, x_input((2, 5, 16)), grad_output=np.ones((2, 5, 15)))
+    with pytest.raises(InputTypeError, match="dtype must be float32 or float64"):
+        compare_with_torch(layer, x_input((2, 5, 16)), dtype=np.float16)
+    with pytest.raises(InputValueError, match="rtol must be a finite number"):
+        compare_with_torch(layer, x_input((2, 5, 16)), rtol=float("nan"))
+    bert = transformers.BertForSequenceClassification(transformers.BertConfig(**SMALL))
+    with pytest.raises(InputValueError, match="module.bert"):
+        compare_with_torch(bert, ids_input())
+    with pytest.raises(InputTypeError, match="input_ids"):
+        compare_with_torch(bert.bert, x_input((2, 6, 16)))
+
+
+# ----------------------------------------------------------------------------- the docs page's test file runs
+def test_the_docs_example_file_passes(tmp_path):
+    text = (ROOT / "docs" / "guide" / "testing.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(# test_against_pytorch\.py\n.*?)```", text, flags=re.S)
+    assert len(blocks) == 1, "docs/guide/testing.md must hold exactly one block starting '# test_against_pytorch.py'"
+    path = tmp_path / "test_against_pytorch.py"
+    path.write_text(blocks[0], encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider",
+                          "-W", "ignore::pytest.PytestUnknownMarkWarning"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert re.search(r"\b(\d+) passed", run.stdout) and int(re.search(r"(\d+) passed", run.stdout).group(1)) >= 5

@@ -1,0 +1,43 @@
+"""The ``worksheet`` command: ``worksheet new`` writes a fresh problem for hand calculation.
+
+Four files: the problem as TOML (the student fills in its [answers] and runs ``transformer-np
+check``), a student sheet in Markdown with a blank table per step, the answer key in Markdown, and
+the key as TOML (``check`` marks it all correct). Each seed gives a different problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parser))
+    sub.required = True
+    p = sub.add_parser("new", help="write a fresh problem, a student sheet and an answer key",
+                       description="Write a fresh problem chosen for hand calculation: the TOML, a student sheet "
+                                   "(Markdown, with blanks) and an answer key (Markdown and TOML).")
+    p.add_argument("--tokens", type=int, default=3, help="number of tokens (default 3)")
+    p.add_argument("--d-model", type=int, default=4, help="model width (default 4)")
+    p.add_argument("--heads", type=int, default=1, help="attention heads (default 1)")
+    p.add_argument("--norm", choices=("post", "pre"), default="post", help="LayerNorm placement (default post)")
+    p.add_argument("--backward", action="store_true", help="also ask for the backward pass (gives dH)")
+    p.add_argument("--seed", type=int, default=0, help="different seeds give different problems (default 0)")
+    p.add_argument("--out", default=".", help="directory to write into (default: the current one)")
+    p.add_argument("--layers", type=int, default=1, help="encoder layers (default 1)")
+    p.add_argument("--d-ff", type=int, default=None, help="feed-forward width (default: d_model)")
+    p.add_argument("--activation", choices=("relu", "gelu", "gelu_tanh"), default="relu",
+                   help="feed-forward activation (default relu: the easiest by hand)")
+    p.add_argument("--decimals", type=int, default=2, help="decimals of the answers (default 2)")
+    p.add_argument("--name", default=None, help="file name stem (default worksheet_seed<SEED>)")
+    p.add_argument("--force", action="store_true", help="overwrite existing files")
+
+
+def run(args) -> int:
+    from ..worksheets.generate import new_worksheet, write_worksheet
+
+    raw = new_worksheet(tokens=args.tokens, d_model=args.d_model, heads=args.heads, norm=args.norm,
+                        backward=args.backward, seed=args.seed, layers=args.layers, d_ff=args.d_ff,
+                        activation=args.activation, decimals=args.decimals)
+    for path in write_worksheet(raw, args.out, args.name, force=args.force):
+        print(path)
+    return 0

@@ -1,0 +1,516 @@
+r"""Feedback for the course exercises: a student's forward and backward, checked against the library.
+
+Each assignment in ``exercises/`` (otter-grader notebooks; ``scripts/build_exercises.sh`` makes the
+student versions and autograders) asks for one op in the library's style, ``x_forward(...) ->
+(out, cache)`` and ``x_backward(dout, cache)``. Its test cells call
+
+    check_forward("softmax", softmax_forward)
+    check_backward("softmax", softmax_forward, softmax_backward)
+
+Both return ``None`` when every check passes — silence means correct, so an otter test cell has no
+expected output — and otherwise a :class:`Feedback`, whose text (its ``repr``) says which output is
+wrong and how, and whose ``codes`` name each problem for programs. Nothing the student's code does
+escapes as an exception: a ``NotImplementedError``, an unfilled body (``...`` returns None), a
+crash, a wrong return type or shape all become feedback.
+
+How a forward is checked, case by case (simplest first; the first failing case is reported):
+
+1. call it on copies of the inputs; an exception becomes ``not_implemented`` or ``exception`` (its
+   type, message and the line of the student's code that raised or called into the raise);
+2. the result must be ``(out, cache)`` with ``out`` an array (``returned_none``, ``not_tuple``);
+   the inputs must be unchanged (``mutated_input``);
+3. ``out`` must have the library's shape (``shape``: transposed, an extra axis, the shape of an
+   input or of an intermediate such as the attention weights) and be finite (``nonfinite``);
+4. its values must agree with the library's op to a relative error of ``TOLERANCE``
+   (``rel_error`` of :mod:`transformer_np.model.gradcheck`). If not, the diagnosis is found by
+   recomputing the op with each *known mistake* of that exercise (missing 1/√d_k, softmax over the
+   wrong axis, sample variance, tanh-GELU, Pre-LN wiring, …) and keeping the one that reproduces the
+   student's numbers (to ``MATCH``); failing that, by generic relations — a constant factor (named
+   when it is √d_k, 1/d_k, …), the opposite sign, the transpose, a near miss; failing that, where
+   the largest error is, with the op's equation as the hint.
+
+A backward is checked only once the forward passes (``forward_first`` otherwise). On each case it
+gets a random upstream gradient; the return value must have the documented structure
+(``wrong_count``, ``missing_gradient``, ``unexpected_gradient``, …); every gradient is compared with
+the library's backward and diagnosed as above (known mistakes: the diagonal-only softmax
+Jacobian, LayerNorm's missing mean terms, a skipped residual path, …; generic: scale, sign,
+transposition, another gradient's values ``swapped_gradients``). Then the finite-difference
+gradient check of :func:`transformer_np.model.gradcheck.check_op` runs the student's backward
+against central differences of the student's *own* forward (``gradcheck``): independent evidence
+that does not rely on the library.
+"""
+
+from __future__ import annotations
+
+import difflib
+import linecache
+import os
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputValueError
+from ..model.gradcheck import TOLERANCE as GRADCHECK_TOLERANCE
+from ..model.gradcheck import check_op, rel_error
+from ._exercise_specs import EXERCISES, Case, Exercise
+from ._exercise_specs import copy_inputs as _copy
+
+__all__ = ["EXERCISE_NAMES", "MATCH", "TOLERANCE", "Feedback", "Problem", "check_backward", "check_forward"]
+
+TOLERANCE = 1e-8   # agreement with the library (tensor-level relative error; float64 round-off is ~1e-15)
+MATCH = 1e-6       # a diagnosis must reproduce the student's numbers to this relative error
+EXERCISE_NAMES = tuple(EXERCISES)
+_MAX_LINES = 4     # gradient problems shown in full before the rest are summarised
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
+
+
+# ----------------------------------------------------------------------------- feedback objects
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong: ``output`` (e.g. "out", "dgamma"), a machine-readable ``code`` and the text."""
+
+    output: str
+    code: str
+    message: str
+
+
+@dataclass
+class Feedback:
+    """What is wrong with a student's function; its ``repr`` is the text a student reads.
+
+    Attributes:
+        function: the student's function the feedback is about ("softmax_backward").
+        header: one line saying which case failed.
+        problems: the problems found, in order.
+        notes: further lines (the finite-difference check, cases that passed).
+    """
+
+    function: str
+    header: str
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def codes(self) -> list[str]:
+        """The problem codes, in order (``gradcheck`` included when it failed)."""
+        return [p.code for p in self.problems]
+
+    @property
+    def text(self) -> str:
+        """The feedback as plain text: a header line, one line per distinct problem, then the notes."""
+        lines = [f"✗ {self.function}: {self.header}"]
+        lines += _summarise(self.problems)
+        lines += [f"  {n}" for n in self.notes]
+        return "\n".join(line.rstrip() for line in lines if line.strip())   # no blank line: doctest-safe
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+
+def _summarise(problems: list[Problem]) -> list[str]:
+    """One line per distinct message (gradients sharing a diagnosis are listed together), at most
+    ``_MAX_LINES`` of them, then a count of the rest."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for p in problems:
+        groups.setdefault((p.code, p.message), []).append(p.output)
+    lines = []
+    for (_code, message), outputs in list(groups.items())[:_MAX_LINES]:
+        who = outputs[0] if len(outputs) == 1 else ", ".join(outputs[:3]) + (
+            f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
+        lines.append(f"  - {who}: {message}")
+    rest = list(groups.values())[_MAX_LINES:]
+    if rest:
+        names = [o for outs in rest for o in outs]
+        lines.append(f"  - also wrong: {', '.join(names[:6])}{' …' if len(names) > 6 else ''} "
+                     f"(fix the ones above first: later gradients depend on them)")
+    return lines
+
+
+class _Stop(Exception):
+    """Internal: a problem that ends the check of the current case."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+# ----------------------------------------------------------------------------- public API
+def _exercise(name: str) -> Exercise:
+    if not isinstance(name, str) or name not in EXERCISES:
+        near = difflib.get_close_matches(str(name), EXERCISES, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise InputValueError(f"exercise must be one of {', '.join(EXERCISES)}; got {name!r}{hint}")
+    return EXERCISES[name]
+
+
+def check_forward(exercise: str, forward: Callable) -> Feedback | None:
+    """Check a student's forward for ``exercise`` (one of :data:`EXERCISE_NAMES`).
+
+    Returns None when it agrees with the library on every case, else a :class:`Feedback`.
+    Raises :class:`~transformer_np.errors.InputValueError` only for an unknown exercise name.
+    """
+    ex = _exercise(exercise)
+    if not callable(forward):
+        return Feedback(ex.forward, f"expected your function {ex.signature}, got {_kind(forward)}",
+                        [Problem(ex.forward, "not_callable", "define it with def, then run its cell")])
+    cases = ex.cases()
+    for i, case in enumerate(cases):
+        problems = _forward_case(ex, forward, case)
+        if problems:
+            return Feedback(ex.forward, _case_header(i, cases), problems, _passed_note(i, cases))
+    return None
+
+
+def check_backward(exercise: str, forward: Callable, backward: Callable) -> Feedback | None:
+    """Check a student's backward for ``exercise``, with the student's forward providing the cache.
+
+    The forward must pass :func:`check_forward` first. Each case compares every gradient with
+    the library's; then the finite-difference gradient check runs the backward against the
+    student's own forward. Returns None when all pass, else a :class:`Feedback`.
+    """
+    ex = _exercise(exercise)
+    if not callable(backward):
+        return Feedback(ex.backward, f"expected your function {ex.backward_signature}, got {_kind(backward)}",
+                        [Problem(ex.backward, "not_callable", "define it with def, then run its cell")])
+    fwd = check_forward(exercise, forward)
+    if fwd is not None:
+        first = fwd.problems[0].message if fwd.problems else fwd.header
+        return Feedback(ex.backward, f"needs a correct {ex.forward} first (its cache feeds the backward)",
+                        [Problem(ex.forward, "forward_first", first)])
+    cases = ex.cases()
+    gc_case = next(c for c in cases if c.gradcheck)
+    structural = {"not_implemented", "exception", "returned_none", "not_tuple", "wrong_count",
+                  "missing_gradient", "unexpected_gradient", "not_array", "shape"}
+    for i, case in enumerate(cases):
+        problems = _backward_case(ex, forward, backward, case, seed=i)
+        if problems:
+            notes = _passed_note(i, cases)
+            if not structural & {p.code for p in problems}:
+                gc = _gradcheck(ex, forward, backward, gc_case, seed=len(cases))
+                if gc is not None:
+                    problems.append(gc[0])
+                    notes.append(gc[1])
+            return Feedback(ex.backward, _case_header(i, cases), problems, notes)
+    gc = _gradcheck(ex, forward, backward, gc_case, seed=len(cases))
+    if gc is not None:
+        return Feedback(ex.backward, f"agrees with the library, but the finite-difference check on case "
+                        f"\"{gc_case.label}\" fails", [gc[0]], [gc[1]])
+    return None
+
+
+def _case_header(i: int, cases: list[Case]) -> str:
+    return f"fails on case {i + 1} of {len(cases)} — {cases[i].label}"
+
+
+def _passed_note(i: int, cases: list[Case]) -> list[str]:
+    if i == 0:
+        return []
+    return [f"(case{'s' if i > 1 else ''} 1{f'–{i}' if i > 1 else ''} passed: "
+            + "; ".join(c.label for c in cases[:i]) + ")"]
+
+
+# ----------------------------------------------------------------------------- calling student code
+def _kind(x: Any) -> str:
+    if x is None:
+        return "None"
+    if isinstance(x, np.ndarray):
+        return f"an array of shape {x.shape}"
+    if isinstance(x, tuple):
+        return f"a tuple of {len(x)}"
+    return f"a {type(x).__name__}"
+
+
+def _where(exc: BaseException) -> str:
+    """The line of the student's code that raised, or that called into the raise — never a
+    traceback into numpy or transformer_np."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if not (os.path.abspath(f.filename).startswith(_PACKAGE_DIR)
+                                     or os.path.abspath(f.filename).startswith(_NUMPY_DIR))]
+    if not own:
+        return ""
+    f = own[-1]
+    text = (f.line or linecache.getline(f.filename, f.lineno)).strip()
+    inside = frames[-1] is not f
+    where = f"line {f.lineno} of {f.name}" if f.name != "<module>" else f"line {f.lineno}"
+    return f" — {'in a call made at' if inside else 'at'} {where}: `{text}`" if text else f" — at {where}"
+
+
+def _call(function_name: str, fn: Callable, *args: Any) -> Any:
+    """Run student code; anything it raises becomes a ``_Stop`` with a one-line explanation.
+    Floating-point warnings are silenced: non-finite results are reported by the checks."""
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            return fn(*args)
+    except NotImplementedError as e:
+        detail = f": {e}" if str(e) else ""
+        raise _Stop(Problem(function_name, "not_implemented",
+                            f"not written yet (it raised NotImplementedError{detail})")) from None
+    except Exception as e:
+        msg = str(e).splitlines()[0] if str(e) else ""
+        raise _Stop(Problem(function_name, "exception",
+                            f"raised {type(e).__name__}{': ' + msg if msg else ''}{_where(e)}")) from None
+
+
+def _out_and_cache(ex: Exercise, result: Any) -> tuple[np.ndarray, Any]:
+    if result is None:
+        raise _Stop(Problem(ex.forward, "returned_none",
+                            "returned None — the body is still `...`, or the `return out, cache` line is missing"))
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise _Stop(Problem(ex.forward, "not_tuple",
+                            f"must return the pair (out, cache), got {_kind(result)}"))
+    return _as_array("out", result[0]), result[1]
+
+
+def _as_array(label: str, value: Any) -> np.ndarray:
+    if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating):
+        return value
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or value is None:
+        raise _Stop(Problem(label, "not_array", f"must be a NumPy array, got {_kind(value)}"))
+    return arr
+
+
+def _unpack(ex: Exercise, result: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The student's backward result as {input name: gradient}, checked against the documented structure."""
+    labels = [ex.grad_label(n) for n in names]
+    if ex.returns == "array":
+        if isinstance(result, tuple):
+            raise _Stop(Problem(ex.backward, "wrong_count", f"must return {labels[0]} alone (an array), "
+                                f"got {_kind(result)}"))
+        if result is None:
+            raise _Stop(Problem(ex.backward, "returned_none", f"returned None — the body is still `...`, or the "
+                                f"`return {labels[0]}` line is missing"))
+        return {names[0]: result}
+    if ex.returns == "tuple":
+        want = "(" + ", ".join(labels) + ")"
+        if result is None:
+            raise _Stop(Problem(ex.backward, "returned_none", f"returned None — the body is still `...`, or the "
+                                f"`return {want[1:-1]}` line is missing"))
+        if not isinstance(result, (tuple, list)) or len(result) != len(names):
+            raise _Stop(Problem(ex.backward, "wrong_count", f"must return the {len(names)} gradients {want}, "
+                                f"got {_kind(result)}"))
+        return dict(zip(names, result))
+    if result is None:
+        raise _Stop(Problem(ex.backward, "returned_none",
+                            "returned None — the body is still `...`, or the `return dx, grads` line is missing"))
+    if not isinstance(result, (tuple, list)) or len(result) != 2 or not isinstance(result[1], dict):
+        raise _Stop(Problem(ex.backward, "wrong_count", f"must return the pair (dx, grads) with grads a dict "
+                            f"{{parameter name: gradient}}, got {_kind(result)}"))
+    dx, grads = result
+    params = [n for n in names if n != "x"]
+    unexpected = [k for k in grads if k not in params]
+    if unexpected:
+        same_case = [k for k in params if k.lower() == str(unexpected[0]).lower()]
+        near = same_case or difflib.get_close_matches(str(unexpected[0]), params, n=1)
+        raise _Stop(Problem(ex.backward, "unexpected_gradient", f"grads has the unexpected key {unexpected[0]!r}"
+                            + (f" (did you mean {near[0]!r}?)" if near else "") + f"; its keys are the parameter "
+                            f"names of p: {', '.join(params)}"))
+    missing = [k for k in params if k not in grads]
+    if missing:
+        raise _Stop(Problem(ex.backward, "missing_gradient", f"grads is missing {', '.join(map(repr, missing))}"))
+    return {"x": dx, **grads}
+
+
+# ----------------------------------------------------------------------------- the forward
+def _forward_case(ex: Exercise, forward: Callable, case: Case) -> list[Problem]:
+    arrays, static = _copy(case.arrays), _copy(case.static)
+    try:
+        out, _ = _out_and_cache(ex, _call(ex.forward, ex.call, forward, arrays, static))
+        changed = [k for k in case.arrays if not np.array_equal(arrays[k], case.arrays[k])]
+        if changed:
+            raise _Stop(Problem(ex.forward, "mutated_input",
+                                f"changed its input {', '.join(changed)} in place (e.g. `x -= …`); "
+                                f"work on new arrays — the caller (and the backward) still need the input"))
+        want, _ = ex.reference(_copy(case.arrays), _copy(case.static))
+        problem = _compare("out", out, want, case, lambda: ex.forward_mistakes_for(case), ex.forward_hint, ex)
+    except _Stop as stop:
+        return [stop.problem]
+    return [] if problem is None else [problem]
+
+
+def _compare(label: str, got: np.ndarray, want: np.ndarray, case: Case,
+             mistakes: Callable[[], list[tuple[str, str, Any]]], hint: str, ex: Exercise,
+             others: dict[str, np.ndarray] | None = None) -> Problem | None:
+    """None when ``got`` matches ``want``; else the best explanation of the difference.
+
+    ``mistakes()``: (code, message, wrong_output) triples for this case, tried in order (computed
+    only when ``got`` is wrong).
+    ``others``: other expected gradients, to recognise swapped outputs.
+    """
+    if got.shape != want.shape:
+        return Problem(label, "shape", _shape_message(got.shape, want.shape, _named_shapes(ex, case, label)))
+    if not np.all(np.isfinite(got)):
+        bad = int(np.size(got) - np.count_nonzero(np.isfinite(got)))
+        return Problem(label, "nonfinite", f"has {bad} NaN/inf entr{'y' if bad == 1 else 'ies'} "
+                       f"(of {got.size}); {ex.nonfinite_hint}")
+    err = rel_error(got, want)
+    if err <= TOLERANCE:
+        return None
+    for code, message, wrong in mistakes():
+        if wrong is not None and wrong.shape == got.shape and np.all(np.isfinite(wrong)) \
+                and rel_error(wrong, want) > MATCH and rel_error(got, wrong) <= MATCH:
+            return Problem(label, code, message)
+    for other, value in (others or {}).items():
+        if value.shape == got.shape and rel_error(value, want) > MATCH and rel_error(got, value) <= MATCH:
+            return Problem(label, "swapped_gradients", f"holds the values expected for {other} — "
+                           f"the gradients are returned in the wrong order or mixed up")
+    generic = _generic(got, want, case)
+    if generic is not None:
+        return Problem(label, generic[0], generic[1] + (f" Hint: {hint}" if generic[0] == "scale_factor" else ""))
+    return Problem(label, "wrong_values", _where_wrong(got, want, err) + f" Hint: {hint}")
+
+
+def _named_shapes(ex: Exercise, case: Case, label: str) -> dict[str, tuple]:
+    names = {f"the input {k}": np.shape(v) for k, v in case.arrays.items()}
+    names.update(ex.named_shapes(case))
+    return names
+
+
+def _shape_message(got: tuple, want: tuple, named: dict[str, tuple]) -> str:
+    base = f"has shape {got}, expected {want}"
+    if len(got) == len(want) >= 2 and got[:-2] == want[:-2] and got[-2:] == want[-1:-3:-1]:
+        return f"{base}: the last two axes are swapped — a transpose too many or too few (e.g. K.T vs K, W.T)"
+    if len(got) > len(want) and got[len(got) - len(want):] == want:
+        return (f"{base}: it keeps the leading axes {got[:len(got) - len(want)]} — a parameter is shared by "
+                f"every batch item and position, so sum its gradient over those axes")
+    if tuple(s for s in got if s != 1) == tuple(s for s in want if s != 1):
+        return f"{base}: an axis of length 1 too many or too few (keepdims?)"
+    same = [name for name, s in named.items() if tuple(s) == got]
+    if same:
+        return f"{base}, which is the shape of {same[0]} — did you return that instead?"
+    if np.prod(got) == np.prod(want):
+        return f"{base} (the same number of entries: a reshape or transpose goes wrong)"
+    return base
+
+
+def _factor_name(c: float, dims: dict[str, int]) -> str | None:
+    for name, v in dims.items():
+        for value, text in ((v, name), (np.sqrt(v), f"√{name}"), (1 / v, f"1/{name}"), (1 / np.sqrt(v), f"1/√{name}")):
+            if abs(c - value) <= 1e-6 * abs(value):
+                return text
+    return None
+
+
+def _generic(got: np.ndarray, want: np.ndarray, case: Case) -> tuple[str, str] | None:
+    """Relations that explain ``got`` from ``want`` whatever the op: scale, sign, transpose, near miss."""
+    ww = float(np.sum(want * want))
+    if ww > 0:
+        c = float(np.sum(got * want)) / ww
+        if c != 0 and rel_error(got, c * want) <= MATCH:
+            if abs(c + 1) <= 1e-6:
+                return "sign", "has the opposite sign everywhere (yours = −expected): a minus sign too many or too few."
+            named = _factor_name(c, case.dims)
+            what = f"{named} (= {c:.6g})" if named else f"{c:.6g}"
+            return "scale_factor", f"is off by a constant factor: yours = expected × {what}."
+    if got.ndim >= 2 and got.shape[-1] == got.shape[-2] and rel_error(got, np.swapaxes(want, -1, -2)) <= MATCH:
+        return "transposed", "holds the transpose of the expected values (the last two axes swapped)."
+    err = rel_error(got, want)
+    if err < 1e-3:
+        return "near_miss", (f"is close but not exact (relative error {err:.1e}, needs ≤ {TOLERANCE:.0e}): "
+                             f"a small term is off — an approximation (tanh-GELU, ε in the wrong place), "
+                             f"float32 arithmetic, or rounding.")
+    return None
+
+
+def _where_wrong(got: np.ndarray, want: np.ndarray, err: float) -> str:
+    scale = float(np.max(np.abs(got) + np.abs(want)))
+    wrong = np.abs(got - want) > MATCH * scale
+    idx = np.unravel_index(int(np.argmax(np.abs(got - want))), got.shape)
+    at = tuple(int(i) for i in idx)
+    text = (f"has wrong values in {int(wrong.sum())} of {got.size} entries (relative error {err:.2g}); the "
+            f"largest difference is at index {at}: yours {got[idx]:.6g}, expected {want[idx]:.6g}.")
+    if got.ndim >= 2:
+        rows_wrong = np.any(wrong, axis=-1)
+        if 0 < rows_wrong.sum() < rows_wrong.size:
+            first = tuple(int(i) for i in np.argwhere(rows_wrong)[0])
+            text += f" Only {int(rows_wrong.sum())} of {rows_wrong.size} rows are wrong (the first: {first})."
+    return text
+
+
+# ----------------------------------------------------------------------------- the backward
+def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Case, seed: int) -> list[Problem]:
+    arrays, static = _copy(case.arrays), _copy(case.static)
+    try:
+        out, cache = _out_and_cache(ex, _call(ex.forward, ex.call, forward, arrays, static))
+        dout = np.random.default_rng(100 + seed).standard_normal(out.shape)
+        grads = _unpack(ex, _call(ex.backward, backward, dout.copy(), cache), ex.grad_order(case))
+    except _Stop as stop:
+        return [stop.problem]
+    _, ref_cache = ex.reference(_copy(case.arrays), _copy(case.static))
+    want = ex.reference_backward(dout.copy(), ref_cache)
+    computed: list = []
+
+    def mistakes() -> list:                     # the known mistakes' gradients, computed once, if needed
+        if not computed:
+            computed.append(ex.backward_mistakes_for(case, dout))
+        return computed[0]
+
+    problems = []
+    for name in ex.grad_order(case):
+        label = ex.grad_label(name)
+        try:
+            got = _as_array(label, grads[name])
+        except _Stop as stop:
+            problems.append(stop.problem)
+            continue
+        others = {ex.grad_label(k): v for k, v in want.items() if k != name}
+        def per(name: str = name) -> list:
+            return [(code, msg, None if wrong is None else wrong.get(name)) for code, msg, wrong in mistakes()]
+
+        problem = _compare(label, got, want[name], case, per, ex.backward_hints.get(name, ex.backward_hint), ex,
+                           others)
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def _gradcheck(ex: Exercise, forward: Callable, backward: Callable, case: Case,
+               seed: int) -> tuple[Problem, str] | None:
+    """Central differences of the student's forward against the student's backward.
+    None when every tensor passes; else (problem, note)."""
+    arrays, static = _copy(case.arrays), _copy(case.static)
+
+    def run(a: dict) -> tuple:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            out, cache = ex.call(forward, a, static)
+        return np.asarray(out, dtype=np.float64), cache
+
+    def back(R: np.ndarray, cache: Any) -> dict:
+        grads = _unpack(ex, backward(R.copy(), cache), ex.grad_order(case))
+        for name, g in grads.items():
+            if np.shape(g) != arrays[name].shape:
+                label = ex.grad_label(name)
+                raise _Stop(Problem(label, "shape", _shape_message(np.shape(g), arrays[name].shape,
+                                                                   _named_shapes(ex, case, label))
+                                    + f" (on case \"{case.label}\")"))
+        return grads
+
+    try:
+        result = check_op(ex.name, run, back, arrays, seed=seed)
+    except _Stop as stop:
+        return stop.problem, ""
+    except Exception as e:
+        msg = str(e).splitlines()[0] if str(e) else ""
+        return Problem("gradient check", "exception",
+                       f"your functions raised {type(e).__name__}{': ' + msg if msg else ''}{_where(e)} "
+                       f"during the finite-difference check"), ""
+    bad = {k: v for k, v in result.per_tensor.items() if not v <= GRADCHECK_TOLERANCE}
+    if not bad:
+        return None
+    worst = ", ".join(f"{ex.grad_label(k)} {v:.1e}" for k, v in sorted(bad.items(), key=lambda kv: -kv[1])[:5])
+    return (Problem("gradient check", "gradcheck",
+                    f"your backward is not the derivative of your forward: relative error {worst} "
+                    f"(needs ≤ {GRADCHECK_TOLERANCE:.0e}; central differences, {result.checked} coordinates)"),
+            f"(finite-difference check on case \"{case.label}\")")

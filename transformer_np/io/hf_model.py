@@ -1,0 +1,166 @@
+r"""Forward and backward of a Hugging Face family model: its embedding front-end around our stack.
+
+For a family config (:class:`~transformer_np.io.families.HFEncoderConfig`) the model is
+
+    e_i    = E_word[x_i] + E_pos[π_i] + E_type[t_i]          (B, n, E)   tables of width E
+    H^(0)  = Dropout(LN_E(e))  [· W_p + b_p]                 (B, n, d)   projection when factorised
+    H^(N)  = the encoder stack on H^(0)                       (B, n, d)   :func:`encoder_forward`
+
+with π_i = i (BERT, DistilBERT, ALBERT, ELECTRA) or RoBERTa's π_i = p + Σ_{j≤i}[x_j ≠ p] for real
+tokens and π_i = p for tokens equal to the padding id p (see :mod:`transformer_np.io.families`).
+The backward runs the stack's backward, then the projection's (dW_p = H_LNᵀ dH^(0)), the
+LayerNorm's and the three lookups' scatter-adds — every gradient is the true derivative of the
+forward. (HF defines the gradient of an ``nn.Embedding`` row at ``padding_idx`` as 0; we do not —
+see ``docs/guide/frameworks.md``.)
+
+For an :class:`~transformer_np.model.config.EncoderConfig` (plain BERT) both functions call
+:func:`encoder_forward` / :func:`encoder_backward` unchanged, so one call runs any supported family.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validate import FLOAT_DTYPES, as_int_array, check_bool, check_cache, describe, mismatch_detail
+from ..errors import InputTypeError, InputValueError
+from ..model.config import EncoderConfig
+from ..model.encoder import encoder_backward, encoder_forward
+from ..ops.dropout import dropout_backward, dropout_forward
+from ..ops.embeddings import embedding_backward, embedding_forward
+from ..ops.layernorm import layernorm_backward, layernorm_forward
+from ..ops.linear import linear_backward, linear_forward
+from ..ops.masks import validate_attention_mask
+from .families import HFEncoderConfig, hf_param_shapes
+
+__all__ = ["hf_forward", "hf_backward", "validate_hf_params", "position_ids"]
+
+_OPTIONAL = ("pooler.W", "pooler.b")
+
+
+def validate_hf_params(params, config: HFEncoderConfig, name: str = "params") -> np.dtype:
+    """Names, shapes and one float dtype of a family model's params (the pooler is optional)."""
+    if not isinstance(params, dict):
+        raise InputTypeError(f"{name} must be a dict of name -> numpy array, got {describe(params)}")
+    shapes = hf_param_shapes(config)
+    missing = [k for k in shapes if k not in params]
+    extra = [k for k in params if k not in shapes and k not in _OPTIONAL]
+    if missing or extra:
+        raise InputValueError(f"{name} does not match the {config.model_type} config "
+                              f"({mismatch_detail(missing, extra)})")
+    dtype = None
+    for k, shape in shapes.items():
+        a = params[k]
+        if not isinstance(a, np.ndarray) or a.dtype not in FLOAT_DTYPES:
+            raise InputTypeError(f"{name}[{k!r}] must be a float32/float64 numpy array, got {describe(a)}")
+        if dtype is None:
+            dtype = a.dtype
+        elif a.dtype != dtype:
+            raise InputTypeError(f"{name} must all share one dtype: {name}[{k!r}] is {a.dtype}, others are {dtype}")
+        if a.shape != shape:
+            raise InputValueError(f"{name}[{k!r}] must have shape {shape}, got shape {a.shape}")
+    return dtype
+
+
+def position_ids(input_ids: np.ndarray, config: HFEncoderConfig) -> np.ndarray:
+    """The rows of the position table each token reads: 0 … n−1, or RoBERTa's padding-aware ids."""
+    B, n = input_ids.shape
+    if not config.family.offset_positions:
+        return np.broadcast_to(np.arange(n), (B, n))                       # (B, n)
+    p = config.pad_token_id
+    real = (input_ids != p).astype(np.int64)                               # (B, n)
+    return np.cumsum(real, axis=1) * real + p                              # (B, n)
+
+
+def _stack_params(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k.startswith("layers.")}
+
+
+def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_type_ids=None,
+               inputs_embeds=None, training: bool = False, rng: np.random.Generator | None = None
+               ) -> tuple[np.ndarray, dict]:
+    """Run a family model (or a bare HF layer) on ``input_ids`` (B, n).
+
+    Args:
+        params: the dict of :func:`transformer_np.io.interop.params_from_hf_state_dict` / ``from_hf``.
+        config: an :class:`HFEncoderConfig`, or an :class:`EncoderConfig` (plain BERT: this is
+            :func:`encoder_forward`).
+        input_ids, attention_mask (1 = real, 0 = padding), token_type_ids: as HF's.
+        inputs_embeds: only for a bare layer (``config.bare_layer``): the layer's input (B, n, d).
+        training, rng: dropout, as in :func:`encoder_forward`.
+
+    Returns:
+        ``(H, cache)``: H^(N) (B, n, d_model); ``cache["hidden_states"]`` (H^(0) … H^(N), H^(0)
+        after the projection) and ``cache["attentions"]`` as in :func:`encoder_forward`.
+    """
+    if isinstance(config, EncoderConfig):
+        return encoder_forward(params, config, input_ids=input_ids, attention_mask=attention_mask,
+                               token_type_ids=token_type_ids, inputs_embeds=inputs_embeds, training=training, rng=rng)
+    if not isinstance(config, HFEncoderConfig):
+        raise InputTypeError(f"config must be an EncoderConfig or HFEncoderConfig, got {describe(config)}")
+    dtype = validate_hf_params(params, config)
+    if config.bare_layer:
+        if input_ids is not None or token_type_ids is not None:
+            raise InputValueError(f"a bare {config.model_type} layer takes inputs_embeds (its input H, (B, n, d)), "
+                                  "not input_ids / token_type_ids")
+        return encoder_forward(_stack_params(params), config.stack, inputs_embeds=inputs_embeds,
+                               attention_mask=attention_mask, training=training, rng=rng)
+    if inputs_embeds is not None or input_ids is None:
+        raise InputValueError(f"a {config.model_type} model takes input_ids (B, n); inputs_embeds is only for a "
+                              "bare layer (HF's inputs_embeds replaces the word lookup only, ours would be H^(0))")
+    check_bool(training, "training")
+    ids = as_int_array(input_ids, "input_ids", ndim=2)
+    B, n = ids.shape
+    if attention_mask is not None:
+        attention_mask = validate_attention_mask(attention_mask, (B, n))
+    pos = position_ids(ids, config)
+    if pos.size and pos.max() >= config.n_positions:
+        raise InputValueError(f"input_ids has {n} positions, which needs position ids up to {int(pos.max())}, but "
+                              f"the {config.model_type} position table has {config.n_positions} rows "
+                              f"(longest input: max_len = {config.max_len} tokens)")
+    c: dict = {"kind": "hf_model", "config": config}
+    e, c["word"] = embedding_forward(ids, params["embeddings.word"], "input_ids")          # (B, n, E)
+    p_e, c["position"] = embedding_forward(pos, params["embeddings.position"], "position ids")
+    e = e + p_e
+    if config.type_vocab_size:
+        tt = np.zeros((B, n), dtype=np.int64) if token_type_ids is None else as_int_array(
+            token_type_ids, "token_type_ids", ndim=2)
+        if tt.shape != (B, n):
+            raise InputValueError(f"token_type_ids must have shape (B, n) = {(B, n)}, got shape {tt.shape}")
+        t_e, c["token_type"] = embedding_forward(tt, params["embeddings.token_type"], "token_type_ids")
+        e = e + t_e
+    elif token_type_ids is not None and np.any(as_int_array(token_type_ids, "token_type_ids", ndim=2)):
+        raise InputValueError(f"token_type_ids given, but {config.model_type} has no token-type embedding")
+    e, c["ln"] = layernorm_forward(e, params["embeddings.ln.gamma"], params["embeddings.ln.beta"],
+                                   config.layer_norm_eps)                                     # (B, n, E)
+    H0, c["drop"] = dropout_forward(e, config.dropout, training, rng)
+    if config.has_projection:
+        H0, c["project"] = linear_forward(H0, params["embeddings.project.W"], params["embeddings.project.b"])
+    H0 = H0.astype(dtype, copy=False)                                                         # (B, n, d)
+    H, c["stack"] = encoder_forward(_stack_params(params), config.stack, inputs_embeds=H0,
+                                    attention_mask=attention_mask, training=training, rng=rng)
+    c["hidden_states"], c["attentions"] = c["stack"]["hidden_states"], c["stack"]["attentions"]
+    return H, c
+
+
+def hf_backward(dH: np.ndarray, cache: dict, free_cache: bool = False) -> dict:
+    """Gradients of every parameter (names of :func:`hf_forward`'s params), from ∂L/∂H^(N).
+
+    A bare layer's (and plain BERT's) result is :func:`encoder_backward`'s, including
+    ``"inputs_embeds"`` for a bare layer.
+    """
+    if isinstance(cache, dict) and cache.get("kind") == "encoder":
+        return encoder_backward(dH, cache, free_cache=free_cache)
+    check_cache(cache, "cache", "hf_model")
+    config: HFEncoderConfig = cache["config"]
+    grads = encoder_backward(dH, cache["stack"], free_cache=free_cache)
+    dH0 = grads.pop("inputs_embeds")                                                          # (B, n, d)
+    if "project" in cache:
+        dH0, grads["embeddings.project.W"], grads["embeddings.project.b"] = linear_backward(dH0, cache["project"])
+    de = dropout_backward(dH0, cache["drop"])                                                 # (B, n, E)
+    de, grads["embeddings.ln.gamma"], grads["embeddings.ln.beta"] = layernorm_backward(de, cache["ln"])
+    grads["embeddings.word"] = embedding_backward(de, cache["word"])
+    grads["embeddings.position"] = embedding_backward(de, cache["position"])
+    if "token_type" in cache:
+        grads["embeddings.token_type"] = embedding_backward(de, cache["token_type"])
+    order = list(hf_param_shapes(config))
+    return {k: grads[k] for k in order}

@@ -1,0 +1,73 @@
+"""Worksheets: check a hand calculation of a small encoder, step by step, forward and backward.
+
+A worksheet is a small TOML file (see :mod:`.format`) describing one problem — tokens, H^(0), the
+weights — and, optionally, a student's answers for any of the named steps (:mod:`.names`).
+:func:`check` computes every step with the library's own ops (:mod:`.steps`), marks each answer
+``correct`` / ``follows`` / ``wrong`` / ``missing`` with follow-through (:mod:`.marking`) and
+diagnoses the first mistake (:mod:`.diagnosis`). :func:`new_worksheet` writes a fresh problem chosen
+for hand calculation (:mod:`.generate`).
+
+    >>> import transformer_np as tnp
+    >>> report = tnp.check(tnp.worksheets.example_path("the_cat_sat"))
+    >>> report.first_mistake["diagnosis"]
+    'arithmetic'
+
+Command line: ``transformer-np check FILE [--json]`` and ``transformer-np worksheet new``.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+
+from .format import Answer, Worksheet, load_worksheet, quantity_shape
+from .names import DIAGNOSES, VERDICTS
+from .report import Report
+
+__all__ = ["check", "load_worksheet", "Worksheet", "Answer", "Report", "quantity_shape", "example_path",
+           "EXAMPLES", "VERDICTS", "DIAGNOSES", "new_worksheet", "write_worksheet"]
+
+EXAMPLES = ("the_cat_sat",)
+
+
+def example_path(name: str = "the_cat_sat") -> str:
+    """The path of a worksheet shipped with the package (``EXAMPLES``)."""
+    if name not in EXAMPLES:
+        from ..errors import InputValueError
+        raise InputValueError(f"name must be one of {list(EXAMPLES)}, got {name!r}")
+    return os.fspath(resources.files(__name__).joinpath("examples", f"{name}.toml"))
+
+
+def check(worksheet) -> Report:
+    """Check a worksheet: compute every step, mark the student's answers, diagnose the first mistake.
+
+    Args:
+        worksheet: a path to a TOML worksheet, or a dict of the same structure (or a
+            :class:`Worksheet`).
+
+    Returns:
+        a :class:`Report`: ``report.to_dict()`` is ``{"steps": [{"layer", "name", "verdict", "given",
+        "expected", "max_abs_error"}, …], "first_mistake": {"layer", "name", "diagnosis",
+        "explanation"} or None}``; ``print(report)`` shows the text report.
+
+    Raises:
+        WorksheetError: (a ``ValueError``) the worksheet is malformed — the message names the file,
+            section, key, what was expected and what was given.
+    """
+    from .marking import mark_worksheet
+
+    return Report(mark_worksheet(load_worksheet(worksheet)))
+
+
+def new_worksheet(*args, **kwargs):
+    """A fresh problem for hand calculation; see :func:`transformer_np.worksheets.generate.new_worksheet`."""
+    from .generate import new_worksheet as _new
+
+    return _new(*args, **kwargs)
+
+
+def write_worksheet(*args, **kwargs):
+    """Write a problem's TOML, student sheet and answer key; see :func:`.generate.write_worksheet`."""
+    from .generate import write_worksheet as _write
+
+    return _write(*args, **kwargs)

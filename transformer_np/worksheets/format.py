@@ -1,0 +1,427 @@
+r"""The worksheet format: a TOML file (or the same structure as a dict), validated into a :class:`Worksheet`.
+
+::
+
+    [setup]
+    tokens = ["the", "cat", "sat"]   # required; one row of H0 per token
+    d_model = 4            # default: the width of H0
+    n_heads = 1            # default 1; d_k = d_model / n_heads
+    d_ff = 16              # default 4 * d_model
+    norm = "post"          # "post" (default) | "pre"
+    activation = "gelu"    # "gelu" (default, exact erf) | "gelu_tanh" | "relu"
+    eps = 1e-12            # LayerNorm epsilon, default 1e-12
+    layers = 1             # default 1
+    decimals = 2           # how the answers are rounded (default 2); the tolerance follows from it
+    seed = 0               # default 0: weights not given are init_params(config, seed, init="xavier")
+
+    [input]
+    H0 = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]   # required; or a table of rows keyed by token
+    dH = [[...], ...]      # optional dL/dH^(N): asking for backward answers needs it
+
+    [layer1]               # any weight given here overrides the seeded one
+    W_Q = "identity"       # "identity" is accepted for square weights
+
+    [answers.layer1]       # any subset of the names in names.py; a full matrix, or rows keyed by token
+    scores = [[1.0, 0.0, 0.5], [0.0, 1.0, 0.5], [0.5, 0.5, 1.0]]
+    attention_weights = { the = [0.44, 0.16, 0.40] }
+
+Defaults are used only for keys that are absent; a key that is present is used as given or refused
+with a :class:`~transformer_np.errors.WorksheetError` that names it. Sizes are bounded (see
+``names.LIMITS``): a worksheet is for hand calculation.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import WorksheetError
+from ..model.config import EncoderConfig
+from ..model.params import init_params, layer_prefix
+from ..ops.activations import ACTIVATIONS
+from .names import LIBRARY_PARAM, LIMITS, PARAM_NAMES, SETUP_KEYS, answer_names, is_per_token
+from .tomlio import read_toml
+
+__all__ = ["Answer", "Worksheet", "load_worksheet", "quantity_shape"]
+
+_SQUARE = ("W_Q", "W_K", "W_V", "W_O")
+
+
+@dataclass
+class Answer:
+    """One quantity as the student gave it.
+
+    ``value`` has the quantity's full shape with NaN where nothing was given; ``mask`` is True on the
+    given entries; ``raw`` is what the student wrote (a nested list, or ``{token: row}``).
+    """
+
+    value: np.ndarray
+    mask: np.ndarray
+    raw: object
+
+
+@dataclass
+class Worksheet:
+    """A validated worksheet: the problem (set-up, input, every parameter) and the student's answers."""
+
+    tokens: tuple[str, ...]
+    d_model: int
+    n_heads: int
+    d_ff: int
+    norm: str
+    activation: str
+    eps: float
+    layers: int
+    decimals: int
+    seed: int
+    H0: np.ndarray                      # (n, d_model)
+    dH: np.ndarray | None               # (n, d_model) or None
+    params: list[dict[str, np.ndarray]]  # per layer, keyed by worksheet name (W_Q, …, gamma1, …)
+    answers: dict[tuple[int, str], Answer] = field(default_factory=dict)   # (layer, name) -> Answer
+    given_params: list[set[str]] = field(default_factory=list)             # names given in [layerℓ]
+    source: str = "<dict>"
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def backward(self) -> bool:
+        return self.dH is not None
+
+    def config(self) -> EncoderConfig:
+        """The library's config of this problem (no dropout, no embeddings, no final LayerNorm)."""
+        return worksheet_config(self.layers, self.d_model, self.n_heads, self.d_ff, self.norm, self.activation,
+                                self.eps)
+
+    def library_params(self) -> dict[str, np.ndarray]:
+        """The parameters under the library's dotted names (``layers.0.attn.W_Q`` …)."""
+        cfg = self.config()
+        return {layer_prefix(cfg, l) + LIBRARY_PARAM[k]: v for l, p in enumerate(self.params) for k, v in p.items()}
+
+
+def worksheet_config(layers, d_model, n_heads, d_ff, norm, activation, eps) -> EncoderConfig:
+    return EncoderConfig(n_layers=layers, d_model=d_model, n_heads=n_heads, d_ff=d_ff, activation=activation,
+                         norm_position=norm, layer_norm_eps=eps, dropout=0.0, vocab_size=None,
+                         final_layer_norm=False)
+
+
+def quantity_shape(name: str, n: int, d: int, f: int) -> tuple[int, ...]:
+    """The shape of a quantity (or its gradient ``d_`` + name) for n tokens, d_model d, d_ff f."""
+    base = name[2:] if name.startswith("d_") else name
+    if base in PARAM_NAMES:
+        return {"W_1": (d, f), "b_1": (f,), "W_2": (f, d)}.get(base, (d, d) if base.startswith("W") else (d,))
+    base = base.split("_head")[0]
+    if base in ("scores", "attention_weights"):
+        return (n, n)
+    if base.endswith("_mean") or base.endswith("_var"):
+        return (n,)
+    if base in ("ffn_hidden", "ffn_activation"):
+        return (n, f)
+    return (n, d)
+
+
+# ----------------------------------------------------------------------------- small checks
+def _fail(where: str, msg: str):
+    raise WorksheetError(f"{where}: {msg}")
+
+
+def _nearest(key: str, valid) -> str | None:
+    """The valid name closest to ``key`` (case-insensitive; ties go to the same first letter, then length)."""
+    k = str(key).lower()
+    best, best_score = None, 0.5
+    for v in valid:
+        ratio = difflib.SequenceMatcher(None, k, v.lower()).ratio()
+        score = (ratio, v.lower()[:1] == k[:1], -abs(len(v) - len(k)))
+        if ratio >= 0.5 and (best is None or score > best_score):
+            best, best_score = v, score
+    return best
+
+
+def _suggest(key: str, valid, what: str) -> str:
+    close = _nearest(key, list(valid))
+    if close is not None:
+        return f"unknown {what} {key!r}; did you mean {close!r}?"
+    return f"unknown {what} {key!r}; valid: {', '.join(valid)}"
+
+
+def _table(raw, where: str) -> dict:
+    if not isinstance(raw, dict):
+        _fail(where, f"must be a table, got {_kind(raw)}")
+    return raw
+
+
+def _kind(v) -> str:
+    if isinstance(v, dict):
+        return "a table"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, str):
+        return f"the string {v!r}"
+    return f"{type(v).__name__} {v!r}"
+
+
+def _check_keys(table: dict, valid, where: str, what: str = "key") -> None:
+    for k in table:
+        if k not in valid:
+            _fail(where, _suggest(k, valid, what))
+
+
+def _int(table, key, where, default, lo, hi=None):
+    if key not in table:
+        return default
+    v = table[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        _fail(f"{where}.{key}", f"must be an integer, got {_kind(v)}")
+    if v < lo or (hi is not None and v > hi):
+        rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
+        why = " (a worksheet is for hand calculation)" if hi is not None and v > hi else ""
+        _fail(f"{where}.{key}", f"must be {rng}{why}, got {v}")
+    return v
+
+
+def _choice(table, key, where, default, choices):
+    if key not in table:
+        return default
+    v = table[key]
+    if v not in choices:
+        if isinstance(v, str):
+            _fail(f"{where}.{key}", _suggest(v, choices, "value"))
+        _fail(f"{where}.{key}", f"must be one of {', '.join(map(repr, choices))}, got {_kind(v)}")
+    return v
+
+
+def _numbers(v, where: str):
+    """A nested list of finite numbers as a float array (shape checked by the caller)."""
+    def walk(x, path):
+        if isinstance(x, bool) or isinstance(x, (str, dict)) or x is None:
+            _fail(where, f"expected numbers, got {_kind(x)}{path}")
+        if isinstance(x, (int, float)):
+            if not math.isfinite(x):
+                _fail(where, f"non-finite number {x!r}{path} (NaN and infinity are not allowed)")
+            return float(x)
+        if isinstance(x, list):
+            return [walk(y, f"{path}[{i}]") for i, y in enumerate(x)]
+        _fail(where, f"expected numbers, got {_kind(x)}{path}")
+    data = walk(v, "")
+    try:
+        a = np.array(data, dtype=np.float64)
+    except ValueError:
+        _fail(where, "rows of different lengths (a ragged array)")
+    if a.dtype == object:
+        _fail(where, "rows of different lengths (a ragged array)")
+    return a
+
+
+def _shaped(v, where: str, shape: tuple[int, ...]) -> np.ndarray:
+    if isinstance(v, list) and len(shape) == 2 and all(isinstance(r, list) for r in v) and \
+            len({len(r) for r in v}) > 1:
+        _fail(where, f"expected shape {shape}, got rows of lengths {[len(r) for r in v]}")
+    a = _numbers(v, where)
+    if a.shape != shape:
+        _fail(where, f"expected shape {shape}, got shape {a.shape}")
+    return a
+
+
+def _rows(v, where: str, shape: tuple[int, ...], tokens: tuple[str, ...], per_token: bool, partial: bool):
+    """A full array, or (if ``per_token``) a table of rows keyed by token. Returns (value, mask, raw)."""
+    if not isinstance(v, dict):
+        a = _shaped(v, where, shape)
+        return a, np.ones(shape, bool), a.tolist()
+    if not per_token:
+        _fail(where, f"is not one row per token: give the whole array of shape {shape}, not a table")
+    if not v:
+        _fail(where, "an empty table gives no rows")
+    value, mask, raw = np.full(shape, np.nan), np.zeros(shape, bool), {}
+    for tok, row in v.items():
+        if tok not in tokens:
+            _fail(f"{where}.{tok}", _suggest(tok, tokens, "token") + f" (tokens are {list(tokens)})")
+        if tokens.count(tok) > 1:
+            _fail(f"{where}.{tok}", f"the token {tok!r} appears {tokens.count(tok)} times in setup.tokens: "
+                                    f"give the whole array instead of rows keyed by token")
+        i = tokens.index(tok)
+        value[i] = _shaped(row, f"{where}.{tok}", shape[1:])
+        mask[i] = True
+        raw[tok] = value[i].tolist()
+    if not partial and not mask.all():
+        missing = [t for t, m in zip(tokens, mask.reshape(len(tokens), -1).all(axis=1)) if not m]
+        _fail(where, f"every token needs a row; missing {missing}")
+    return value, mask, raw
+
+
+# ----------------------------------------------------------------------------- sections
+def _setup(raw: dict, where: str = "[setup]") -> dict:
+    s = _table(raw, where)
+    _check_keys(s, SETUP_KEYS, where)
+    if "tokens" not in s:
+        _fail(where, "tokens is required, e.g. tokens = [\"the\", \"cat\", \"sat\"]")
+    tokens = s["tokens"]
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t for t in tokens):
+        _fail(f"{where}.tokens", f"must be a non-empty array of non-empty strings, got {_kind(tokens)}")
+    if len(tokens) > LIMITS["tokens"]:
+        _fail(f"{where}.tokens", f"at most {LIMITS['tokens']} tokens (a worksheet is for hand calculation), "
+                                 f"got {len(tokens)}")
+    out = {"tokens": tuple(tokens)}
+    out["d_model"] = _int(s, "d_model", where, None, 1, LIMITS["d_model"])
+    out["n_heads"] = _int(s, "n_heads", where, 1, 1, LIMITS["d_model"])
+    out["d_ff"] = _int(s, "d_ff", where, None, 1, LIMITS["d_ff"])
+    out["layers"] = _int(s, "layers", where, 1, 1, LIMITS["layers"])
+    out["decimals"] = _int(s, "decimals", where, 2, 0, LIMITS["decimals"])
+    out["seed"] = _int(s, "seed", where, 0, 0)
+    out["norm"] = _choice(s, "norm", where, "post", ("post", "pre"))
+    out["activation"] = _choice(s, "activation", where, "gelu", ACTIVATIONS)
+    eps = s.get("eps", 1e-12)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        _fail(f"{where}.eps", f"must be a positive finite number, got {_kind(eps)}")
+    out["eps"] = float(eps)
+    return out
+
+
+def _params(raw: dict, where: str, d: int, f: int, defaults: dict) -> tuple[dict, set]:
+    t = _table(raw, where)
+    _check_keys(t, PARAM_NAMES, where, "parameter")
+    p, given = dict(defaults), set()
+    for k, v in t.items():
+        shape = quantity_shape(k, 1, d, f)
+        if isinstance(v, str):
+            if v != "identity":
+                _fail(f"{where}.{k}", f"the only word accepted is \"identity\", got {v!r}")
+            if len(shape) != 2 or shape[0] != shape[1]:
+                _fail(f"{where}.{k}", f"\"identity\" needs a square matrix, but {k} has shape {shape}")
+            p[k] = np.eye(shape[0])
+        else:
+            p[k] = _shaped(v, f"{where}.{k}", shape)
+        given.add(k)
+    return p, given
+
+
+def _answer_name_error(name: str, where: str, norm: str, h: int, layer: int, backward: bool, valid) -> None:
+    base = name.split("_head")[0]
+    if name in ("scores", "attention_weights", "d_scores", "d_attention_weights") and h > 1:
+        _fail(f"{where}.{name}", f"with n_heads = {h} give it per head: "
+                                 + ", ".join(f"{name}_head{i + 1}" for i in range(h)))
+    if "_head" in name and base in ("scores", "attention_weights", "d_scores", "d_attention_weights"):
+        if h == 1:
+            _fail(f"{where}.{name}", f"with one head the name is {base!r}")
+        _fail(f"{where}.{name}", f"n_heads = {h}: the heads are {base}_head1 … {base}_head{h}")
+    if name.startswith("d_") and not backward and name in answer_names(norm, h, layer, True):
+        _fail(f"{where}.{name}", "backward answers need the upstream gradient: add dH to [input]")
+    if name == "d_H0" and layer != 1:
+        _fail(f"{where}.{name}", "d_H0 is the gradient of layer 1's input: put it in [answers.layer1]")
+    if name in ("layer_norm2", "d_layer_norm2") and norm == "post":
+        _fail(f"{where}.{name}", "in Post-LN the second LayerNorm's output is the layer output H")
+    if name.startswith("d_layer_norm") and (name.endswith("_mean") or name.endswith("_var")):
+        _fail(f"{where}.{name}", "the LayerNorm statistics have no gradient entry (the LayerNorm backward is one "
+                                 "step): give d_layer_norm / d_residual instead")
+    _fail(where, _suggest(name, valid, "quantity"))
+
+
+def _answers(raw: dict, ws: Worksheet) -> dict:
+    t = _table(raw, "[answers]")
+    layers = [f"layer{l + 1}" for l in range(ws.layers)]
+    out = {}
+    for key, v in t.items():
+        if key == "d_H0":
+            if not ws.backward:
+                _fail("[answers].d_H0", "backward answers need the upstream gradient: add dH to [input]")
+            continue
+        if key not in layers:
+            if key.startswith("layer") and key[5:].isdigit():
+                _fail(f"[answers.{key}]", f"the worksheet has setup.layers = {ws.layers}")
+            _fail("[answers]", _suggest(key, layers + (["d_H0"] if ws.backward else []), "key"))
+        layer = int(key[5:])
+        where = f"[answers.{key}]"
+        valid = answer_names(ws.norm, ws.n_heads, layer, ws.backward)
+        for name, val in _table(v, where).items():
+            if name not in valid:
+                _answer_name_error(name, where, ws.norm, ws.n_heads, layer, ws.backward, valid)
+            shape = quantity_shape(name, ws.n, ws.d_model, ws.d_ff)
+            out[(layer, name)] = Answer(*_rows(val, f"{where}.{name}", shape, ws.tokens, is_per_token(name), True))
+    if "d_H0" in t:
+        if (1, "d_H0") in out:
+            _fail("[answers].d_H0", "given twice: here and in [answers.layer1]")
+        shape = (ws.n, ws.d_model)
+        out[(1, "d_H0")] = Answer(*_rows(t["d_H0"], "[answers].d_H0", shape, ws.tokens, True, True))
+    return out
+
+
+def parse_worksheet(raw: dict, source: str = "<dict>") -> Worksheet:
+    """Validate the parsed TOML structure ``raw`` (a dict) into a :class:`Worksheet`."""
+    try:
+        return _parse(raw)
+    except WorksheetError as e:
+        raise WorksheetError(f"{source}: {e}") from None
+
+
+def _parse(raw) -> Worksheet:
+    if not isinstance(raw, dict):
+        raise WorksheetError(f"a worksheet must be a table (dict), got {_kind(raw)}")
+    if "setup" not in raw:
+        _fail("the worksheet", "the [setup] section is required")
+    if "input" not in raw:
+        _fail("the worksheet", "the [input] section (with H0) is required")
+    setup = _setup(raw["setup"])
+    L = setup["layers"]
+    sections = ["setup", "input", "answers"] + [f"layer{l + 1}" for l in range(L)]
+    for k in raw:
+        if k not in sections:
+            if k.startswith("layer") and k[5:].isdigit():
+                _fail(f"[{k}]", f"the worksheet has setup.layers = {L} (sections layer1 … layer{L})")
+            _fail("the worksheet", _suggest(k, sections, "section"))
+    tokens, n = setup["tokens"], len(setup["tokens"])
+    inp = _table(raw["input"], "[input]")
+    _check_keys(inp, ("H0", "dH"), "[input]")
+    if "H0" not in inp:
+        _fail("[input]", "H0 is required (one row per token)")
+    d = setup["d_model"]
+    if d is None:       # derive d_model from H0's rows
+        rows = inp["H0"] if isinstance(inp["H0"], list) else list(_table(inp["H0"], "[input].H0").values())
+        d = len(rows[0]) if rows and isinstance(rows[0], list) else 0
+        if not 1 <= d <= LIMITS["d_model"]:
+            _fail("[input].H0", f"cannot tell d_model from it (rows of 1 … {LIMITS['d_model']} numbers "
+                                "expected); give setup.d_model")
+    H0 = _rows(inp["H0"], "[input].H0", (n, d), tokens, True, False)[0]
+    dH = _rows(inp["dH"], "[input].dH", (n, d), tokens, True, False)[0] if "dH" in inp else None
+    h = setup["n_heads"]
+    if d % h:
+        _fail("[setup].n_heads", f"d_model = {d} must be divisible by n_heads = {h} (d_k = d_model / n_heads)")
+    f = setup["d_ff"] if setup["d_ff"] is not None else min(4 * d, LIMITS["d_ff"])
+    cfg = worksheet_config(L, d, h, f, setup["norm"], setup["activation"], setup["eps"])
+    seeded = init_params(cfg, seed=setup["seed"], dtype=np.float64, init="xavier")
+    params, given = [], []
+    for l in range(L):
+        defaults = {k: seeded[layer_prefix(cfg, l) + v] for k, v in LIBRARY_PARAM.items()}
+        p, g = _params(raw.get(f"layer{l + 1}", {}), f"[layer{l + 1}]", d, f, defaults)
+        params.append(p)
+        given.append(g)
+    ws = Worksheet(tokens=tokens, d_model=d, n_heads=h, d_ff=f, norm=setup["norm"],
+                   activation=setup["activation"], eps=setup["eps"], layers=L, decimals=setup["decimals"],
+                   seed=setup["seed"], H0=H0, dH=dH, params=params, given_params=given)
+    ws.answers = _answers(raw.get("answers", {}), ws)
+    return ws
+
+
+def load_worksheet(source) -> Worksheet:
+    """A :class:`Worksheet` from a TOML file path or from a dict of the same structure.
+
+    Raises :class:`~transformer_np.errors.WorksheetError` (a ``ValueError``) naming the file, the
+    section and key, what was expected and what was given.
+    """
+    if isinstance(source, Worksheet):
+        return source
+    if isinstance(source, dict):
+        return parse_worksheet(source, "<dict>")
+    if isinstance(source, (str, os.PathLike)):
+        ws = parse_worksheet(read_toml(source), os.fspath(source))
+        ws.source = os.fspath(source)
+        return ws
+    from ..errors import InputTypeError
+    raise InputTypeError(f"worksheet must be a path to a TOML file or a dict, got {type(source).__name__}")

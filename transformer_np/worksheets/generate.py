@@ -1,0 +1,328 @@
+r"""New problems for hand calculation: ``transformer-np worksheet new``.
+
+Each seed gives its own problem, so an instructor can hand every student a different sheet. The
+numbers are chosen to be worked by hand:
+
+* H^(0): zeros and ones, no two rows alike, no constant row, no column of zeros;
+* W_Q, W_K select columns (one 1 per column), W_V is a permutation, W_O the identity, their biases
+  0 — so Q, K, V are columns of the attention's input, and in layer 1 of a Post-LN sheet the scores
+  are integers / √d_k (for d_k = 1, 4, 9, 16: multiples of 1/√d_k); every score of layer 1 lies in
+  [−2, 2] (later layers [−3, 3]; both at least [−√d_k, √d_k]) and not all are equal, so the softmax
+  needs e^x for a few small x;
+* W_1, W_2: entries in {−1, −0.5, 0, 0.5, 1}, b_1 in {−0.5, 0, 0.5}, γ = 1, β = 0;
+  with ReLU (the default activation here) no pre-activation lies within 0.05 of the kink (on a
+  sheet with more than 64 pre-activations per layer: none exactly at it);
+* every LayerNorm input row has variance ≥ 0.05 (no near-constant row), and (with ``--backward``)
+  the upstream gradient dH has entries in {−1, 0, 1}.
+
+A layer whose numbers break a condition is redrawn from the same seeded stream (deterministically).
+The files written: ``<stem>.toml`` (the problem, with an empty ``[answers.layer1]`` for the
+student), ``<stem>_student.md`` (the problem and a blank table per step), ``<stem>_key.md`` (every
+step's answer) and ``<stem>_key.toml`` (the problem with the key as answers: ``check`` marks it all
+``correct``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import InputValueError
+from ..ops.activations import ACTIVATIONS
+from .format import load_worksheet, quantity_shape
+from .names import LIMITS, PARAM_NAMES, is_per_token
+from .steps import DH_KEY, H0_KEY, build_steps, evaluate
+from .tomlio import toml_value
+
+__all__ = ["WORDS", "new_worksheet", "answer_key", "to_toml", "student_markdown", "key_markdown",
+           "write_worksheet"]
+
+WORDS = ("the", "cat", "sat", "on", "a", "mat", "dog", "ran", "big", "red", "sun", "sky", "bird", "sang",
+         "fish", "swam", "old", "tree", "grew", "tall")
+_MAX_DRAWS = 500      # draws of H0 (each followed by up to _LAYER_DRAWS draws per layer)
+_LAYER_DRAWS = 50
+MIN_VARIANCE = 0.15    # LayerNorm inputs with a smaller variance make 1/σ (and the rounding it amplifies) large
+
+
+def _check_args(tokens, d_model, heads, norm, layers, d_ff, activation, decimals, seed):
+    def bounded(v, name, lo, hi):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise InputValueError(f"{name} must be an integer, got {v!r}")
+        if not lo <= v <= hi:
+            raise InputValueError(f"{name} must be in [{lo}, {hi}] (a worksheet is for hand calculation), got {v}")
+    bounded(tokens, "tokens", 2, LIMITS["tokens"])
+    bounded(d_model, "d_model", 2, LIMITS["d_model"])
+    bounded(heads, "heads", 1, d_model)
+    bounded(layers, "layers", 1, LIMITS["layers"])
+    bounded(decimals, "decimals", 1, LIMITS["decimals"])
+    if d_ff is not None:
+        bounded(d_ff, "d_ff", 1, LIMITS["d_ff"])
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if d_model % heads:
+        raise InputValueError(f"d_model = {d_model} must be divisible by heads = {heads}")
+    if norm not in ("post", "pre"):
+        raise InputValueError(f"norm must be 'post' or 'pre', got {norm!r}")
+    if activation not in ACTIVATIONS:
+        raise InputValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+def _draw_layer(rng, d: int, f: int) -> dict:
+    def select():                                 # column c of x W is column r(c) of x
+        return np.eye(d)[rng.integers(0, d, size=d)].T.copy()
+    return {"W_Q": select(), "b_Q": np.zeros(d), "W_K": select(), "b_K": np.zeros(d),
+            "W_V": np.eye(d)[rng.permutation(d)], "b_V": np.zeros(d), "W_O": np.eye(d), "b_O": np.zeros(d),
+            "gamma1": np.ones(d), "beta1": np.zeros(d),
+            "W_1": rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0], size=(d, f)), "b_1": rng.choice([-0.5, 0.0, 0.5], size=f),
+            "W_2": rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0], size=(f, d)), "b_2": np.zeros(d),
+            "gamma2": np.ones(d), "beta2": np.zeros(d)}
+
+
+def _layer_ok(raw: dict, layer: int, activation: str) -> bool:
+    """Are the numbers of layer ``layer`` (1-based) of the problem so far hand-friendly?"""
+    sub = {**raw, "setup": {**raw["setup"], "layers": layer}, "input": {"H0": raw["input"]["H0"]}}
+    sub = {k: v for k, v in sub.items() if not (k.startswith("layer") and int(k[5:]) > layer)}
+    ws = load_worksheet(sub)
+    steps = build_steps(ws)
+    v = evaluate(steps, {H0_KEY: ws.H0})
+    for s in steps:
+        if s.layer != layer:
+            continue
+        x = v[s.key]
+        base = s.name.split("_head")[0]
+        if not np.all(np.isfinite(x)):
+            return False
+        bound = max(2.0 if layer == 1 else 3.0, np.sqrt(ws.d_k))
+        if base == "scores" and (np.abs(x).max() > bound + 1e-9 or np.ptp(x) == 0):
+            return False
+        if base.endswith("_var") and x.min() < MIN_VARIANCE:
+            return False
+        kink = 0.05 if x.size <= 64 else 1e-9      # a hand-sized sheet keeps clear of ReLU's kink
+        if base == "ffn_hidden" and activation == "relu" and np.abs(x).min() < kink:
+            return False
+    return True
+
+
+def new_worksheet(tokens: int = 3, d_model: int = 4, heads: int = 1, norm: str = "post", backward: bool = False,
+                  seed: int = 0, layers: int = 1, d_ff: int | None = None, activation: str = "relu",
+                  decimals: int = 2) -> dict:
+    """A fresh problem (the worksheet as a dict, without answers) chosen for hand calculation.
+
+    Args:
+        tokens: number of tokens n (2 … 16); words are drawn from ``WORDS``.
+        d_model: width d (2 … 64); ``heads`` must divide it.
+        heads: attention heads h.
+        norm: "post" or "pre".
+        backward: also give an upstream gradient dH, so the backward steps are asked for.
+        seed: different seeds give different problems (the same seed the same problem).
+        layers: 1 … 4.
+        d_ff: feed-forward width (default d_model, to keep the hand work small).
+        activation: "relu" (default: the easiest by hand), "gelu" or "gelu_tanh".
+        decimals: how the answers are to be rounded.
+    """
+    _check_args(tokens, d_model, heads, norm, layers, d_ff, activation, decimals, seed)
+    f = d_model if d_ff is None else d_ff
+    rng = np.random.default_rng(seed)
+    words = [str(w) for w in rng.choice(WORDS, size=tokens, replace=False)]
+    for _ in range(_MAX_DRAWS):
+        H0 = rng.choice([0.0, 1.0], size=(tokens, d_model))
+        if len({tuple(r) for r in H0}) < tokens or np.any(np.ptp(H0, axis=1) == 0) or not H0.any(axis=0).all():
+            continue
+        raw = {"setup": {"tokens": words, "d_model": d_model, "n_heads": heads, "d_ff": f, "norm": norm,
+                         "activation": activation, "eps": 1e-12, "layers": layers, "decimals": decimals,
+                         "seed": int(seed)},
+               "input": {"H0": H0.tolist()}}
+        for l in range(1, layers + 1):
+            for _ in range(_LAYER_DRAWS):
+                raw[f"layer{l}"] = {k: v.tolist() for k, v in _draw_layer(rng, d_model, f).items()}
+                if _layer_ok(raw, l, activation):
+                    break
+            else:
+                break
+        else:
+            if backward:
+                dH = np.zeros((tokens, d_model))
+                while not dH.any():
+                    dH = rng.choice([-1.0, 0.0, 1.0], size=(tokens, d_model))
+                raw["input"]["dH"] = dH.tolist()
+            return raw
+    raise InputValueError(f"no problem with hand-friendly numbers found in {_MAX_DRAWS} draws for seed {seed} "
+                          f"(tokens = {tokens}, d_model = {d_model}, heads = {heads}); try another seed or "
+                          f"smaller sizes")
+
+
+def _values(raw: dict):
+    ws = load_worksheet({k: v for k, v in raw.items() if k != "answers"})
+    steps = build_steps(ws)
+    v = evaluate(steps, {H0_KEY: ws.H0, DH_KEY: ws.dH} if ws.backward else {H0_KEY: ws.H0})
+    return ws, steps, v
+
+
+def _round(x: np.ndarray, dec: int) -> np.ndarray:
+    r = np.sign(x) * np.floor(np.abs(x) * 10.0 ** dec + 0.5) / 10.0 ** dec      # halves away from zero
+    return r + 0.0                                                             # no -0.0
+
+
+def answer_key(raw: dict) -> dict:
+    """``{"layer1": {name: rounded value, …}, …}``: every step of the problem ``raw``, rounded to its decimals."""
+    ws, steps, v = _values(raw)
+    key: dict = {}
+    for s in steps:
+        key.setdefault(f"layer{s.layer}", {})[s.name] = _round(v[s.key], ws.decimals).tolist()
+    return key
+
+
+# ----------------------------------------------------------------------------- writing
+def _is_identity(a) -> bool:
+    a = np.asarray(a, dtype=float)
+    return a.ndim == 2 and a.shape[0] == a.shape[1] and np.array_equal(a, np.eye(a.shape[0]))
+
+
+def to_toml(raw: dict, answers: dict | None = None, template: bool = True) -> str:
+    """The worksheet ``raw`` as TOML text; ``answers`` (from :func:`answer_key`) are written with the sheet's
+    decimals; otherwise (``template``) an empty ``[answers.layer1]`` lists every name as a comment."""
+    s = raw["setup"]
+    dec = s.get("decimals", 2)
+    out = [f"# A worksheet for transformer_np (seed {s.get('seed', 0)}). Check it with:  transformer-np check FILE",
+           "", "[setup]"]
+    out += [f"{k} = {toml_value(v)}" for k, v in s.items()]
+    out += ["", "[input]"]
+    out += [f"{k} = {toml_value(v)}" for k, v in raw["input"].items()]
+    for l in range(1, s.get("layers", 1) + 1):
+        if f"layer{l}" not in raw:
+            continue
+        out += ["", f"[layer{l}]"]
+        for k in PARAM_NAMES:
+            if k in raw[f"layer{l}"]:
+                v = raw[f"layer{l}"][k]
+                out.append(f"{k} = " + ('"identity"' if _is_identity(v) else toml_value(v)))
+    if answers is not None:
+        for layer, table in answers.items():
+            out += ["", f"[answers.{layer}]"]
+            out += [f"{k} = {toml_value(v, dec)}" for k, v in table.items()]
+    elif template:
+        ws, steps, _ = _values(raw)
+        out += ["", f"# Your answers, rounded to {dec} decimals: uncomment a line and fill it in, as a full",
+                "# matrix (one row per token) or as rows keyed by token, e.g.  scores = { the = [1.0, 0.5, 0.0] }"]
+        for l in range(1, ws.layers + 1):
+            out += ["", f"[answers.layer{l}]"]
+            for st in steps:
+                if st.layer == l:
+                    shape = quantity_shape(st.name, ws.n, ws.d_model, ws.d_ff)
+                    out.append(f"# {st.name} = ...   # shape {shape}: {st.formula}")
+    return "\n".join(out) + "\n"
+
+
+def _md_table(values, rows, cols, dec: int | None) -> list[str]:
+    out = ["| | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for r, row in zip(rows, values):
+        cells = ["" if dec is None else _num(x, dec) for x in row]
+        out.append(f"| **{r}** | " + " | ".join(cells) + " |")
+    return out
+
+
+def _num(x, dec):
+    s = f"{x:.{dec}f}"
+    return s.replace("-", "") if float(s) == 0 else s
+
+
+def _labels(ws, name: str, shape):
+    base = name.removeprefix("d_").split("_head")[0]
+    per_token = is_per_token(name)
+    rows = list(ws.tokens) if per_token else ([str(i + 1) for i in range(shape[0])] if len(shape) > 1 else [""])
+    if len(shape) == 1:
+        cols = [name] if per_token else [str(j + 1) for j in range(shape[0])]
+    elif base in ("scores", "attention_weights"):
+        cols = list(ws.tokens)
+    else:
+        cols = [str(j + 1) for j in range(shape[1])]
+    return rows, cols
+
+
+def _as_rows(a: np.ndarray, name: str) -> np.ndarray:
+    if a.ndim == 1:
+        return a[:, None] if is_per_token(name) else a[None, :]
+    return a
+
+
+def _markdown(raw: dict, with_answers: bool) -> str:
+    ws, steps, v = _values(raw)
+    dec = ws.decimals
+    s = raw["setup"]
+    title = "Answer key" if with_answers else "Worksheet"
+    heads = f"{ws.n_heads} head{'s' if ws.n_heads > 1 else ''} (d_k = {ws.d_k})"
+    L = [f"# {title}: a Transformer encoder by hand (seed {s.get('seed', 0)})", "",
+         f"Tokens: {', '.join(ws.tokens)}. d_model = {ws.d_model}, {heads}, d_ff = {ws.d_ff}, "
+         f"{'Post-LN' if ws.norm == 'post' else 'Pre-LN'}, activation {ws.activation}, LayerNorm eps = "
+         f"{ws.eps:g} (treat it as 0), {ws.layers} layer{'s' if ws.layers > 1 else ''}.",
+         f"Round every answer to {dec} decimals; keep more digits in between. In the score and attention "
+         "tables the row is the query token and the column the key token.", "",
+         "Each layer: Z = LN1(H + MHA(H)), H' = LN2(Z + FFN(Z)) (Post-LN)." if ws.norm == "post" else
+         "Each layer: Z = H + MHA(LN1(H)), H' = Z + FFN(LN2(Z)) (Pre-LN, no final LayerNorm).", "",
+         "## Input H^(0)", ""]
+    L += _md_table(ws.H0, ws.tokens, [str(j + 1) for j in range(ws.d_model)], _dec_exact(ws.H0))
+    if ws.backward:
+        L += ["", "## Upstream gradient dH = dL/dH^(N)", ""]
+        L += _md_table(ws.dH, ws.tokens, [str(j + 1) for j in range(ws.d_model)], _dec_exact(ws.dH))
+    for l, p in enumerate(ws.params, 1):
+        L += ["", f"## Layer {l} parameters", ""]
+        for k in PARAM_NAMES:
+            a = p[k]
+            if _is_identity(a):
+                L.append(f"- {k} = the identity I_{a.shape[0]}")
+            elif a.ndim == 1:
+                L.append(f"- {k} = [{', '.join(_num(x, _dec_exact(a)) for x in a)}]")
+            else:
+                L += ["", f"{k}:", ""]
+                L += _md_table(a, [str(i + 1) for i in range(a.shape[0])], [str(j + 1) for j in range(a.shape[1])],
+                               _dec_exact(a))
+                L.append("")
+    L += ["", "## Steps", ""]
+    for i, st in enumerate(steps, 1):
+        shape = quantity_shape(st.name, ws.n, ws.d_model, ws.d_ff)
+        rows, cols = _labels(ws, st.name, shape)
+        L += [f"### {i}. Layer {st.layer}: `{st.name}` = {st.formula}", ""]
+        vals = _as_rows(_round(v[st.key], dec), st.name) if with_answers else np.zeros((len(rows), len(cols)))
+        L += _md_table(vals, rows, cols, dec if with_answers else None)
+        L.append("")
+    return "\n".join(L)
+
+
+def _dec_exact(a) -> int:
+    """The fewest decimals (≤ 6) that print every entry of ``a`` exactly."""
+    a = np.asarray(a, dtype=float)
+    for k in range(7):
+        if np.allclose(a, np.round(a, k), rtol=0, atol=1e-12):
+            return k
+    return 6
+
+
+def student_markdown(raw: dict) -> str:
+    """The problem and a blank table per step, in Markdown."""
+    return _markdown(raw, with_answers=False)
+
+
+def key_markdown(raw: dict) -> str:
+    """The problem and every step's answer (rounded to the sheet's decimals), in Markdown."""
+    return _markdown(raw, with_answers=True)
+
+
+def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: bool = False) -> list[str]:
+    """Write ``<stem>.toml``, ``<stem>_student.md``, ``<stem>_key.md`` and ``<stem>_key.toml`` into ``out``.
+
+    ``stem`` defaults to ``worksheet_seed<seed>``. Existing files are not overwritten unless ``force``.
+    Returns the four paths.
+    """
+    stem = stem or f"worksheet_seed{raw['setup'].get('seed', 0)}"
+    os.makedirs(out, exist_ok=True)
+    paths = [os.path.join(out, stem + suffix) for suffix in (".toml", "_student.md", "_key.md", "_key.toml")]
+    if not force:
+        existing = [p for p in paths if os.path.exists(p)]
+        if existing:
+            raise InputValueError(f"{existing[0]} already exists (use --force / force=True to overwrite)")
+    texts = [to_toml(raw), student_markdown(raw), key_markdown(raw), to_toml(raw, answers=answer_key(raw))]
+    for p, text in zip(paths, texts):
+        with open(p, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return paths

@@ -1,0 +1,188 @@
+"""The result of checking a worksheet: JSON-ready steps, the first mistake, and the text report."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import numpy as np
+
+from .diagnosis import diagnose
+from .marking import Marking
+from .names import is_per_token
+
+__all__ = ["Report", "format_table"]
+
+
+def _num(x: float, dec: int) -> str:
+    if not np.isfinite(x):
+        return str(x)
+    s = f"{x:.{dec}f}"
+    return s.replace("-", "") if float(s) == 0 else s          # no "-0.00"
+
+
+def format_table(rows: list[tuple[str, str, np.ndarray]], cols: list[str], dec: int, indent: str = "    ") -> list[str]:
+    """Lines of a table: each row is (label, sublabel, values); NaN prints as a blank."""
+    cells = [[("" if np.isnan(v) else _num(v, dec)) for v in vals] for _, _, vals in rows]
+    w = max([len(c) for r in cells for c in r] + [len(c) for c in cols] + [4])
+    l1 = max([len(r[0]) for r in rows] + [0])
+    l2 = max([len(r[1]) for r in rows] + [0])
+    out = [indent + " " * (l1 + l2 + 2) + "  ".join(c.rjust(w) for c in cols)]
+    for (a, b, _), c in zip(rows, cells):
+        out.append(indent + a.ljust(l1) + " " + b.ljust(l2) + " " + "  ".join(x.rjust(w) for x in c))
+    return out
+
+
+class Report:
+    """What ``check`` found. ``to_dict()`` is the JSON contract::
+
+        {"steps": [{"layer", "name", "verdict", "given", "expected", "max_abs_error"}, …],
+         "first_mistake": {"layer", "name", "diagnosis", "explanation"} or None}
+
+    ``given`` is the student's answer as written (a nested list, or ``{token: row}`` for a table of
+    rows) or None; ``expected`` the correct value (full precision, nested lists); ``max_abs_error``
+    the largest |given − expected| over the given entries (None when missing). ``str(report)`` is the
+    text report (see :meth:`format`).
+    """
+
+    def __init__(self, marking: Marking):
+        self.marking = marking
+        self.worksheet = marking.worksheet
+        m = marking
+        self.steps = []
+        for s in m.steps:
+            a = m.given(s.key)
+            self.steps.append({"layer": s.layer, "name": s.name, "verdict": m.verdict[s.key],
+                               "given": None if a is None else a.raw, "expected": m.truth[s.key].tolist(),
+                               "max_abs_error": m.error[s.key]})
+        first = next((s for s in m.steps if m.verdict[s.key] == "wrong"), None)
+        self.first_mistake = None
+        self._at = None
+        if first is not None:
+            d = diagnose(m, first)
+            self._at = d["at"]
+            self.first_mistake = {"layer": first.layer, "name": first.name, "diagnosis": d["diagnosis"],
+                                  "explanation": d["explanation"]}
+
+    # ------------------------------------------------------------------ access
+    def to_dict(self) -> dict:
+        """The JSON-ready result (see the class docstring)."""
+        return {"steps": self.steps, "first_mistake": self.first_mistake}
+
+    def to_json(self, **kwargs) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def verdict(self, name: str, layer: int = 1) -> str:
+        """The verdict of quantity ``name`` of ``layer`` (1-based)."""
+        for s in self.steps:
+            if s["name"] == name and s["layer"] == layer:
+                return s["verdict"]
+        raise KeyError(f"no quantity {name!r} in layer {layer}")
+
+    def verdicts(self) -> dict[tuple[int, str], str]:
+        """{(layer, name): verdict} for every step."""
+        return {(s["layer"], s["name"]): s["verdict"] for s in self.steps}
+
+    def counts(self) -> dict[str, int]:
+        out = {v: 0 for v in ("correct", "follows", "wrong", "missing")}
+        for s in self.steps:
+            out[s["verdict"]] += 1
+        return out
+
+    def __repr__(self) -> str:
+        c = self.counts()
+        fm = self.first_mistake
+        first = f", first mistake {fm['name']} (layer {fm['layer']}): {fm['diagnosis']}" if fm else ""
+        return (f"<worksheet report: {c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, "
+                f"{c['missing']} missing{first}>")
+
+    def __str__(self) -> str:
+        return self.format()
+
+    # ------------------------------------------------------------------ text
+    def format(self, full: bool = False, key: bool = False) -> str:
+        """The text report: a table of verdicts per layer, your rows next to the correct ones (rounded as
+        the worksheet rounds) for every answer that is not correct (``full``: for every answer), the first
+        mistake and its explanation. ``key=True`` also prints the correct value of every step."""
+        ws, m = self.worksheet, self.marking
+        dec = ws.decimals
+        heads = f"{ws.n_heads} head{'s' if ws.n_heads > 1 else ''} (d_k {ws.d_k})"
+        c = self.counts()
+        L = [f"Worksheet {os.path.basename(ws.source)}: tokens {', '.join(ws.tokens)}; d_model {ws.d_model}, {heads}, "
+             f"d_ff {ws.d_ff}, {ws.norm.capitalize()}-LN, {ws.activation}, {ws.layers} layer"
+             f"{'s' if ws.layers > 1 else ''}, eps {ws.eps:g}",
+             f"Answers to {dec} decimals: tolerance = {m.u:g} (half a unit in the last place) plus the rounding "
+             f"carried in from each step's inputs.",
+             f"{c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, {c['missing']} not answered."]
+        sections: dict[tuple[int, str], list] = {}
+        for s in m.steps:
+            sections.setdefault((s.layer, "backward" if s.backward else "forward"), []).append(s)
+        for (layer, part), steps in sections.items():
+            L += ["", f"LAYER {layer} — {part}"]
+            answered = [s for s in steps if m.verdict[s.key] != "missing"]
+            if answered:
+                w = max(len(s.name) for s in answered) + 2
+                L.append(f"  {'quantity'.ljust(w)}{'verdict':9s}{'max error':>10s}{'tolerance':>11s}")
+                for s in answered:
+                    v = m.verdict[s.key]
+                    a = m.given(s.key)
+                    t = m.tol if v == "correct" and m.error[s.key] <= float(np.max(m.tol[s.key][a.mask])) \
+                        else m.own_tol
+                    tol = float(np.max(t[s.key][a.mask]))
+                    L.append(f"  {s.name.ljust(w)}{(v.upper() if v == 'wrong' else v):9s}"
+                             f"{m.error[s.key]:10.{dec + 1}f}{tol:11.{dec + 1}f}")
+            missing = [s.name for s in steps if m.verdict[s.key] == "missing"]
+            if missing:
+                L += textwrap.wrap("not answered: " + ", ".join(missing), 110, initial_indent="  ",
+                                   subsequent_indent="    ")
+            for s in steps:
+                v = m.verdict[s.key]
+                if v != "missing" and (full or v != "correct"):
+                    L += [""] + self._detail(s)
+                elif key and v == "missing":
+                    L += [""] + self._detail(s)
+        L.append("")
+        if self.first_mistake is None:
+            L.append("No mistake: every answer is correct or follows from your own earlier answers.")
+        else:
+            fm = self.first_mistake
+            L.append(f"FIRST MISTAKE: layer {fm['layer']}, {fm['name']} — {fm['diagnosis']}")
+            L += textwrap.wrap(fm["explanation"], 110, initial_indent="  ", subsequent_indent="  ")
+        return "\n".join(L)
+
+    def _detail(self, s) -> list[str]:
+        ws, m = self.worksheet, self.marking
+        dec = ws.decimals
+        v = m.verdict[s.key]
+        note = {"correct": "correct", "follows": "follows from your earlier answers", "wrong": "WRONG",
+                "missing": "answer key"}[v]
+        out = [f"  {s.name} = {s.formula}   ({note})"]
+        truth = m.truth[s.key]
+        a = m.given(s.key)
+        per_token = is_per_token(s.name)
+        T = np.atleast_2d(truth.reshape(truth.shape[0], -1) if per_token else truth)
+        G = None if a is None else np.atleast_2d(a.value.reshape(T.shape))
+        O = None if v != "follows" else np.atleast_2d(m.own[s.key].reshape(T.shape))
+        if per_token:
+            labels = list(ws.tokens)
+        else:
+            labels = [str(i + 1) for i in range(T.shape[0])] if truth.ndim > 1 else [""]
+        base = s.name.removeprefix("d_").split("_head")[0]
+        if per_token and truth.ndim == 1:
+            cols = [s.name]
+        elif base in ("scores", "attention_weights"):
+            cols = list(ws.tokens)
+        else:
+            cols = [str(j + 1) for j in range(T.shape[1])]
+        rows = []
+        for i, lab in enumerate(labels):
+            if G is not None and not np.any(a.mask.reshape(T.shape)[i]):
+                if v != "missing":
+                    continue
+            if G is not None:
+                rows.append((lab, "yours", G[i]))
+            rows.append((lab if G is None else "", "correct", T[i]))
+            if O is not None:
+                rows.append(("", "from yours", O[i]))
+        return out + format_table(rows, cols, dec)
