@@ -12,14 +12,14 @@ import time
 import numpy as np
 import pytest
 
-from transformer_np.perf import bench
-from transformer_np.ops.fast import attention_forward, mha_forward   # the fast path's cache economy
 from transformer_np.model.config import EncoderConfig
 from transformer_np.model.encoder import encoder_forward, encoder_layer_forward
 from transformer_np.model.flops import layer_flops
-from transformer_np.ops.linear import linear_forward
-from transformer_np.perf.memory import cache_nbytes
 from transformer_np.model.params import init_params, sub_params
+from transformer_np.ops.fast import attention_forward, mha_forward  # the fast path's cache economy
+from transformer_np.ops.linear import linear_forward
+from transformer_np.perf import bench
+from transformer_np.perf.memory import cache_nbytes
 
 TINY = "2,8,16,2,32"   # B, n, d, h, d_ff: runs in well under a second per call
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -143,7 +143,7 @@ def test_busy_start_lowers_the_threads_and_says_so(monkeypatch):
     torch = pytest.importorskip("torch")
 
     def blas_threads():
-        return [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"][0]["num_threads"]
+        return next(i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")["num_threads"]
 
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
         torch_before = torch.get_num_threads()
@@ -184,16 +184,18 @@ def test_cache_nbytes_linear_counts_input_not_weight():
 
 
 def test_cache_nbytes_counts_shared_buffers_once():
-    """Q, K, V views of one array and A referenced three times (weights, A_drop, softmax.s)."""
+    """Q, K, V views of one array and A referenced three times (weights, A_drop, softmax.s); O is kept
+    too (the fast backward's ⟨dO, O⟩ row sums)."""
     rng = np.random.default_rng(0)
     qkv = rng.standard_normal((3, 2, 2, 5, 4))                   # (3, B, h, n, d_k)
-    _, cache = attention_forward(qkv[0], qkv[1], qkv[2])
+    O, cache = attention_forward(qkv[0], qkv[1], qkv[2])
     rep = cache_nbytes(cache)
     A = cache["weights"]
     assert rep["entries"]["Q"] == qkv[0].nbytes
     assert rep["entries"]["weights"] == rep["entries"]["softmax.s"] == A.nbytes
-    assert rep["total"] == qkv.nbytes + A.nbytes                 # owners: qkv, A
-    assert sum(rep["entries"].values()) == 3 * qkv[0].nbytes + 3 * A.nbytes
+    assert rep["entries"]["O"] == O.nbytes and cache["O"] is O
+    assert rep["total"] == qkv.nbytes + A.nbytes + O.nbytes       # owners: qkv, A, O
+    assert sum(rep["entries"].values()) == 3 * qkv[0].nbytes + 3 * A.nbytes + O.nbytes
 
 
 def test_cache_nbytes_layer_groups_and_encoder_per_layer():

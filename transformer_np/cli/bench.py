@@ -5,8 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from ..perf.bench import (DTYPES, MODES, SHAPES, busy_study, format_busy_study, format_table, minilm_throughput,
-                          parse_shape, run_benchmark)
+
+from ..perf.bench import (
+    DTYPES,
+    MODES,
+    SHAPES,
+    busy_study,
+    format_busy_study,
+    format_table,
+    minilm_throughput,
+    parse_shape,
+    run_benchmark,
+)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -17,8 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", action="append", default=None, metavar="NAME|B,n,d,h,d_ff",
                         help=f"shape(s) to run: {', '.join(SHAPES)} or a custom 'B,n,d,h,d_ff' (repeatable)")
     parser.add_argument("--dtype", action="append", choices=DTYPES, default=None, help="dtype(s) (repeatable)")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds after warm-up (default 7; 5 with --quick)")
-    parser.add_argument("--threads", type=int, default=None, help="threads for both sides (default: OpenBLAS's, or 1 when other processes "
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds after warm-up (default 7; 5 with --quick)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for both sides (default: OpenBLAS's, or 1 when other processes "
                              "keep the machine busy at the start: see the warning)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",

@@ -47,12 +47,12 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from ..model.flops import layer_flops
 from .._compat import forward_moved as _forward_moved
+from ..model.flops import layer_flops
 
 __all__ = ["SHAPES", "DTYPES", "MODES", "build_pair", "interleaved", "spread", "matmul_peak", "machine_info",
            "OtherLoad", "other_load", "busy_warnings", "recommended_threads", "BUSY_CORES", "UNSTEADY_SPREAD",
@@ -113,8 +113,8 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
     (``free_cache`` is passed to the NumPy backward, ``store_attention`` to the NumPy forward)."""
     kw = {} if store_attention else {"store_attention": False}
     torch = _import_torch()
-    from ..model.encoder import encoder_layer_backward, encoder_layer_forward
     from ..io.interop import from_torch
+    from ..model.encoder import encoder_layer_backward, encoder_layer_forward
     from ..model.params import sub_params
 
     B, n, d, h, f = dims
@@ -338,7 +338,8 @@ _BUSY_CHILD = r"""
 import json, os, statistics, sys, time
 import numpy as np, torch
 from transformer_np.perf.bench import build_pair, OtherLoad
-dims, dtype, mode, threads, rounds = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+dims, dtype, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+threads, rounds = int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(threads)
 np_call, torch_call, _ = build_pair(tuple(dims), dtype, mode)
 tick = os.sysconf("SC_CLK_TCK")
@@ -510,10 +511,10 @@ def measure_memory(dims, dtype: str, threads: int, recompute: bool = False) -> d
 
 def cache_report(dims, dtype: str) -> dict:
     """What the NumPy layer's cache keeps (bytes per entry, see :func:`transformer_np.perf.memory.cache_nbytes`)."""
-    from ..model.encoder import encoder_layer_forward
-    from .memory import cache_nbytes
-    from ..model.params import init_params, sub_params
     from ..model.config import EncoderConfig
+    from ..model.encoder import encoder_layer_forward
+    from ..model.params import init_params, sub_params
+    from .memory import cache_nbytes
 
     B, n, d, h, f = dims
     config = EncoderConfig(n_layers=1, d_model=d, n_heads=h, d_ff=f, dropout=0.0, layer_norm_eps=1e-5)
@@ -722,9 +723,9 @@ def format_table(doc: dict) -> str:
     for r, label in rows:
         sp = r.get("spread")
         rng = f"{sp['min']:.2f}–{sp['max']:.2f}" if sp else "n/a"
-        lines.append(f"| {r['shape']} | {r['dtype']} | {r['mode']}{label} | {r['numpy_ms']:.1f} | {r['torch_ms']:.1f} | "
-                     f"{r['ratio_vs_torch']:.2f}× | {rng} | {r['gflops']:.1f} | {100 * r['peak_fraction']:.0f}% | "
-                     f"{r['torch_gflops']:.1f} |")
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['mode']}{label} | {r['numpy_ms']:.1f} | "
+                     f"{r['torch_ms']:.1f} | {r['ratio_vs_torch']:.2f}× | {rng} | {r['gflops']:.1f} | "
+                     f"{100 * r['peak_fraction']:.0f}% | {r['torch_gflops']:.1f} |")
     if doc.get("memory"):
         lines += ["", "| shape/dtype | NumPy peak (RSS growth, free_cache) | torch peak (RSS growth) | NumPy/torch | "
                       "NumPy peak, store_attention=False | its NumPy/torch | "
