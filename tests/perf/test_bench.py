@@ -367,3 +367,20 @@ def test_busy_study_runs_its_cells_and_stops_its_busy_loops():
                 if os.path.exists(f"/proc/{p}/cmdline")]
     assert spinners == []
     assert "| 1 | 1 |" in bench.format_busy_study(rows)
+
+
+def test_bench_recompute_rows_and_memory_side_on_a_tiny_shape():
+    """--recompute adds the store_attention=False rows (same schema); the memory report then has the
+    recompute side; and the recomputing NumPy layer still computes torch's layer."""
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    proc = _run_cli("--quick", "--json", "--shape", TINY, "--rounds", "1", "--recompute")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [r["mode"] for r in doc["recompute"]] == ["fwd", "fwd+bwd"]
+    assert all(set(r) == set(doc["results"][0]) for r in doc["recompute"])
+    mem = bench.measure_memory((2, 8, 16, 2, 32), "float32", threads=1, recompute=True)
+    assert mem["numpy_recompute_rss_bytes"] >= 0 and mem["ratio_vs_torch_recompute"] is not None
+    np_call, torch_call, _ = bench.build_pair((2, 8, 16, 2, 32), "float64", "fwd", store_attention=False)
+    ours, cache = np_call()
+    assert cache["attn"]["attn"]["weights"] is None                   # A was not kept
+    np.testing.assert_allclose(ours, torch_call().numpy(), rtol=1e-10, atol=1e-10)

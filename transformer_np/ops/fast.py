@@ -9,26 +9,38 @@ first: every function here has the same name, arguments and result as its plain 
 (:mod:`transformer_np.ops.plain` lists them), and none checks its arguments — the public entry
 points have done that once.
 
-The tricks, each measured on this machine (see ``docs/bench_notes.md``):
+The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
+``docs/guide/performance.md``):
 
 * **Scores by blocks of query rows** (:func:`attention_forward`): S, A and their backward are
   computed for ~2²⁰ scores at a time, so each elementwise pass of the softmax stays in the CPU
   cache instead of streaming the whole (…, n_q, n_k) array (128 MiB at n = 2048) through memory.
   Each row of A is the softmax of its own row of S, so the blocks are independent. Only A is
   kept (S is overwritten by A in place): the plain cache's ``"scores"`` is not stored.
+* **Recomputed attention** (``store_attention=False``): no A kept at all; the row maxima and sums
+  of the softmax are, and the backward rebuilds each block of A with the forward's operations
+  (the FlashAttention trade: one more Q Kᵀ product and exp per block for O(n) memory per block).
+* **Fewer passes in the softmax backward**: ⟨dA_i, A_i⟩ = ⟨dO_i, O_i⟩ (an (n, d_v) product instead
+  of an (n, n) one), so dS = A ⊙ (dA − D) is two passes over the block.
 * **In-place buffers**: the softmax (:func:`softmax` with ``out=``), the 1/√d_k scale and the mask
-  are applied in the buffer that becomes A; LayerNorm reuses x − μ as x̂ and g as dx.
-* **One fused projection** (:func:`mha_forward`): Q, K, V = X [W_Q | W_K | W_V] + [b_Q | b_K | b_V],
-  one (d, 3d) matmul instead of three, and the head gradients written straight into the
-  (B, n, 3, h, d_k) layout of its backward (one copy instead of a stack + a transposing reshape).
+  are applied in the buffer that becomes A; O is written straight into the merged heads' context;
+  LayerNorm reuses x − μ as x̂ and g as dx; f(U) overwrites U, and f′ ⊙ ∂L/∂f(U) is computed in
+  ∂L/∂f(U)'s buffer.
+* **One (M, 3d) projection output** (:func:`mha_forward`): X W_Q, X W_K, X W_V written by three
+  products into the column blocks of one array (no concatenated [W_Q | W_K | W_V] copy made or
+  kept), Q, K, V views of it, and the head gradients copied once into its (B, n, 3, h, d_k) layout.
 * **Flattened matmuls** (:func:`linear_forward`): (B·n, d_in) @ (d_in, d_out) is one BLAS call;
   ``np.matmul`` on a (B, n, d_in) array calls BLAS per batch entry (~20% slower here).
-* **Blocked activations** (:func:`activation_forward`): exact GELU is ~80 elementwise passes
-  (erf is a rational function plus exps); on blocks of 16 Ki elements their temporaries stay in
-  L2 (~2.7× faster), with the same per-element arithmetic, so bit for bit the same result.
+* **Fused float32 GELU** (:func:`_gelu32`): one range, one exp, no gather or select, 28 in-place
+  passes on blocks of 64 Ki elements (2.3× the blocked erf); other activations and float64 keep
+  the plain kernels' arithmetic on blocks of 16 Ki elements (bit for bit the plain result).
+* **Threads for the elementwise passes** (:func:`set_num_threads`): NumPy releases the GIL inside
+  a ufunc's loop, so GELU blocks, softmax rows and bias adds run on a small thread pool, as the
+  matrix products run on OpenBLAS's threads; every element is computed the same way whatever
+  the count.
 * **Cache freeing** (``free_cache=True`` in :func:`mha_backward`, :func:`ffn_backward`): each
   entry is removed as it is read (:func:`transformer_np.ops.cache.reader`), so the largest arrays
-  (A, f(U), f'(U)) are released mid-backward.
+  (A, f(U), f'(U)) are released mid-backward; dW₂ is computed before ∂L/∂f(U) so that f(U) goes first.
 
 Not a fast-path trick: the float32 coefficient set of :func:`transformer_np.ops.erf.erf` is chosen
 by the dtype for both paths (it is also the more accurate one in float32: ≤ 1.5 ulp against
