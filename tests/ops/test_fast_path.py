@@ -455,6 +455,24 @@ def test_row_blocked_attention_gradcheck(monkeypatch):
     assert rel_error(dQ, num) < 1e-7
 
 
+@pytest.mark.parametrize("store", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_attention_long_rows_use_the_output_row_sums(store, dtype, p):
+    """Rows of ≥ 2·d_v keys take ⟨dO, O⟩ for ⟨dA, A⟩ (the short rows of the Hypothesis cases mostly do
+    not): same gradients as the plain path, with a padding mask, dropout and blocks of rows."""
+    r = _rng(11)
+    B, h, n, d_k = 2, 3, 40, 4
+    Q, K, V = (r.standard_normal((B, h, n, d_k)).astype(dtype) for _ in range(3))
+    dO = r.standard_normal((B, h, n, d_k)).astype(dtype)
+    mask = _mask("padding", B, n, n, dtype, r)
+    Op, cp = plain.attention_forward(Q, K, V, mask, p, p > 0, _rng(12))
+    gp = dict(zip("QKV", plain.attention_backward(dO, cp)))
+    Of, cf = fast.attention_forward(Q, K, V, mask, p, p > 0, _rng(12), store_attention=store)
+    assert_agree(Of, Op, dtype, "O")
+    assert_grads_agree(dict(zip("QKV", fast.attention_backward(dO, cf))), gp, dtype, "attention")
+
+
 # ----------------------------------------------------------------------------- threads
 @pytest.mark.parametrize("store", [True, False])
 def test_results_do_not_depend_on_the_thread_count(store):

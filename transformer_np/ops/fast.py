@@ -21,7 +21,7 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
   of the softmax are, and the backward rebuilds each block of A with the forward's operations
   (the FlashAttention trade: one more Q Kᵀ product and exp per block for O(n) memory per block).
 * **Fewer passes in the softmax backward**: ⟨dA_i, A_i⟩ = ⟨dO_i, O_i⟩ (an (n, d_v) product instead
-  of an (n, n) one), so dS = A ⊙ (dA − D) is two passes over the block.
+  of an (n, n) one), so dS = A ⊙ (dA − D) is two passes over the block (rows of ≥ 2·d_v keys).
 * **In-place buffers**: the softmax (:func:`softmax` with ``out=``), the 1/√d_k scale and the mask
   are applied in the buffer that becomes A; O is written straight into the merged heads' context;
   LayerNorm reuses x − μ as x̂ and g as dx; f(U) overwrites U, and f′ ⊙ ∂L/∂f(U) is computed in
@@ -359,8 +359,10 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
         buf, dA_buf = np.empty(block_shape, dtype=Q.dtype), np.empty(block_shape, dtype=Q.dtype)
         Kt, sqrt_dk = K.swapaxes(-1, -2), math.sqrt(Q.shape[-1])
     # ⟨dA_i, A_i⟩ of every row i without a (…, n_q, n_k) product: Σ_j dA_ij A_ij = Σ_j (dO Vᵀ ⊙ M)_ij A_ij
-    # = Σ_j (dO Vᵀ)_ij A_drop,ij = Σ_k dO_ik O_ik — a (…, n_q, d_v) product (FlashAttention's D).
-    D = np.einsum("...k,...k->...", dO, cache["O"])[..., None]           # (..., n_q, 1)
+    # = Σ_j (dO Vᵀ)_ij A_drop,ij = Σ_k dO_ik O_ik — a (…, n_q, d_v) product (FlashAttention's D). It
+    # replaces two passes over each (r, n_k) block by one over (n_q, d_v): it pays for rows of at least
+    # 2·d_v keys; shorter rows keep the plain path's ⟨dA, A⟩ (and its exact rounding).
+    D = np.einsum("...k,...k->...", dO, cache["O"])[..., None] if n_k >= 2 * V.shape[-1] else None
     for i, rows in enumerate(blocks):
         if A is not None:
             dA = dO[..., rows, :] @ Vt                       # (..., r, n_k) ∂L/∂A_drop for these rows
@@ -379,12 +381,15 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
                 dA *= keep[..., rows, :]
                 dA *= dA.dtype.type(scale)
             scratch = buf                                    # A[rows] is not read after dS: its buffer is free
-        D_r = D[..., rows, :]
+        D_r = None if D is None else D[..., rows, :]
 
         def ds(sub: slice, dA=dA, A_rows=A_rows, D_r=D_r) -> None:   # dS = A ⊙ (dA − ⟨dA, A⟩), in dA
-            d = dA[..., sub, :]
-            d -= D_r[..., sub, :]
-            d *= A_rows[..., sub, :]
+            d, a = dA[..., sub, :], A_rows[..., sub, :]
+            if D_r is None:
+                _softmax_backward_inplace(d, a)
+            else:
+                d -= D_r[..., sub, :]
+                d *= a
 
         _rows_parallel(ds, dA.shape[-2])
         dS = dA

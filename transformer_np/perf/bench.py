@@ -337,7 +337,7 @@ _SPIN = "import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.ti
 _BUSY_CHILD = r"""
 import json, os, statistics, sys, time
 import numpy as np, torch
-from transformer_np.perf.bench import build_pair, OtherLoad
+from transformer_np.perf.bench import build_pair, OtherLoad, other_load
 dims, dtype, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 threads, rounds = int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(threads)
@@ -361,6 +361,7 @@ def timed(fn):
     return t1 - t0, sum(c1[k] - c0.get(k, 0.0) for k in c1)
 
 np_call(); torch_call()
+before = other_load(0.5)   # while this process sleeps: the rounds of a small shape are too short to sample
 rows = []
 with OtherLoad() as others:
     for _ in range(rounds):
@@ -371,7 +372,7 @@ print(json.dumps({"numpy_ms": 1e3 * statistics.median(r[0] for r in rows),
                   "ratio_vs_torch": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
                   "numpy_cpu_s_per_call": statistics.median(r[1] for r in rows),
                   "torch_cpu_s_per_call": statistics.median(r[3] for r in rows),
-                  "other_load_cores": others.cores}))
+                  "other_load_cores": others.cores, "other_load_cores_before": before}))
 """
 
 
@@ -385,7 +386,8 @@ def busy_study(dims=SHAPES["bert-base"], dtype: str = "float32", mode: str = "fw
     OpenBLAS and torch limited to ``threads`` runs the layer pair interleaved for ``rounds`` rounds.
     Each row: median times and ratio, the per-round range of the ratio, the CPU seconds per call
     (all threads of the process: work *and* the busy-waiting of threads waiting for each other), and the
-    cores used by other processes (spinners included). Linux only (reads /proc)."""
+    cores used by other processes (spinners included) during the rounds and in 0.5 s just before them.
+    Linux only (reads /proc)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = []
     for t in threads:
