@@ -30,6 +30,9 @@ def counted_matmul_flops(config: EncoderConfig, batch: int, n: int) -> dict:
         if c.get("kind") == "linear":
             rows = int(np.prod(c["x"].shape[:-1]))
             out["linear"] += 2 * rows * c["W"].shape[0] * c["W"].shape[1]
+        elif c.get("kind") == "qkv":                                     # the fast path's X W_Q, X W_K, X W_V
+            rows = int(np.prod(c["x"].shape[:-1]))
+            out["linear"] += sum(2 * rows * W.shape[0] * W.shape[1] for W in c["W"])
         elif c.get("kind") == "attention":
             Q, K, V = c["Q"], c["K"], c["V"]
             lead = int(np.prod(Q.shape[:-1]))                        # B·h·n_q

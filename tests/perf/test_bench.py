@@ -7,18 +7,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
-from transformer_np.perf import bench
-from transformer_np.ops.fast import attention_forward, mha_forward   # the fast path's cache economy
 from transformer_np.model.config import EncoderConfig
 from transformer_np.model.encoder import encoder_forward, encoder_layer_forward
 from transformer_np.model.flops import layer_flops
-from transformer_np.ops.linear import linear_forward
-from transformer_np.perf.memory import cache_nbytes
 from transformer_np.model.params import init_params, sub_params
+from transformer_np.ops.fast import attention_forward, mha_forward  # the fast path's cache economy
+from transformer_np.ops.linear import linear_forward
+from transformer_np.perf import bench
+from transformer_np.perf.memory import cache_nbytes
 
 TINY = "2,8,16,2,32"   # B, n, d, h, d_ff: runs in well under a second per call
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,9 +43,128 @@ def test_interleaved_ratio_is_median_of_per_round_ratios(monkeypatch):
     assert out["a_ms"] == 4000.0 and out["b_ms"] == 1000.0
 
 
+def test_interleaved_reports_the_spread_of_the_rounds(monkeypatch):
+    """Per-round ratios 2, 3, 4, 5, 10: min 2, quartiles 3 and 5 (inclusive method), max 10,
+    range (10 − 2) / 4 = 2."""
+    durations = iter([0, 0, 2, 1, 3, 1, 4, 1, 5, 1, 10, 1])
+    clock = {"t": 0.0}
+
+    def tick():
+        clock["t"] += next(durations)
+
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["t"])
+    out = bench.interleaved(tick, tick, rounds=5, warmup=1)
+    assert out["spread"] == {"min": 2.0, "q1": 3.0, "median": 4.0, "q3": 5.0, "max": 10.0, "rel_range": 2.0}
+    assert bench.spread([1.5])["rel_range"] == 0.0
+
+
+def test_interleaved_cpu_clock_reads_the_process_time(monkeypatch):
+    """clock="cpu" times by time.process_time (the wall clock is not read at all)."""
+    durations = iter([0, 0, 3, 1, 6, 2])
+    clock = {"t": 0.0}
+
+    def tick():
+        clock["t"] += next(durations)
+
+    monkeypatch.setattr(bench.time, "process_time", lambda: clock["t"])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: 1 / 0)
+    out = bench.interleaved(tick, tick, rounds=2, warmup=1, clock="cpu")
+    assert out["ratios"] == [3.0, 3.0]
+
+
+def test_cpu_clock_needs_one_thread():
+    with pytest.raises(ValueError, match="threads=1"):
+        bench.run_benchmark([bench.parse_shape(TINY)], ["float32"], ("fwd",), rounds=1, memory=False, threads=2,
+                            clock="cpu")
+    with pytest.raises(ValueError, match="clock"):
+        bench.run_benchmark([bench.parse_shape(TINY)], ["float32"], ("fwd",), rounds=1, memory=False, threads=1,
+                            clock="sundial")
+    proc = _run_cli("--quick", "--clock", "cpu")
+    assert proc.returncode == 2 and "--threads 1" in proc.stderr
+
+
+def _doc(other_before=0.0, other_rows=(0.0,), spreads=(0.05,), threads=2):
+    rows = [{"shape": "bert-base", "dtype": "float32", "mode": "fwd", "other_load_cores": o,
+             "spread": {"min": 1.0, "max": 1.0 + s, "rel_range": s}} for o, s in zip(other_rows, spreads)]
+    return {"results": rows, "machine": {"cpu_count": 2, "threads": threads, "load_average": [0.1, 0.1, 0.1],
+                                         "other_load_cores_before": other_before}}
+
+
+def test_busy_warnings_quiet_machine_says_nothing():
+    assert bench.busy_warnings(_doc()) == []
+    assert bench.busy_warnings(_doc(other_before=None, other_rows=(None,))) == []   # unknown: no claim
+
+
+def test_busy_warnings_name_the_load_and_the_thread_advice():
+    w = bench.busy_warnings(_doc(other_rows=(0.0, 1.3), spreads=(0.05, 0.05)))
+    assert len(w) == 1 and "busy" in w[0] and "1.3 of its 2 cores" in w[0] and "--threads 1" in w[0]
+    w1 = bench.busy_warnings(_doc(other_before=0.9, threads=1))
+    assert len(w1) == 1 and "busy" in w1[0] and "--threads 1" not in w1[0]
+    # a wide round-to-round spread is its own warning, even when no other process was seen
+    w2 = bench.busy_warnings(_doc(spreads=(0.05, 0.6), other_rows=(0.0, 0.0)))
+    assert len(w2) == 1 and "unsteady" in w2[0] and "1.00–1.60" in w2[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc/stat")
+def test_other_load_sees_a_spinning_child_process():
+    """A child that spins for 1.5 s at our priority shows up as about one core of other load;
+    our own spinning does not (it is subtracted)."""
+    spin = "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.3)                                          # past the interpreter's start
+        with bench.OtherLoad() as seen:
+            time.sleep(0.8)
+    finally:
+        child.kill()
+        child.wait()
+    assert seen.cores is not None and seen.cores >= 0.5
+    with bench.OtherLoad() as own:
+        end = time.perf_counter() + 0.5
+        while time.perf_counter() < end:
+            pass
+    assert own.cores is not None and own.cores < seen.cores
+
+
+def test_recommended_threads_is_one_only_when_busy(monkeypatch):
+    assert bench.recommended_threads(others=0.1, available=2) == 2
+    assert bench.recommended_threads(others=bench.BUSY_CORES, available=2) == 1
+    monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: None)    # not measurable (no /proc)
+    assert bench.recommended_threads(available=2) == 2                    # unknown load: left as it is
+    monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: 1.8)
+    assert bench.recommended_threads(available=2) == 1                    # measured when not given
+
+
+def test_busy_start_lowers_the_threads_and_says_so(monkeypatch):
+    """When other processes keep the machine busy before the run, the default is 1 thread each side,
+    the document says from how many it was lowered, and OpenBLAS gets its thread count back after."""
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    torch = pytest.importorskip("torch")
+
+    def blas_threads():
+        return next(i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")["num_threads"]
+
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        torch_before = torch.get_num_threads()
+        monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: 1.5)
+        doc = bench.run_benchmark([bench.parse_shape(TINY)], ["float32"], ("fwd",), rounds=1, memory=False)
+        assert doc["machine"]["threads"] == 1 and doc["machine"]["torch_threads"] == 1
+        assert doc["machine"]["threads_lowered_from"] == 2
+        assert any("instead of 2" in w for w in doc["warnings"])
+        assert any("busy" in w for w in doc["warnings"])
+        assert blas_threads() == 2                                    # restored after the run
+        # an explicit thread count is kept even on a busy machine
+        doc = bench.run_benchmark([bench.parse_shape(TINY)], ["float32"], ("fwd",), rounds=1, memory=False,
+                                  threads=2)
+        assert doc["machine"]["threads"] == 2 and doc["machine"]["threads_lowered_from"] is None
+        torch.set_num_threads(torch_before)
+
+
 def test_parse_shape_names_and_custom():
     assert bench.parse_shape("bert-base") == ("bert-base", (8, 128, 768, 12, 3072))
     assert bench.parse_shape("long")[1] == (2, 2048, 64, 4, 256)
+    assert bench.parse_shape("attn-512")[1] == (2, 512, 64, 4, 256)
     assert bench.parse_shape(TINY)[1] == (2, 8, 16, 2, 32)
     for bad in ("huge", "1,2,3", "2,8,15,2,32", "2,8,16,0,32", "a,b,c,d,e"):
         with pytest.raises(ValueError, match="shape"):
@@ -64,16 +184,18 @@ def test_cache_nbytes_linear_counts_input_not_weight():
 
 
 def test_cache_nbytes_counts_shared_buffers_once():
-    """Q, K, V views of one array and A referenced three times (weights, A_drop, softmax.s)."""
+    """Q, K, V views of one array and A referenced three times (weights, A_drop, softmax.s); O is kept
+    too (the fast backward's ⟨dO, O⟩ row sums)."""
     rng = np.random.default_rng(0)
     qkv = rng.standard_normal((3, 2, 2, 5, 4))                   # (3, B, h, n, d_k)
-    _, cache = attention_forward(qkv[0], qkv[1], qkv[2])
+    O, cache = attention_forward(qkv[0], qkv[1], qkv[2])
     rep = cache_nbytes(cache)
     A = cache["weights"]
     assert rep["entries"]["Q"] == qkv[0].nbytes
     assert rep["entries"]["weights"] == rep["entries"]["softmax.s"] == A.nbytes
-    assert rep["total"] == qkv.nbytes + A.nbytes                 # owners: qkv, A
-    assert sum(rep["entries"].values()) == 3 * qkv[0].nbytes + 3 * A.nbytes
+    assert rep["entries"]["O"] == O.nbytes and cache["O"] is O
+    assert rep["total"] == qkv.nbytes + A.nbytes + O.nbytes       # owners: qkv, A, O
+    assert sum(rep["entries"].values()) == 3 * qkv[0].nbytes + 3 * A.nbytes + O.nbytes
 
 
 def test_cache_nbytes_layer_groups_and_encoder_per_layer():
@@ -131,12 +253,19 @@ def test_bench_quick_json_schema_on_a_tiny_shape():
                           "peak_fraction"}
         assert r["shape"] == TINY and r["dtype"] == "float32"
         assert r["numpy_ms"] > 0 and r["torch_ms"] > 0 and r["ratio_vs_torch"] > 0
+        sp = r["spread"]                                          # the per-round ratios' spread
+        assert sp["min"] <= sp["q1"] <= sp["median"] <= sp["q3"] <= sp["max"]
+        assert sp["median"] == pytest.approx(r["ratio_vs_torch"], abs=1e-3)
+        assert r["other_load_cores"] is None or r["other_load_cores"] >= 0
         # GFLOP/s is the FLOP function's count over NumPy's median time (rounding aside)
         flops = layer_flops(cfg, 2, 8, r["mode"])["total"]
         assert r["gflops"] == pytest.approx(flops / (r["numpy_ms"] / 1e3) / 1e9, rel=0.02, abs=0.06)
         peak = doc["machine"]["matmul_peak_gflops"]["float32"]
         assert r["peak_fraction"] == pytest.approx(r["gflops"] / peak, rel=0.05, abs=2e-3)
     assert doc["machine"]["threads"] >= 1 and doc["machine"]["torch_threads"] == doc["machine"]["threads"]
+    assert isinstance(doc["warnings"], list) and all(isinstance(w, str) for w in doc["warnings"])
+    assert doc["machine"]["clock"] == "wall"
+    assert doc["warnings"] == bench.busy_warnings(doc)
 
 
 def test_bench_numpy_and_torch_sides_compute_the_same_layer():
@@ -219,3 +348,39 @@ def test_torch_saved_bytes_counts_activations_like_our_cache():
     assert saved >= 2 * 2 * 8 * 32 * 4
     ours = bench.cache_report(dims, "float32")["total"]
     assert saved / 2 < ours < saved * 2
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc")
+def test_busy_study_runs_its_cells_and_stops_its_busy_loops():
+    """Two cells on a tiny shape: without and with one busy loop. The loop is gone afterwards (killed
+    by pid), and with it running the other processes used more of the machine."""
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    before = set(os.listdir("/proc"))
+    rows = bench.busy_study((2, 8, 16, 2, 32), threads=(1,), spinners=(0, 1), rounds=2, spin_seconds=60)
+    assert [(r["threads"], r["spinners"]) for r in rows] == [(1, 0), (1, 1)]
+    for r in rows:
+        assert r["numpy_ms"] > 0 and r["torch_ms"] > 0 and r["ratio_min"] <= r["ratio_vs_torch"] <= r["ratio_max"]
+        assert r["numpy_cpu_s_per_call"] >= 0 and r["torch_cpu_s_per_call"] >= 0
+    assert rows[1]["other_load_cores_before"] > 0.3               # the busy loop was seen
+    spinners = [p for p in set(os.listdir("/proc")) - before if p.isdigit()
+                and "while time.time() < end" in open(f"/proc/{p}/cmdline", errors="replace").read()
+                if os.path.exists(f"/proc/{p}/cmdline")]
+    assert spinners == []
+    assert "| 1 | 1 |" in bench.format_busy_study(rows)
+
+
+def test_bench_recompute_rows_and_memory_side_on_a_tiny_shape():
+    """--recompute adds the store_attention=False rows (same schema); the memory report then has the
+    recompute side; and the recomputing NumPy layer still computes torch's layer."""
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    proc = _run_cli("--quick", "--json", "--shape", TINY, "--rounds", "1", "--recompute")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [r["mode"] for r in doc["recompute"]] == ["fwd", "fwd+bwd"]
+    assert all(set(r) == set(doc["results"][0]) for r in doc["recompute"])
+    mem = bench.measure_memory((2, 8, 16, 2, 32), "float32", threads=1, recompute=True)
+    assert mem["numpy_recompute_rss_bytes"] >= 0 and mem["ratio_vs_torch_recompute"] is not None
+    np_call, torch_call, _ = bench.build_pair((2, 8, 16, 2, 32), "float64", "fwd", store_attention=False)
+    ours, cache = np_call()
+    assert cache["attn"]["attn"]["weights"] is None                   # A was not kept
+    np.testing.assert_allclose(ours, torch_call().numpy(), rtol=1e-10, atol=1e-10)

@@ -5,7 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from ..perf.bench import DTYPES, MODES, SHAPES, format_table, minilm_throughput, parse_shape, run_benchmark
+
+from ..perf.bench import (
+    DTYPES,
+    MODES,
+    SHAPES,
+    busy_study,
+    format_busy_study,
+    format_table,
+    minilm_throughput,
+    parse_shape,
+    run_benchmark,
+)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -16,9 +27,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", action="append", default=None, metavar="NAME|B,n,d,h,d_ff",
                         help=f"shape(s) to run: {', '.join(SHAPES)} or a custom 'B,n,d,h,d_ff' (repeatable)")
     parser.add_argument("--dtype", action="append", choices=DTYPES, default=None, help="dtype(s) (repeatable)")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds after warm-up (default 7; 5 with --quick)")
-    parser.add_argument("--threads", type=int, default=None, help="threads for both sides (default: OpenBLAS's)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds after warm-up (default 7; 5 with --quick)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for both sides (default: OpenBLAS's, or 1 when other processes "
+                             "keep the machine busy at the start: see the warning)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="time by the wall clock (default) or by the process's CPU time; cpu needs "
+                             "--threads 1 and is the steadier measure on a busy machine")
+    parser.add_argument("--recompute", action="store_true",
+                        help="also time the NumPy layer with store_attention=False (A recomputed by row blocks "
+                             "in the backward); on by default for the full run, off with --quick")
+    parser.add_argument("--busy-study", action="store_true",
+                        help="instead of the table: thread count 1/2 x 0/1/2 busy-loop processes (started and "
+                             "stopped by the command) on --shape (default bert-base), float32 fwd+bwd; a few minutes")
     parser.add_argument("--minilm", action="store_true",
                         help="also the MiniLM encode throughput vs sentence-transformers (on by default "
                              "for the full run, off with --quick)")
@@ -31,22 +54,31 @@ def run(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     shapes = [parse_shape(s) for s in (args.shape or (["bert-base"] if args.quick else list(SHAPES)))]
+    if args.busy_study:
+        shapes = [parse_shape(s) for s in (args.shape or ["bert-base"])]
+        if len(shapes) != 1:
+            raise ValueError(f"--busy-study runs one shape, got {len(shapes)} --shape values")
+        rows = busy_study(shapes[0][1], (args.dtype or ["float32"])[0], rounds=args.rounds or 5,
+                          log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
+        print(json.dumps({"busy_study": rows}, indent=1) if args.json else format_busy_study(rows))
+        return 0
     dtypes = args.dtype or (["float32"] if args.quick else list(DTYPES))
     memory = not (args.no_memory or args.quick)
     log = None if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
-    if args.threads is not None:
-        try:
-            from threadpoolctl import threadpool_limits
-            threadpool_limits(args.threads, user_api="blas")
-        except ImportError:
-            raise ImportError("--threads needs threadpoolctl to set OpenBLAS's threads: pip install threadpoolctl")
-    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log)
+    recompute = args.recompute or not (args.quick or args.shape or args.dtype)
+    if args.clock == "cpu" and args.threads != 1:
+        raise ValueError(f"--clock cpu needs --threads 1 (CPU time of several threads counts their waiting), "
+                         f"got --threads {args.threads}")
+    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log, recompute, args.clock)
     if args.minilm or not (args.quick or args.shape or args.dtype):
         try:
-            doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"])
+            doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"], clock=args.clock)
         except ImportError as e:
             doc["minilm"] = {"unavailable": str(e)}
         if "unavailable" in doc["minilm"] and not args.json:
             print(f"MiniLM throughput not measured: {doc.pop('minilm')['unavailable']}", file=sys.stderr)
     print(json.dumps(doc, indent=1) if args.json else format_table(doc))
+    if args.json:                                     # the table prints them itself
+        for w in doc.get("warnings", []):
+            print(f"warning: {w}", file=sys.stderr)
     return 0

@@ -80,14 +80,15 @@ def _ops(fast: bool):
 
 # ----------------------------------------------------------------------------- one layer
 def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
-                   training: bool, rng, fast: bool) -> tuple[np.ndarray, dict]:
+                   training: bool, rng, fast: bool, store_attention: bool = True) -> tuple[np.ndarray, dict]:
     """One encoder layer, unchecked (the caller has checked x, p, mask, training and rng)."""
     ops = _ops(fast)
+    keep_a = {} if store_attention else {"store_attention": False}      # fast path only (checked by callers)
     attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
     drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
     c: dict = {"kind": "encoder_layer", "norm_position": config.norm_position, "fast": fast, "shape": x.shape}
     if config.norm_position == "post":
-        a, c["attn"] = ops.mha_forward(x, attn_p, h, mask, drop, training, rng)           # (B, n, d)
+        a, c["attn"] = ops.mha_forward(x, attn_p, h, mask, drop, training, rng, **keep_a)  # (B, n, d)
         a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
         r, c["res1"] = ops.residual_forward(x, a)                                         # H + MHA(H)
         z, c["ln1"] = ops.layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)        # Z
@@ -97,7 +98,7 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
         out, c["ln2"] = ops.layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)      # H^(ℓ)
     else:
         y, c["ln1"] = ops.layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)        # LN(H)
-        a, c["attn"] = ops.mha_forward(y, attn_p, h, mask, drop, training, rng)
+        a, c["attn"] = ops.mha_forward(y, attn_p, h, mask, drop, training, rng, **keep_a)
         a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
         z, c["res1"] = ops.residual_forward(x, a)                                         # Z = H + MHA(LN(H))
         y, c["ln2"] = ops.layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)        # LN(Z)
@@ -163,6 +164,14 @@ def _check_layer_params(p, config: EncoderConfig, dtype) -> None:
             raise InputValueError(f"p[{k!r}] must have shape {shape}, got shape {p[k].shape}")
 
 
+def _check_paths(fast, store_attention) -> None:
+    check_bool(fast, "fast")
+    check_bool(store_attention, "store_attention")
+    if not fast and not store_attention:
+        raise InputValueError("store_attention=False needs the fast path (fast=True): the plain path keeps "
+                              "the textbook cache, attention matrix included")
+
+
 def _check_dropout_rng(config: EncoderConfig, training, rng) -> None:
     check_bool(training, "training")
     if training and config.dropout > 0:
@@ -174,13 +183,14 @@ def _check_dropout_rng(config: EncoderConfig, training, rng) -> None:
 
 def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None = None,
                           training: bool = False, rng: np.random.Generator | None = None,
-                          fast: bool = True) -> tuple[np.ndarray, dict]:
+                          fast: bool = True, store_attention: bool = True) -> tuple[np.ndarray, dict]:
     """One encoder layer H^(ℓ−1) → H^(ℓ), both (B, n, d_model).
 
     ``p`` holds the layer's parameters without the "layers.ℓ." prefix (``attn.W_Q``, …,
     ``ln1.gamma``, ``ffn.W_1``, …, ``ln2.beta``). ``mask`` is additive, broadcastable to
     (B, h, n, n) (see :mod:`transformer_np.ops.masks`). The placement comes from
     ``config.norm_position``. ``fast=False`` runs the plain (textbook) kernels.
+    ``store_attention=False`` (fast path only) keeps no attention matrix: see :func:`encoder_forward`.
     """
     if not isinstance(config, EncoderConfig):
         raise InputTypeError(f"config must be an EncoderConfig, got {describe(config)}")
@@ -192,8 +202,8 @@ def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: n
         B, n, _ = x.shape
         check_attention_mask(mask, (B, config.n_heads, n, n), x.dtype)
     _check_dropout_rng(config, training, rng)
-    check_bool(fast, "fast")
-    out, cache = _layer_forward(x, p, config, mask, training, rng, fast)
+    _check_paths(fast, store_attention)
+    out, cache = _layer_forward(x, p, config, mask, training, rng, fast, store_attention)
     cache["guard"] = ParamGuard(p, layer_param_shapes(config), label="p")
     return out, cache
 
@@ -267,7 +277,7 @@ def _check_inputs(config, dtype, input_ids, attention_mask, token_type_ids, inpu
 def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attention_mask=None,
                     token_type_ids=None, inputs_embeds=None, training: bool = False,
                     rng: np.random.Generator | None = None, extra_mask: np.ndarray | None = None,
-                    fast: bool = True) -> tuple[np.ndarray, dict]:
+                    fast: bool = True, store_attention: bool = True) -> tuple[np.ndarray, dict]:
     """Run the encoder stack. Give exactly one of ``input_ids`` (B, n) and ``inputs_embeds``
     (B, n, d_model) — the latter is H^(0) itself and skips the embedding block.
 
@@ -283,12 +293,20 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
         fast: True (default) runs the stack through :mod:`transformer_np.ops.fast`; False
             through the plain textbook kernels (:mod:`transformer_np.ops.plain`) — the same
             results to rounding, with every intermediate (e.g. the attention scores) in the cache.
+        store_attention: False (fast path only) keeps no (B, h, n, n) attention matrix for the
+            backward: each layer caches its rows' softmax maxima and sums, and the backward
+            recomputes A by row blocks (the FlashAttention trade: an extra Q Kᵀ product and exp
+            per block for O(n) memory per block instead of O(n²) per layer). The gradients are
+            the same; ``cache["attentions"]`` then holds None, and
+            :func:`transformer_np.ops.fast.attention_weights` rebuilds a layer's A on request
+            (``attention_weights(cache["layers"][ℓ]["attn"]["attn"])``).
 
     Returns:
         ``(H, cache)``: H of shape (B, n, d_model), in the params' dtype. The cache feeds
         :func:`encoder_backward` and exposes ``cache["hidden_states"]`` (H^(0) … H^(N);
         for Pre-LN the residual stream before the final LayerNorm) and
-        ``cache["attentions"]`` (N arrays of shape (B, h, n, n)).
+        ``cache["attentions"]`` (N arrays of shape (B, h, n, n), or None with
+        ``store_attention=False``).
 
     Raises:
         InputTypeError / InputValueError: a bad argument (named in the message).
@@ -298,7 +316,7 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
         raise InputTypeError(f"config must be an EncoderConfig, got {describe(config)}")
     dtype = validate_params(params, config)
     _check_dropout_rng(config, training, rng)
-    check_bool(fast, "fast")
+    _check_paths(fast, store_attention)
     x, attention_mask, token_type_ids = _check_inputs(config, dtype, input_ids, attention_mask,
                                                       token_type_ids, inputs_embeds)
     B, n = x.shape[:2]
@@ -325,10 +343,10 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
     with np.errstate(over="ignore", invalid="ignore"):
         for layer in range(config.n_layers):
             p = sub_params(params, layer_prefix(config, layer))
-            H, lc = _layer_forward(H, p, config, mask, training, rng, fast)        # (B, n, d)
+            H, lc = _layer_forward(H, p, config, mask, training, rng, fast, store_attention)   # (B, n, d)
             lc["guard"] = guard              # encoder_layer_backward on this layer checks the model's params
             hidden.append(H)
-            attns.append(lc["attn"]["attn"]["weights"])                             # (B, h, n, n)
+            attns.append(lc["attn"]["attn"]["weights"])                             # (B, h, n, n) or None
             layer_caches.append(lc)
         if config.use_final_layer_norm:
             H, cache["final_ln"] = ops.layernorm_forward(H, params["final_ln.gamma"], params["final_ln.beta"],

@@ -206,6 +206,9 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     Q, K, V, the weights A, A_drop and the dropout mask)."""
     check_cache(cache, "cache", "attention")
     check_dout(dO, "dO", cache["Q"].shape[:-1] + (cache["V"].shape[-1],))
+    if cache.get("weights") is None:                     # the fast path's store_attention=False: A recomputed
+        from . import fast
+        return fast.attention_backward(dO, cache)
     return _attention_backward(dO, cache)
 
 

@@ -9,26 +9,38 @@ first: every function here has the same name, arguments and result as its plain 
 (:mod:`transformer_np.ops.plain` lists them), and none checks its arguments — the public entry
 points have done that once.
 
-The tricks, each measured on this machine (see ``docs/bench_notes.md``):
+The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
+``docs/guide/performance.md``):
 
 * **Scores by blocks of query rows** (:func:`attention_forward`): S, A and their backward are
   computed for ~2²⁰ scores at a time, so each elementwise pass of the softmax stays in the CPU
   cache instead of streaming the whole (…, n_q, n_k) array (128 MiB at n = 2048) through memory.
   Each row of A is the softmax of its own row of S, so the blocks are independent. Only A is
   kept (S is overwritten by A in place): the plain cache's ``"scores"`` is not stored.
+* **Recomputed attention** (``store_attention=False``): no A kept at all; the row maxima and sums
+  of the softmax are, and the backward rebuilds each block of A with the forward's operations
+  (the FlashAttention trade: one more Q Kᵀ product and exp per block for O(n) memory per block).
+* **Fewer passes in the softmax backward**: ⟨dA_i, A_i⟩ = ⟨dO_i, O_i⟩ (an (n, d_v) product instead
+  of an (n, n) one), so dS = A ⊙ (dA − D) is two passes over the block (rows of ≥ 2·d_v keys).
 * **In-place buffers**: the softmax (:func:`softmax` with ``out=``), the 1/√d_k scale and the mask
-  are applied in the buffer that becomes A; LayerNorm reuses x − μ as x̂ and g as dx.
-* **One fused projection** (:func:`mha_forward`): Q, K, V = X [W_Q | W_K | W_V] + [b_Q | b_K | b_V],
-  one (d, 3d) matmul instead of three, and the head gradients written straight into the
-  (B, n, 3, h, d_k) layout of its backward (one copy instead of a stack + a transposing reshape).
+  are applied in the buffer that becomes A; O is written straight into the merged heads' context;
+  LayerNorm reuses x − μ as x̂ and g as dx; f(U) overwrites U, and f′ ⊙ ∂L/∂f(U) is computed in
+  ∂L/∂f(U)'s buffer.
+* **One (M, 3d) projection output** (:func:`mha_forward`): X W_Q, X W_K, X W_V written by three
+  products into the column blocks of one array (no concatenated [W_Q | W_K | W_V] copy made or
+  kept), Q, K, V views of it, and the head gradients copied once into its (B, n, 3, h, d_k) layout.
 * **Flattened matmuls** (:func:`linear_forward`): (B·n, d_in) @ (d_in, d_out) is one BLAS call;
   ``np.matmul`` on a (B, n, d_in) array calls BLAS per batch entry (~20% slower here).
-* **Blocked activations** (:func:`activation_forward`): exact GELU is ~80 elementwise passes
-  (erf is a rational function plus exps); on blocks of 16 Ki elements their temporaries stay in
-  L2 (~2.7× faster), with the same per-element arithmetic, so bit for bit the same result.
+* **Fused float32 GELU** (:func:`_gelu32`): one range, one exp, no gather or select, 28 in-place
+  passes on blocks of 64 Ki elements (2.3× the blocked erf); other activations and float64 keep
+  the plain kernels' arithmetic on blocks of 16 Ki elements (bit for bit the plain result).
+* **Threads for the elementwise passes** (:func:`set_num_threads`): NumPy releases the GIL inside
+  a ufunc's loop, so GELU blocks, softmax rows and bias adds run on a small thread pool, as the
+  matrix products run on OpenBLAS's threads; every element is computed the same way whatever
+  the count.
 * **Cache freeing** (``free_cache=True`` in :func:`mha_backward`, :func:`ffn_backward`): each
   entry is removed as it is read (:func:`transformer_np.ops.cache.reader`), so the largest arrays
-  (A, f(U), f'(U)) are released mid-backward.
+  (A, f(U), f'(U)) are released mid-backward; dW₂ is computed before ∂L/∂f(U) so that f(U) goes first.
 
 Not a fast-path trick: the float32 coefficient set of :func:`transformer_np.ops.erf.erf` is chosen
 by the dtype for both paths (it is also the more accurate one in float32: ≤ 1.5 ulp against
@@ -38,28 +50,113 @@ by the dtype for both paths (it is also the more accurate one in float32: ≤ 1.
 from __future__ import annotations
 
 import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .activations import _FUNCS as _ACTIVATION_FUNCS, _activation_backward as activation_backward
-from .attention import merge_heads, split_heads
+from ..errors import InputTypeError, InputValueError
+from .activations import _FUNCS as _ACTIVATION_FUNCS
+from .attention import split_heads
 from .cache import reader
-from .dropout import _dropout_backward as dropout_backward, _dropout_forward as dropout_forward
+from .dropout import _dropout_backward as dropout_backward
+from .dropout import _dropout_forward as dropout_forward
 from .layernorm import check_variance
-from .residual import _residual_backward as residual_backward, _residual_forward as residual_forward
+from .residual import _residual_backward as residual_backward
+from .residual import _residual_forward as residual_forward
 
-__all__ = ["linear_forward", "linear_backward", "softmax", "attention_forward", "attention_backward",
+__all__ = ["attention_weights", "get_num_threads", "set_num_threads",
+           "linear_forward", "linear_backward", "softmax", "attention_forward", "attention_backward",
            "mha_forward", "mha_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
            "activation_backward", "ffn_forward", "ffn_backward", "dropout_forward", "dropout_backward",
            "residual_forward", "residual_backward"]
 
 
+# ----------------------------------------------------------------------------- threads
+# NumPy releases the GIL inside a ufunc's inner loop, so the elementwise passes of disjoint parts of an
+# array (GELU blocks, rows of a softmax block) run in parallel on Python threads, as the BLAS calls run
+# on OpenBLAS's. The count follows OpenBLAS's own default (OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS,
+# else the CPUs this process may run on), so `OPENBLAS_NUM_THREADS=1` makes the whole layer serial;
+# set_num_threads() overrides it (the bench sets both to its --threads).
+_THREADS: int | None = None
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _default_threads() -> int:
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        try:
+            n = int(os.environ.get(var, "").split(",")[0])
+        except ValueError:
+            continue
+        if n >= 1:
+            return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                                   # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def get_num_threads() -> int:
+    """Threads the fast path uses for its elementwise passes (see :func:`set_num_threads`)."""
+    return _default_threads() if _THREADS is None else _THREADS
+
+
+def set_num_threads(n: int | None) -> None:
+    """Use ``n`` threads for the fast path's elementwise passes (None: OpenBLAS's default rule,
+    OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / the usable CPUs). The results do not depend on it:
+    every element is computed by the same operations whichever thread runs it."""
+    global _THREADS
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+        raise InputTypeError(f"n must be a positive int or None, got {type(n).__name__} {n!r}")
+    if n is not None and n < 1:
+        raise InputValueError(f"n must be a positive int or None, got {n}")
+    _THREADS = n
+
+
+def _parallel(fn, count: int) -> None:
+    """fn(0), …, fn(count − 1), spread over :func:`get_num_threads` threads (inline when 1)."""
+    global _POOL
+    workers = min(get_num_threads(), count)
+    if workers <= 1:
+        for i in range(count):
+            fn(i)
+        return
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] < workers:
+            _POOL = (workers, ThreadPoolExecutor(workers, thread_name_prefix="transformer_np"))
+        pool = _POOL[1]
+    err = np.geterr()                                        # np.errstate is per thread: carry the caller's
+
+    def run(i: int) -> None:
+        with np.errstate(**err):
+            fn(i)
+
+    for f in [pool.submit(run, i) for i in range(count)]:
+        f.result()                                           # re-raises a worker's exception here
+
+
+def _chunks(n: int, parts: int) -> list[slice]:
+    """``parts`` (at most n) nearly equal consecutive slices of range(n)."""
+    parts = max(1, min(parts, n))
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+def _rows_parallel(fn, rows: int) -> None:
+    """fn(chunk) over consecutive row chunks, one per thread."""
+    chunks = _chunks(rows, get_num_threads())
+    _parallel(lambda i: fn(chunks[i]), len(chunks))
+
+
 # ----------------------------------------------------------------------------- linear
 def linear_forward(x: np.ndarray, W: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """y = x W + b as one (M, d_in) @ (d_in, d_out) product, M = every leading position."""
-    y = (x.reshape(-1, W.shape[0]) @ W).reshape(x.shape[:-1] + (W.shape[1],))   # (M, d_out) → (..., d_out)
+    y2 = x.reshape(-1, W.shape[0]) @ W                      # (M, d_out)
     if b is not None:
-        y += b
+        _rows_parallel(lambda r: y2[r].__iadd__(b), y2.shape[0])
+    y = y2.reshape(x.shape[:-1] + (W.shape[1],))            # (..., d_out)
     return y, {"kind": "linear", "x": x, "W": W, "has_bias": b is not None}
 
 
@@ -113,62 +210,228 @@ def _mask_rows(mask: np.ndarray | None, rows: slice) -> np.ndarray | None:
     return mask[..., rows, :]
 
 
+def _scores(Q, Kt, sqrt_dk, mask, rows, out) -> np.ndarray:
+    """S = Q[rows] Kᵀ / √d_k + M[rows], written into ``out`` (the plain path's arithmetic, in place)."""
+    S = np.matmul(Q[..., rows, :], Kt, out=out)              # (..., r, n_k) scores
+    S /= sqrt_dk                                             # in place: no second (r, n_k) array
+    if mask is not None:
+        S += _mask_rows(mask, rows)
+    return S
+
+
+def _softmax_scores(S: np.ndarray, sqrt_dk: float, mask, rows: slice, sub: slice) -> None:
+    """S ← softmax(S / √d_k + M) in place, S being rows ``sub`` of the block of query rows ``rows``."""
+    S /= sqrt_dk                                             # ÷ √d_k like the plain path (× 1/√d_k rounds
+                                                             # differently, and a stack amplifies it)
+    if mask is not None:
+        S += _sub_rows(_mask_rows(mask, rows), sub)
+    softmax(S, out=S)
+
+
+def _sub_rows(mask, sub: slice):
+    """The rows ``sub`` of a block's mask (a mask broadcast over the rows is used whole)."""
+    if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
+        return mask
+    return mask[..., sub, :]
+
+
+def _draw_keep(shape, p: float, training: bool, rng) -> np.ndarray | None:
+    """The dropout keep-mask of A, drawn exactly as :func:`transformer_np.ops.dropout.dropout_forward`
+    draws it (same generator calls), kept as booleans: 1 byte per score instead of A's 4 or 8."""
+    if not training or p == 0.0:
+        return None
+    return rng.random(shape) >= p
+
+
 def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
-                      dropout_p: float = 0.0, training: bool = False, rng=None) -> tuple[np.ndarray, dict]:
+                      dropout_p: float = 0.0, training: bool = False, rng=None,
+                      store_attention: bool = True, out: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """softmax(Q Kᵀ/√d_k + mask) V, S and A by blocks of query rows, A built in place.
 
-    The cache keeps A as ``"weights"`` (and as ``"softmax"["s"]``), not the scores."""
+    The cache keeps A as ``"weights"`` (and as ``"softmax"["s"]``), not the scores.
+
+    ``store_attention=False`` (the FlashAttention trade: memory for compute) keeps no (…, n_q, n_k)
+    array: each block of A is used for its rows of O = A V and dropped; the cache holds the row
+    maxima m and row sums ℓ of the exponentials instead (two (…, n_q, 1) arrays), from which the
+    backward recomputes each block with the same arithmetic — S, then exp(S − m) / ℓ — so the
+    recomputed A is bit for bit the forward's. Extra memory: one block of scores (~2²⁰ entries).
+    ``out`` (…, n_q, d_v), any strides BLAS accepts, receives O (:func:`mha_forward` passes the
+    heads' view of its merged context, so merging the heads costs no copy).
+    ``"weights"`` is then None; :func:`attention_weights` rebuilds A on request. With attention
+    dropout in training the keep-mask is kept as booleans (n_q·n_k bytes).
+    """
     sqrt_dk = math.sqrt(Q.shape[-1])                         # a Python float: keeps float32 float32
     Kt = K.swapaxes(-1, -2)                                  # (..., d_k, n_k) view
     score_shape = Q.shape[:-1] + (K.shape[-2],)              # (..., n_q, n_k)
-    A = np.empty(score_shape, dtype=Q.dtype)
-    for rows in _row_blocks(math.prod(score_shape[:-2]), *score_shape[-2:]):
-        S = np.matmul(Q[..., rows, :], Kt, out=A[..., rows, :])   # (..., r, n_k) scores, in A's rows
-        S /= sqrt_dk                                         # in place; ÷ √d_k like the plain path (× 1/√d_k
-                                                             # rounds differently, and a stack amplifies it)
+    blocks = _row_blocks(math.prod(score_shape[:-2]), *score_shape[-2:])
+    if store_attention:
+        A = np.empty(score_shape, dtype=Q.dtype)
+        for rows in blocks:
+            S = np.matmul(Q[..., rows, :], Kt, out=A[..., rows, :])   # (..., r, n_k) scores, in A's rows
+            _rows_parallel(lambda r, S=S, rows=rows: _softmax_scores(S[..., r, :], sqrt_dk, mask, rows, r),
+                           S.shape[-2])                      # A's rows = softmax of their scores
+        A_drop, drop_cache = dropout_forward(A, dropout_p, training, rng)
+        O = np.matmul(A_drop, V, out=out)                    # (..., n_q, d_v)
+        return O, {"kind": "attention", "Q": Q, "K": K, "V": V, "O": O, "scale": 1.0 / sqrt_dk, "weights": A,
+                   "A_drop": A_drop, "softmax": {"kind": "softmax", "s": A}, "dropout": drop_cache}
+    keep = _draw_keep(score_shape, dropout_p, training, rng)
+    drop_scale = 1.0 / (1.0 - float(dropout_p)) if keep is not None else None
+    O = np.empty(score_shape[:-1] + (V.shape[-1],), dtype=Q.dtype) if out is None else out   # (..., n_q, d_v)
+    m = np.empty(score_shape[:-1] + (1,), dtype=Q.dtype)                 # (..., n_q, 1) row maxima
+    ell = np.empty_like(m)                                               # (..., n_q, 1) row sums
+    buf = np.empty(score_shape[:-2] + (blocks[0].stop - blocks[0].start, score_shape[-1]), dtype=Q.dtype)
+    for rows in blocks:
+        P = _exp_block(Q, Kt, sqrt_dk, mask, rows, buf, m, ell, first=True)   # A's rows
+        if keep is not None:
+            _drop_block(P, keep[..., rows, :], drop_scale)
+        np.matmul(P, V, out=O[..., rows, :])                 # (..., r, d_v)
+    return O, {"kind": "attention", "Q": Q, "K": K, "V": V, "O": O, "scale": 1.0 / sqrt_dk, "weights": None,
+               "A_drop": None, "row_max": m, "row_sum": ell, "mask": mask, "keep": keep,
+               "drop_scale": drop_scale, "dropout": {"kind": "dropout", "mask": None, "shape": score_shape}}
+
+
+def _exp_block(Q, Kt, sqrt_dk, mask, rows, buf, m, ell, first: bool) -> np.ndarray:
+    """A[rows] = exp(S[rows] − m) / ℓ, the softmax's own passes; ``first`` computes m and ℓ (forward),
+    otherwise they are read (backward recompute) — the same operations on the same numbers."""
+    S = np.matmul(Q[..., rows, :], Kt, out=buf[..., :rows.stop - rows.start, :])   # (..., r, n_k) scores
+    m_r, l_r = m[..., rows, :], ell[..., rows, :]
+
+    def passes(sub: slice) -> None:
+        Ss = S[..., sub, :]
+        Ss /= sqrt_dk
         if mask is not None:
-            S += _mask_rows(mask, rows)
-        softmax(S, out=S)                                    # A's rows = softmax of their scores
-    A_drop, drop_cache = dropout_forward(A, dropout_p, training, rng)
-    O = A_drop @ V                                           # (..., n_q, d_v)
-    cache = {"kind": "attention", "Q": Q, "K": K, "V": V, "scale": 1.0 / sqrt_dk,
-             "weights": A, "A_drop": A_drop, "softmax": {"kind": "softmax", "s": A}, "dropout": drop_cache}
-    return O, cache
+            Ss += _sub_rows(_mask_rows(mask, rows), sub)
+        if first:
+            np.max(Ss, axis=-1, keepdims=True, out=m_r[..., sub, :])
+        Ss -= m_r[..., sub, :]
+        np.exp(Ss, out=Ss)
+        if first:
+            np.sum(Ss, axis=-1, keepdims=True, out=l_r[..., sub, :])
+        Ss /= l_r[..., sub, :]
+
+    _rows_parallel(passes, S.shape[-2])
+    return S
+
+
+def _drop_block(P: np.ndarray, keep: np.ndarray, scale: float) -> None:
+    """P ⊙ mask for one block, mask = keep · 1/(1 − p) in P's dtype (as dropout_forward builds it)."""
+    P *= keep
+    P *= P.dtype.type(scale)
+
+
+def attention_weights(cache: dict) -> np.ndarray:
+    """A = softmax(Q Kᵀ/√d_k + M) of an attention cache, stored or not (``store_attention=False``
+    rebuilds it by row blocks from the cached row maxima and sums: the forward's A, bit for bit)."""
+    if cache["weights"] is not None:
+        return cache["weights"]
+    Q, K = cache["Q"], cache["K"]
+    sqrt_dk = math.sqrt(Q.shape[-1])
+    A = np.empty(Q.shape[:-1] + (K.shape[-2],), dtype=Q.dtype)           # (..., n_q, n_k)
+    for rows in _row_blocks(math.prod(A.shape[:-2]), *A.shape[-2:]):
+        _exp_block(Q, K.swapaxes(-1, -2), sqrt_dk, cache["mask"], rows, A[..., rows, :], cache["row_max"],
+                   cache["row_sum"], first=False)            # written into A's rows
+    return A
 
 
 def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dQ, dK, dV) by the forward's blocks of query rows: dS for rows r needs only dO, A and the
     dropout mask of rows r, so dQ[r] = dS_r K is written block by block and dK = Σ_r dS_rᵀ Q[r]
-    is accumulated; no (…, n_q, n_k) temporary is ever whole."""
+    is accumulated; no (…, n_q, n_k) temporary is ever whole. Without a stored A (``store_attention
+    =False``) each block of A is recomputed first and dV = Σ_r A_drop[r]ᵀ dO[r] accumulated too.
+    (Writing the results straight into :func:`mha_backward`'s fused gradient layout instead was
+    measured: no lower peak — the row-block temporaries are alive then too — and ~15% slower at
+    n = 2048, the products writing strided rows.)"""
     Q, K, V = cache["Q"], cache["K"], cache["V"]
-    A, A_drop, drop_mask = cache["weights"], cache["A_drop"], cache["dropout"]["mask"]
-    dV = A_drop.swapaxes(-1, -2) @ dO                        # (..., n_k, d_v)
+    A = cache["weights"]
     Vt = V.swapaxes(-1, -2)                                  # (..., d_v, n_k) view
-    dQ = np.empty(A.shape[:-1] + (Q.shape[-1],), dtype=Q.dtype)   # (..., n_q, d_k)
-    dK = np.zeros(A.shape[:-2] + K.shape[-2:], dtype=Q.dtype)     # (..., n_k, d_k)
-    for rows in _row_blocks(math.prod(A.shape[:-2]), *A.shape[-2:]):
-        dA = dO[..., rows, :] @ Vt                           # (..., r, n_k) ∂L/∂A_drop for these rows
-        if drop_mask is not None:
-            dA *= drop_mask[..., rows, :]                    # dropout backward on the block
-        dS = _softmax_backward_inplace(dA, A[..., rows, :])  # (..., r, n_k)
-        dQ[..., rows, :] = dS @ K                            # (..., r, d_k)
-        dK += dS.swapaxes(-1, -2) @ Q[..., rows, :]          # (..., n_k, d_k)
+    lead = Q.shape[:-2] if A is None else A.shape[:-2]
+    n_q, n_k = Q.shape[-2], K.shape[-2]
+    dQ = np.empty(lead + (n_q, Q.shape[-1]), dtype=Q.dtype)  # (..., n_q, d_k)
+    dK = np.empty(lead + K.shape[-2:], dtype=Q.dtype)        # (..., n_k, d_k)
+    dV = np.empty(lead + V.shape[-2:], dtype=Q.dtype)        # (..., n_k, d_v)
+    blocks = _row_blocks(math.prod(lead), n_q, n_k)
+    if A is not None:
+        drop_mask = cache["dropout"]["mask"]
+        np.matmul(cache["A_drop"].swapaxes(-1, -2), dO, out=dV)   # (..., n_k, d_v)
+    else:
+        keep, scale = cache["keep"], cache["drop_scale"]
+        block_shape = lead + (blocks[0].stop - blocks[0].start, n_k)       # (..., r, n_k)
+        buf, dA_buf = np.empty(block_shape, dtype=Q.dtype), np.empty(block_shape, dtype=Q.dtype)
+        Kt, sqrt_dk = K.swapaxes(-1, -2), math.sqrt(Q.shape[-1])
+    # ⟨dA_i, A_i⟩ of every row i without a (…, n_q, n_k) product: Σ_j dA_ij A_ij = Σ_j (dO Vᵀ ⊙ M)_ij A_ij
+    # = Σ_j (dO Vᵀ)_ij A_drop,ij = Σ_k dO_ik O_ik — a (…, n_q, d_v) product (FlashAttention's D). It
+    # replaces two passes over each (r, n_k) block by one over (n_q, d_v): it pays for rows of at least
+    # 2·d_v keys; shorter rows keep the plain path's ⟨dA, A⟩ (and its exact rounding).
+    D = np.einsum("...k,...k->...", dO, cache["O"])[..., None] if n_k >= 2 * V.shape[-1] else None
+    for i, rows in enumerate(blocks):
+        if A is not None:
+            dA = dO[..., rows, :] @ Vt                       # (..., r, n_k) ∂L/∂A_drop for these rows
+            A_rows, scratch = A[..., rows, :], None
+            if drop_mask is not None:
+                dA *= drop_mask[..., rows, :]                # dropout backward on the block
+        else:
+            A_rows = _exp_block(Q, Kt, sqrt_dk, cache["mask"], rows, buf, cache["row_max"], cache["row_sum"],
+                                first=False)                 # the forward's A[rows], recomputed
+            A_used = A_rows if keep is None else A_rows * keep[..., rows, :] * A_rows.dtype.type(scale)
+            _accumulate(dV, A_used.swapaxes(-1, -2), dO[..., rows, :], first=i == 0,
+                        scratch=dA_buf)                      # Σ_r A_drop[r]ᵀ dO[r], before dA fills dA_buf
+            del A_used
+            dA = np.matmul(dO[..., rows, :], Vt, out=dA_buf[..., :rows.stop - rows.start, :])   # (..., r, n_k)
+            if keep is not None:
+                dA *= keep[..., rows, :]
+                dA *= dA.dtype.type(scale)
+            scratch = buf                                    # A[rows] is not read after dS: its buffer is free
+        D_r = None if D is None else D[..., rows, :]
+
+        def ds(sub: slice, dA=dA, A_rows=A_rows, D_r=D_r) -> None:   # dS = A ⊙ (dA − ⟨dA, A⟩), in dA
+            d, a = dA[..., sub, :], A_rows[..., sub, :]
+            if D_r is None:
+                _softmax_backward_inplace(d, a)
+            else:
+                d -= D_r[..., sub, :]
+                d *= a
+
+        _rows_parallel(ds, dA.shape[-2])
+        dS = dA
+        np.matmul(dS, K, out=dQ[..., rows, :])               # (..., r, d_k)
+        _accumulate(dK, dS.swapaxes(-1, -2), Q[..., rows, :], first=i == 0, scratch=scratch)   # (..., n_k, d_k)
     sqrt_dk = math.sqrt(Q.shape[-1])
     dQ /= sqrt_dk                                            # the 1/√d_k of S, on the (n, d_k) results:
     dK /= sqrt_dk                                            # fewer entries than the (n, n_k) dS
     return dQ, dK, dV
 
 
+def _accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray, first: bool, scratch=None) -> None:
+    """acc = a @ b on the first block, acc += a @ b after (no zero-filled start); the product goes
+    through ``scratch``'s memory when it is large enough (no new temporary per block)."""
+    if first:
+        np.matmul(a, b, out=acc)
+    elif scratch is not None and scratch.size >= acc.size:
+        acc += np.matmul(a, b, out=scratch.reshape(-1)[:acc.size].reshape(acc.shape))
+    else:
+        acc += a @ b
+
+
 def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = None,
-                dropout_p: float = 0.0, training: bool = False, rng=None) -> tuple[np.ndarray, dict]:
-    """MHA(X) with Q, K, V from one fused (d, 3d) projection; Q, K, V are views of its output."""
+                dropout_p: float = 0.0, training: bool = False, rng=None,
+                store_attention: bool = True) -> tuple[np.ndarray, dict]:
+    """MHA(X) with Q, K, V in one (B·n, 3d) array, written by three products into its column blocks
+    (no concatenated [W_Q | W_K | W_V] copy is made or cached); Q, K, V are views of it.
+    ``store_attention=False``: see :func:`attention_forward`."""
     B, n, d = x.shape
-    W_qkv = np.concatenate([p["W_Q"], p["W_K"], p["W_V"]], axis=1)   # (d, 3d)
+    x2 = x.reshape(-1, d)                                            # (M, d)
+    qkv = np.empty((x2.shape[0], 3 * d), dtype=x.dtype)              # (M, 3d): [Q | K | V]
+    for i, name in enumerate("QKV"):                                 # X W_Q, X W_K, X W_V into their
+        np.matmul(x2, p["W_" + name], out=qkv[:, i * d:(i + 1) * d])   # columns: no concatenated (d, 3d) W
     b_qkv = np.concatenate([p["b_Q"], p["b_K"], p["b_V"]])           # (3d,)
-    qkv, qkv_cache = linear_forward(x, W_qkv, b_qkv)                 # (B, n, 3d)
+    _rows_parallel(lambda r: qkv[r].__iadd__(b_qkv), qkv.shape[0])
+    qkv_cache = {"kind": "qkv", "x": x, "W": (p["W_Q"], p["W_K"], p["W_V"])}   # references, no copy
     qkv = qkv.reshape(B, n, 3, n_heads, d // n_heads).transpose(2, 0, 3, 1, 4)   # (3, B, h, n, d_k) view
-    O, attn_cache = attention_forward(qkv[0], qkv[1], qkv[2], mask, dropout_p, training, rng)
-    out, o_cache = linear_forward(merge_heads(O), p["W_O"], p["b_O"])   # (B, n, d)
+    ctx = np.empty((B, n, d), dtype=x.dtype)                         # Concat(head_1 … head_h): (B, n, d)
+    heads = ctx.reshape(B, n, n_heads, d // n_heads).transpose(0, 2, 1, 3)   # (B, h, n, d_k) view of ctx
+    _, attn_cache = attention_forward(qkv[0], qkv[1], qkv[2], mask, dropout_p, training, rng, store_attention,
+                                      out=heads)                     # O written straight into ctx
+    out, o_cache = linear_forward(ctx, p["W_O"], p["b_O"])           # (B, n, d)
     return out, {"kind": "mha", "n_heads": n_heads, "qkv": qkv_cache, "attn": attn_cache, "o": o_cache}
 
 
@@ -186,8 +449,15 @@ def mha_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tup
     dqkv_heads = dqkv.transpose(2, 0, 3, 1, 4)                       # (3, B, h, n, d_k) view
     dqkv_heads[0], dqkv_heads[1], dqkv_heads[2] = dQ, dK, dV
     del dctx, dQ, dK, dV                                             # copied into dqkv: release them
-    dqkv = dqkv.reshape(B, n, 3 * d)                                 # (B, n, 3d) view
-    dx, dW_qkv, db_qkv = linear_backward(dqkv, take("qkv"))
+    dqkv = dqkv.reshape(B * n, 3 * d)                                # (M, 3d) view
+    c = take("qkv")
+    x2 = c["x"].reshape(-1, d)                                       # (M, d)
+    dW_qkv = x2.T @ dqkv                                             # (d, 3d): one product
+    db_qkv = dqkv.sum(axis=0)                                        # (3d,)
+    dx = dqkv[:, :d] @ c["W"][0].T                                   # dX = Σ dQ W_Qᵀ + dK W_Kᵀ + dV W_Vᵀ
+    for i in (1, 2):                                                 # (= dQKV [W_Q | W_K | W_V]ᵀ)
+        dx += dqkv[:, i * d:(i + 1) * d] @ c["W"][i].T
+    dx = dx.reshape(B, n, d)                                         # (B, n, d)
     grads = {"W_Q": dW_qkv[:, :d], "W_K": dW_qkv[:, d:2 * d], "W_V": dW_qkv[:, 2 * d:],
              "b_Q": db_qkv[:d], "b_K": db_qkv[d:2 * d], "b_V": db_qkv[2 * d:],
              "W_O": dW_O, "b_O": db_O}
@@ -227,22 +497,107 @@ def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
 
 # ----------------------------------------------------------------------------- activation and FFN
 _BLOCK = 16384   # elements per block: ~64 KB in float32, so f's ~10 live temporaries fit in L2
+_GELU32_BLOCK = 65536   # the fused float32 GELU: 4 scratch arrays of 256 KB (measured best of 8–128 Ki)
+
+# Exact GELU in float32 with one range and one exp (see _gelu32): Φ(−|z|) = ½ erfc(y), y = |z|/√2,
+# written as exp(−z²/2) · M(s), s = u/(1 + u), u = 0.35·y; M is the degree-7 Chebyshev interpolant of
+# ½ erfc(y)·exp(y²) in s on y ∈ [0, 9.3] (past 9.3, exp(−y²) underflows float32), computed in float64
+# from math.erfc and converted to monomial form (tests/ops/test_fast_path.py recomputes it). Its own
+# relative error is below 1e-8; evaluated in float32 the GELU's max |error| against math.erfc is
+# 0.5 ulp of the output, and Φ's 8e-8 (the plain float32 erf: 7e-8).
+_GELU32_U = 0.35 / math.sqrt(2.0)
+_GELU32_M = (0.499999999204887, -1.611969966833993, 2.469635567446595, -2.22066213465722, 0.9680755321575066,
+             0.10529391102585882, -0.31254956062974737, 0.10245409066632219)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos) -> None:
+    """GELU and its derivative of a float32 block z into ``out`` (which may be z itself) and ``grad``;
+    a, s, e, E (float32) and pos (bool) are scratch arrays of z's size. 28 in-place passes, none of
+    them a gather, a select or a second exp:
+
+        e     = Φ(−|z|) = exp(−z²/2) M(s)
+        Φ(z)  = e + [z > 0] (1 − 2e)            (e for z ≤ 0, 1 − e for z > 0: no branch)
+        f(z)  = z Φ(z),   f'(z) = Φ(z) + z φ(z),  φ(z) = exp(−z²/2)/√(2π)   (the same exp)
+    """
+    np.abs(z, out=a)                                        # |z|
+    np.multiply(a, _GELU32_U, out=s)                        # u
+    np.add(s, 1.0, out=E)
+    np.divide(s, E, out=s)                                  # s = u / (1 + u) ∈ [0, 1)
+    np.multiply(s, _GELU32_M[-1], out=e)                    # Horner, in place: e = M(s)
+    e += _GELU32_M[-2]
+    for c in _GELU32_M[-3::-1]:
+        e *= s
+        e += c
+    np.square(z, out=E)
+    E *= -0.5
+    np.exp(E, out=E)                                        # exp(−z²/2)
+    e *= E                                                  # e = Φ(−|z|)
+    np.greater(z, 0.0, out=pos)
+    np.multiply(e, -2.0, out=a)
+    a += 1.0
+    a *= pos                                                # [z > 0] (1 − 2e)
+    a += e                                                  # Φ(z)
+    E *= z
+    E *= _INV_SQRT_2PI                                      # z φ(z)
+    np.add(a, E, out=grad)                                  # f'(z) = Φ(z) + z φ(z)
+    np.multiply(z, a, out=out)                              # f(z) = z Φ(z), last: out may be z itself
 
 
 def activation_forward(z: np.ndarray, activation: str = "gelu") -> tuple[np.ndarray, dict]:
-    """(f(z), f'(z)) evaluated on consecutive blocks of the flattened z (same cache as the plain op)."""
-    f = _ACTIVATION_FUNCS[activation]
-    out, grad = np.empty_like(z), np.empty_like(z)
+    """(f(z), f'(z)) evaluated on consecutive blocks of the flattened z (same cache as the plain op).
+
+    Exact GELU in float32 runs the fused single-range kernel :func:`_gelu32` (same maths, different
+    rounding: within 1e-7 of the plain op's erf-based values); everything else the plain kernel's
+    arithmetic per element, bit for bit."""
+    return _activation(z, activation)
+
+
+def _activation(z: np.ndarray, activation: str, in_place: bool = False) -> tuple[np.ndarray, dict]:
+    """:func:`activation_forward`; ``in_place=True`` writes f(z) over z (contiguous, and the caller's
+    own: :func:`ffn_forward` does not keep U = z W_1 + b_1), saving one (…, d_ff) array."""
+    out = z if in_place and z.flags.c_contiguous else np.empty_like(z)
+    grad = np.empty_like(z)
     z_flat, out_flat, grad_flat = z.reshape(-1), out.reshape(-1), grad.reshape(-1)   # (size,)
-    for start in range(0, z_flat.size, _BLOCK):
-        block = slice(start, start + _BLOCK)
-        out_flat[block], grad_flat[block] = f(z_flat[block])
+    if activation == "gelu" and z.dtype == np.float32:
+        starts = range(0, z_flat.size, _GELU32_BLOCK)
+        workers = min(get_num_threads(), len(starts))
+
+        def run(w: int) -> None:                            # every workers-th block, own scratch arrays
+            size = min(_GELU32_BLOCK, z_flat.size)
+            scratch = [np.empty(size, dtype=z.dtype) for _ in range(4)] + [np.empty(size, dtype=bool)]
+            for start in starts[w::workers]:
+                block = slice(start, start + _GELU32_BLOCK)
+                m = min(_GELU32_BLOCK, z_flat.size - start)
+                _gelu32(z_flat[block], out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
+
+        _parallel(run, workers)
+    else:
+        f = _ACTIVATION_FUNCS[activation]
+        for start in range(0, z_flat.size, _BLOCK):
+            block = slice(start, start + _BLOCK)
+            out_flat[block], grad_flat[block] = f(z_flat[block])
     return out, {"kind": "activation", "activation": activation, "grad": grad}
+
+
+def activation_backward(da: np.ndarray, cache: dict) -> np.ndarray:
+    """dz = da ⊙ f'(z), by row chunks in parallel."""
+    return _activation_backward_into(da, cache, np.empty_like(da))
+
+
+def _activation_backward_into(da: np.ndarray, cache: dict, dz: np.ndarray | None = None) -> np.ndarray:
+    """dz = da ⊙ f'(z) into ``dz`` (default: into da itself, which the caller must own)."""
+    grad = cache["grad"]
+    dz = da if dz is None else dz
+    d2, g2, o2 = (a.reshape(-1, a.shape[-1]) if a.ndim else a.reshape(1, 1) for a in (da, grad, dz))
+    _rows_parallel(lambda r: np.multiply(d2[r], g2[r], out=o2[r]), o2.shape[0])
+    return dz
 
 
 def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu") -> tuple[np.ndarray, dict]:
     hidden, c1 = linear_forward(z, p["W_1"], p["b_1"])       # (..., d_ff)
-    act, ca = activation_forward(hidden, activation)         # (..., d_ff)
+    act, ca = _activation(hidden, activation, in_place=True)  # f(U) in U's buffer: U is ours, not kept
+    del hidden
     out, c2 = linear_forward(act, p["W_2"], p["b_2"])        # (..., d_model)
     return out, {"kind": "ffn", "lin1": c1, "act": ca, "lin2": c2}
 
@@ -251,8 +606,14 @@ def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tup
     """Backward of :func:`ffn_forward`; ``free_cache`` releases f(z) and f'(z) (each (..., d_ff),
     the largest arrays of the layer) as soon as they are used."""
     take = reader(cache, free_cache)
-    dact, dW_2, db_2 = linear_backward(dout, take("lin2"))   # (..., d_ff)
-    dhidden = activation_backward(dact, take("act"))         # (..., d_ff)
-    del dact                                                 # release it before the next product
+    c2 = take("lin2")
+    W_2, act = c2["W"], c2["x"]                              # f(U): (..., d_ff)
+    dout2 = dout.reshape(-1, dout.shape[-1])                 # (M, d)
+    dW_2 = act.reshape(-1, act.shape[-1]).T @ dout2          # (d_ff, d), while f(U) is alive …
+    db_2 = dout2.sum(axis=0)                                 # (d,)
+    if free_cache:
+        del c2, act                                          # … then f(U) goes before ∂L/∂f(U) is made:
+    dact = (dout2 @ W_2.T).reshape(dout.shape[:-1] + (W_2.shape[0],))   # (..., d_ff), one d_ff array fewer
+    dhidden = _activation_backward_into(dact, take("act"))   # (..., d_ff), in dact's buffer (ours)
     dz, dW_1, db_1 = linear_backward(dhidden, take("lin1"))  # (..., d_model)
     return dz, {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}

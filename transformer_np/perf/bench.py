@@ -47,21 +47,23 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from ..model.flops import layer_flops
 from .._compat import forward_moved as _forward_moved
+from ..model.flops import layer_flops
 
-__all__ = ["SHAPES", "DTYPES", "MODES", "build_pair", "interleaved", "matmul_peak", "machine_info",
+__all__ = ["SHAPES", "DTYPES", "MODES", "build_pair", "interleaved", "spread", "matmul_peak", "machine_info",
+           "OtherLoad", "other_load", "busy_warnings", "recommended_threads", "BUSY_CORES", "UNSTEADY_SPREAD",
            "run_benchmark", "measure_memory", "torch_saved_nbytes", "cache_report", "format_table",
-           "minilm_throughput"]
+           "minilm_throughput", "busy_study", "format_busy_study"]
 
 #: name -> (batch B, sequence length n, d_model, heads h, d_ff)
 SHAPES = {
     "bert-base": (8, 128, 768, 12, 3072),
     "minilm": (32, 16, 384, 12, 1536),
+    "attn-512": (2, 512, 64, 4, 256),     # attention-bound: the (n, n) scores dominate the (n, d) work
     "long": (2, 2048, 64, 4, 256),
 }
 DTYPES = ("float32", "float64")
@@ -105,13 +107,14 @@ def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int, int]]:
 
 
 # ----------------------------------------------------------------------------- the two sides
-def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = False
-               ) -> tuple[Callable, Callable, object]:
+def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = False,
+               store_attention: bool = True) -> tuple[Callable, Callable, object]:
     """``(numpy_call, torch_call, config)`` running one layer in ``mode`` on identical weights/inputs
-    (``free_cache`` is passed to the NumPy backward)."""
+    (``free_cache`` is passed to the NumPy backward, ``store_attention`` to the NumPy forward)."""
+    kw = {} if store_attention else {"store_attention": False}
     torch = _import_torch()
-    from ..model.encoder import encoder_layer_backward, encoder_layer_forward
     from ..io.interop import from_torch
+    from ..model.encoder import encoder_layer_backward, encoder_layer_forward
     from ..model.params import sub_params
 
     B, n, d, h, f = dims
@@ -130,7 +133,7 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
         layer.eval()
 
         def np_call():
-            return encoder_layer_forward(x, p, config)
+            return encoder_layer_forward(x, p, config, **kw)
 
         def torch_call():
             # op-by-op eager, like ours; the switch is global to torch: restore it after the call
@@ -146,7 +149,7 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
         xt.requires_grad_(True)
 
         def np_call():
-            _, cache = encoder_layer_forward(x, p, config)
+            _, cache = encoder_layer_forward(x, p, config, **kw)
             return encoder_layer_backward(dy, cache, free_cache=free_cache)
 
         def torch_call():
@@ -156,23 +159,42 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
     return np_call, torch_call, config
 
 
-def interleaved(a: Callable, b: Callable, rounds: int, warmup: int = 1) -> dict:
-    """Time a and b alternately (A B A B …); medians of the times and of the per-round a/b."""
+#: The clocks a row can be timed with: wall time, or this process's CPU time ("cpu": only meaningful with
+#: one thread each side — then it is the work done, whatever share of the cores other processes leave).
+CLOCKS = ("wall", "cpu")
+
+
+def interleaved(a: Callable, b: Callable, rounds: int, warmup: int = 1, clock: str = "wall") -> dict:
+    """Time a and b alternately (A B A B …); medians of the times and of the per-round a/b,
+    and the spread of those ratios (:func:`spread`). ``clock``: one of :data:`CLOCKS`."""
+    now = (lambda: time.perf_counter()) if clock == "wall" else (lambda: time.process_time())
     for _ in range(warmup):
         a()
         b()
     ta, tb = [], []
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0 = now()
         a()
-        t1 = time.perf_counter()
+        t1 = now()
         b()
-        t2 = time.perf_counter()
+        t2 = now()
         ta.append(t1 - t0)
         tb.append(t2 - t1)
     ratios = [x / y for x, y in zip(ta, tb)]
     return {"a_ms": 1e3 * statistics.median(ta), "b_ms": 1e3 * statistics.median(tb),
-            "ratio": statistics.median(ratios), "ratios": ratios}
+            "ratio": statistics.median(ratios), "ratios": ratios, "spread": spread(ratios)}
+
+
+def spread(values: list[float]) -> dict:
+    """min, quartiles, max of the per-round ratios and ``rel_range`` = (max − min) / median.
+
+    Quartiles by :func:`statistics.quantiles` (``method="inclusive"``: with 5 rounds, q1 and q3
+    are the 2nd and 4th smallest). One round gives a zero spread."""
+    v = sorted(values)
+    med = statistics.median(v)
+    q1, _, q3 = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else (v[0], v[0], v[0])
+    return {"min": v[0], "q1": q1, "median": med, "q3": q3, "max": v[-1],
+            "rel_range": (v[-1] - v[0]) / med if med else 0.0}
 
 
 def matmul_peak(dtype: str, size: int = 2048, repeats: int = 5) -> float:
@@ -223,13 +245,197 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+# ----------------------------------------------------------------------------- a busy machine
+#: Other processes using this many cores (on average, during a measurement) make the machine "busy".
+BUSY_CORES = 0.5
+#: A (max − min) / median of the per-round ratios above this is reported as an unsteady row.
+UNSTEADY_SPREAD = 0.3
+
+
+def _system_busy_seconds() -> float | None:
+    """CPU seconds spent busy since boot by all processes (``/proc/stat``: every column but idle
+    and iowait, summed over the CPUs), or None where there is no /proc (not Linux).
+
+    Niced processes count in full: with the Linux scheduler's autogroups (on by default on
+    desktops and on this project's machines), CPU time is shared fairly between *sessions* first,
+    and a process's nice value only ranks it inside its own session — another user's ``nice``
+    job still takes its session's share from ours."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    busy = sum(fields[:8]) - idle                        # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    """CPU seconds of this process (all its threads) and its waited-for children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class OtherLoad:
+    """The cores other processes used while a block ran: (Δ system busy − Δ our CPU) / Δ wall.
+
+    ``with OtherLoad() as m: ...`` then ``m.cores`` (None where /proc/stat is missing). This
+    is a direct measurement, unlike the load average, which lags by a minute and counts our
+    own threads. Our own threads include OpenBLAS's workers, busy-waiting or not."""
+
+    def __enter__(self):
+        self._t, self._busy, self._own = time.perf_counter(), _system_busy_seconds(), _own_cpu_seconds()
+        self.cores = None
+        return self
+
+    def __exit__(self, *exc):
+        busy = _system_busy_seconds()
+        wall = time.perf_counter() - self._t
+        if busy is not None and self._busy is not None and wall > 0:
+            self.cores = max(0.0, (busy - self._busy) - (_own_cpu_seconds() - self._own)) / wall
+        return False
+
+
+def other_load(seconds: float = 0.5) -> float | None:
+    """Cores used by other processes while this one sleeps for ``seconds`` (None if unknown)."""
+    with OtherLoad() as m:
+        time.sleep(seconds)
+    return m.cores
+
+
+def busy_warnings(doc: dict) -> list[str]:
+    """Plain-language warnings for a benchmark document: other processes using the cores (before
+    or during the rows) and rows whose per-round ratios spread widely."""
+    mach, out = doc["machine"], []
+    cpus = mach.get("cpu_count") or 1
+    seen = [v for v in [mach.get("other_load_cores_before")] + [r.get("other_load_cores") for r in doc["results"]]
+            if v is not None]
+    if seen and max(seen) >= BUSY_CORES:
+        threads = mach.get("threads")
+        out.append(f"the machine is busy: other processes used up to {max(seen):.1f} of its {cpus} cores during "
+                   f"the benchmark (load average {mach.get('load_average')}). The ratios are not those of a quiet "
+                   f"machine" + (f"; {threads} BLAS threads compete with them for the cores (see "
+                                 f"docs/guide/performance.md, 'A busy machine': try --threads 1 or "
+                                 f"OPENBLAS_NUM_THREADS=1)" if threads and threads > 1 else "") + ".")
+    if mach.get("threads_lowered_from"):
+        out.append(f"this run used {mach.get('threads')} thread(s) each side instead of "
+                   f"{mach['threads_lowered_from']}, because other processes kept the machine busy at its start "
+                   f"(on a busy machine 1 thread is faster and steadier for both NumPy and torch); pass "
+                   f"--threads {mach['threads_lowered_from']} to measure with more.")
+    unsteady = [r for r in doc["results"] if r.get("spread", {}).get("rel_range", 0) > UNSTEADY_SPREAD]
+    if unsteady:
+        worst = max(unsteady, key=lambda r: r["spread"]["rel_range"])
+        out.append(f"{len(unsteady)} row(s) are unsteady: the per-round NumPy/torch ratio varies by more than "
+                   f"{100 * UNSTEADY_SPREAD:.0f}% of its median (worst: {worst['shape']} {worst['dtype']} "
+                   f"{worst['mode']}, {worst['spread']['min']:.2f}–{worst['spread']['max']:.2f}×); rerun with more "
+                   f"--rounds on a quieter machine before trusting them.")
+    return out
+
+
+_SPIN = "import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.time() < end:\n    pass\n"
+
+_BUSY_CHILD = r"""
+import json, os, statistics, sys, time
+import numpy as np, torch
+from transformer_np.perf.bench import build_pair, OtherLoad, other_load
+dims, dtype, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+threads, rounds = int(sys.argv[4]), int(sys.argv[5])
+torch.set_num_threads(threads)
+np_call, torch_call, _ = build_pair(tuple(dims), dtype, mode)
+tick = os.sysconf("SC_CLK_TCK")
+
+def cpu():   # CPU seconds of each thread of this process
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            f = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+            out[tid] = (int(f[11]) + int(f[12])) / tick
+        except OSError:
+            pass
+    return out
+
+def timed(fn):
+    c0, t0 = cpu(), time.perf_counter()
+    fn()
+    t1, c1 = time.perf_counter(), cpu()
+    return t1 - t0, sum(c1[k] - c0.get(k, 0.0) for k in c1)
+
+np_call(); torch_call()
+before = other_load(0.5)   # while this process sleeps: the rounds of a small shape are too short to sample
+rows = []
+with OtherLoad() as others:
+    for _ in range(rounds):
+        rows.append(timed(np_call) + timed(torch_call))
+ratios = [a / c for a, _, c, _ in rows]
+print(json.dumps({"numpy_ms": 1e3 * statistics.median(r[0] for r in rows),
+                  "torch_ms": 1e3 * statistics.median(r[2] for r in rows),
+                  "ratio_vs_torch": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+                  "numpy_cpu_s_per_call": statistics.median(r[1] for r in rows),
+                  "torch_cpu_s_per_call": statistics.median(r[3] for r in rows),
+                  "other_load_cores": others.cores, "other_load_cores_before": before}))
+"""
+
+
+def busy_study(dims=SHAPES["bert-base"], dtype: str = "float32", mode: str = "fwd+bwd", threads=(1, 2),
+               spinners=(0, 1, 2), rounds: int = 5, spin_seconds: float = 600.0, log=None) -> list[dict]:
+    """Thread count × background load, measured: the data behind :func:`recommended_threads`.
+
+    For every (threads, k) cell, k busy-loop processes are started, each in its own session (so the
+    scheduler treats them as another user's jobs, as on a shared JupyterHub node), each stopping by
+    itself after ``spin_seconds`` and killed by its pid when the cell is done; then a fresh process with
+    OpenBLAS and torch limited to ``threads`` runs the layer pair interleaved for ``rounds`` rounds.
+    Each row: median times and ratio, the per-round range of the ratio, the CPU seconds per call
+    (all threads of the process: work *and* the busy-waiting of threads waiting for each other), and the
+    cores used by other processes (spinners included) during the rounds and in 0.5 s just before them.
+    Linux only (reads /proc)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = []
+    for t in threads:
+        for k in spinners:
+            procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(spin_seconds)], start_new_session=True)
+                     for _ in range(k)]
+            try:
+                env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t),
+                           PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+                proc = subprocess.run([sys.executable, "-c", _BUSY_CHILD, json.dumps(list(dims)), dtype, mode,
+                                       str(t), str(rounds)], capture_output=True, text=True, env=env,
+                                      timeout=spin_seconds, check=False)
+            finally:
+                for p in procs:
+                    p.kill()
+                    p.wait()
+            if proc.returncode != 0:
+                raise RuntimeError(f"busy study cell (threads={t}, spinners={k}) failed: "
+                                   f"{proc.stderr.strip().splitlines()[-1:]}")
+            row = {"threads": t, "spinners": k, **json.loads(proc.stdout.strip().splitlines()[-1])}
+            out.append(row)
+            if log:
+                log(f"threads {t} spinners {k}: numpy {row['numpy_ms']:.0f} ms ({row['numpy_cpu_s_per_call']:.2f} "
+                    f"CPU s), torch {row['torch_ms']:.0f} ms ({row['torch_cpu_s_per_call']:.2f} CPU s), ratio "
+                    f"{row['ratio_vs_torch']:.2f} ({row['ratio_min']:.2f}–{row['ratio_max']:.2f}), others "
+                    f"{_fmt_cores(row['other_load_cores'])} cores")
+    return out
+
+
+def format_busy_study(rows: list[dict]) -> str:
+    """The busy-machine table of docs/guide/performance.md."""
+    lines = ["| threads | busy loops | other processes (cores) | NumPy ms | torch ms | NumPy/torch (rounds) | "
+             "NumPy CPU s/call | torch CPU s/call |", "|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['threads']} | {r['spinners']} | {_fmt_cores(r['other_load_cores'])} | {r['numpy_ms']:.0f} "
+                     f"| {r['torch_ms']:.0f} | {r['ratio_vs_torch']:.2f}× ({r['ratio_min']:.2f}–{r['ratio_max']:.2f}) "
+                     f"| {r['numpy_cpu_s_per_call']:.2f} | {r['torch_cpu_s_per_call']:.2f} |")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- memory
 _CHILD = r"""
 import ctypes, gc, json, sys, numpy as np, torch
 from transformer_np.perf.bench import build_pair
 side, dims, dtype, threads = sys.argv[1], tuple(json.loads(sys.argv[2])), sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(threads)
-np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd", free_cache=(side != "numpy-default"))
+np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd", free_cache=(side != "numpy-default"),
+                                   store_attention=(side != "numpy-recompute"))
 np.ones((64, 64)) @ np.ones((64, 64)); torch.ones(64, 64) @ torch.ones(64, 64)   # start both thread pools
 
 def status(key):   # VmRSS / VmHWM of /proc/self/status, in bytes
@@ -277,12 +483,15 @@ def torch_saved_nbytes(dims, dtype: str) -> int:
     return int(sum(seen.values()))
 
 
-def measure_memory(dims, dtype: str, threads: int) -> dict:
-    """Peak memory of one fwd+bwd, each side in a fresh process (see the module docstring)."""
+def measure_memory(dims, dtype: str, threads: int, recompute: bool = False) -> dict:
+    """Peak memory of one fwd+bwd, each side in a fresh process (see the module docstring);
+    ``recompute`` adds the NumPy side with ``store_attention=False``."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+               OPENBLAS_NUM_THREADS=str(threads))
     out = {}
-    for side in ("numpy", "torch", "numpy-tracemalloc", "numpy-default"):
+    sides = ("numpy", "torch", "numpy-tracemalloc", "numpy-default") + (("numpy-recompute",) if recompute else ())
+    for side in sides:
         proc = subprocess.run([sys.executable, "-c", _CHILD, side, json.dumps(list(dims)), dtype, str(threads)],
                               capture_output=True, text=True, env=env, timeout=600)
         if proc.returncode != 0:
@@ -291,19 +500,23 @@ def measure_memory(dims, dtype: str, threads: int) -> dict:
     return {"numpy_rss_bytes": out["numpy"], "torch_rss_bytes": out["torch"],
             "numpy_tracemalloc_bytes": out["numpy-tracemalloc"],
             "numpy_default_rss_bytes": out["numpy-default"],
+            "numpy_recompute_rss_bytes": out.get("numpy-recompute"),
             "ratio_vs_torch": out["numpy"] / out["torch"] if out["torch"] else None,
+            "ratio_vs_torch_recompute": out["numpy-recompute"] / out["torch"]
+            if out["torch"] and "numpy-recompute" in out else None,
             "method": "VmHWM after minus VmRSS before one fwd+bwd, in a fresh process per side, after "
                       "malloc_trim(0) and a high-water-mark reset (clear_refs 5); NumPy backward with "
-                      "free_cache=True (numpy_default_rss_bytes: the default backward); tracemalloc peak of "
-                      "NumPy's allocations as a cross-check"}
+                      "free_cache=True (numpy_default_rss_bytes: the default backward; numpy_recompute_rss_bytes: "
+                      "free_cache=True and store_attention=False, the attention matrix recomputed by row blocks "
+                      "like torch's fused attention does); tracemalloc peak of NumPy's allocations as a cross-check"}
 
 
 def cache_report(dims, dtype: str) -> dict:
     """What the NumPy layer's cache keeps (bytes per entry, see :func:`transformer_np.perf.memory.cache_nbytes`)."""
-    from ..model.encoder import encoder_layer_forward
-    from .memory import cache_nbytes
-    from ..model.params import init_params, sub_params
     from ..model.config import EncoderConfig
+    from ..model.encoder import encoder_layer_forward
+    from ..model.params import init_params, sub_params
+    from .memory import cache_nbytes
 
     B, n, d, h, f = dims
     config = EncoderConfig(n_layers=1, d_model=d, n_heads=h, d_ff=f, dropout=0.0, layer_norm_eps=1e-5)
@@ -315,39 +528,121 @@ def cache_report(dims, dtype: str) -> dict:
 
 # ----------------------------------------------------------------------------- the run
 def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = True,
-                  threads: int | None = None, log=None) -> dict:
-    """Every (shape, dtype, mode) row, plus memory and machine info; the ``--json`` document."""
+                  threads: int | None = None, log=None, recompute: bool = False, clock: str = "wall") -> dict:
+    """Every (shape, dtype, mode) row, plus memory and machine info; the ``--json`` document.
+
+    ``recompute=True`` adds ``doc["recompute"]``: the same rows with the NumPy layer run with
+    ``store_attention=False`` (A recomputed by row blocks in the backward, see
+    :func:`transformer_np.ops.fast.attention_forward`). ``clock="cpu"`` times each call by this
+    process's CPU time instead of the wall clock (``threads`` must then be 1: with more, CPU time
+    also counts threads waiting for each other) — on a busy machine the wall clock measures the
+    other processes as much as the code; a single thread's CPU time measures the work."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and threads != 1:
+        raise ValueError(f"clock='cpu' needs threads=1 (CPU time of several threads counts their waiting), "
+                         f"got threads={threads}")
     torch = _import_torch()
+    others_before = other_load()
     blas_threads, source = _blas_threads()
-    threads = blas_threads if threads is None else threads
+    lowered_from, limiter = None, None
+    if threads is None:
+        threads = recommended_threads(others_before, blas_threads)
+        if threads < blas_threads:
+            lowered_from = blas_threads
+            source = (f"{threads}: the machine was busy before the run (other processes used "
+                      f"{others_before:.1f} cores), see recommended_threads(); --threads N overrides")
+    if threads != blas_threads:
+        limiter = _limit_blas_threads(threads)
+        if _blas_threads()[0] != threads:
+            limiter.restore_original_limits()
+            raise RuntimeError(f"could not set OpenBLAS's threads to {threads} (it has {_blas_threads()[0]})")
     torch.set_num_threads(threads)
     machine = machine_info(threads, source)
+    machine["other_load_cores_before"] = _round(others_before)
+    machine["threads_lowered_from"] = lowered_from
+    machine["clock"] = clock
+    try:
+        return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute, clock)
+    finally:
+        if limiter is not None:
+            limiter.restore_original_limits()
+
+
+def recommended_threads(others: float | None = None, available: int | None = None) -> int:
+    """BLAS threads to use now: 1 when other processes keep the machine busy (``others``, in cores,
+    at least :data:`BUSY_CORES`; measured with :func:`other_load` when not given), else ``available``
+    (default: OpenBLAS's current thread count).
+
+    Why 1: with other jobs sharing the cores, every OpenBLAS call (a fork-join of its threads, whose
+    waiting threads spin) waits for its slowest thread, and the spinning burns the CPU share the work
+    needed. Measured on the BERT-base layer, float32 fwd+bwd, 2 cores, other sessions busy: 2 threads
+    took 2.5–4× longer than 1 thread and used 3× its CPU time per call (torch: 2× / 2×); see
+    docs/guide/performance.md, "A busy machine". On a quiet machine 2 threads are ~1.7× faster.
+    """
+    if available is None:
+        available = _blas_threads()[0]
+    if others is None:
+        others = other_load()
+    return 1 if others is not None and others >= BUSY_CORES else available
+
+
+def _limit_blas_threads(threads: int):
+    """threadpoolctl's limiter for OpenBLAS (call ``.restore_original_limits()`` to undo)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError as e:
+        raise ImportError("setting the BLAS thread count needs threadpoolctl: pip install threadpoolctl "
+                          "(or set OPENBLAS_NUM_THREADS before starting Python)") from e
+    return threadpool_limits(threads, user_api="blas")
+
+
+def _timed_row(name, dims, dtype, mode, rounds, peak, store_attention=True, clock="wall") -> dict:
+    """One interleaved NumPy-vs-torch row (see :func:`run_benchmark`)."""
+    np_call, torch_call, config = build_pair(dims, dtype, mode, store_attention=store_attention)
+    with OtherLoad() as others:
+        t = interleaved(np_call, torch_call, rounds, clock=clock)
+    flops = layer_flops(config, dims[0], dims[1], mode)["total"]
+    gflops = flops / (t["a_ms"] / 1e3) / 1e9
+    return {"shape": name, "dtype": dtype, "mode": mode, "numpy_ms": round(t["a_ms"], 2),
+            "torch_ms": round(t["b_ms"], 2), "ratio_vs_torch": round(t["ratio"], 3),
+            "gflops": round(gflops, 1), "peak_fraction": round(gflops / peak, 3),
+            "torch_gflops": round(flops / (t["b_ms"] / 1e3) / 1e9, 1), "rounds": rounds,
+            "spread": {k: round(v, 3) for k, v in t["spread"].items()},
+            "other_load_cores": _round(others.cores)}
+
+
+def _log_row(log, row, label: str = "") -> None:
+    if log:
+        sp = row["spread"]
+        log(f"{row['shape']:10s} {row['dtype']:8s} {row['mode']:8s}{label} numpy {row['numpy_ms']:9.1f} ms  torch "
+            f"{row['torch_ms']:9.1f} ms  ratio {row['ratio_vs_torch']:.3f} (rounds: min {sp['min']:.2f}, "
+            f"IQR {sp['q1']:.2f}–{sp['q3']:.2f}, max {sp['max']:.2f}; others used "
+            f"{_fmt_cores(row['other_load_cores'])} cores)")
+
+
+def _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute=False, clock="wall") -> dict:
     peaks = {}
-    results = []
+    results, recomputed = [], []
     for name, dims in shapes:
         for dtype in dtypes:
             if dtype not in peaks:
                 peaks[dtype] = matmul_peak(dtype)
             for mode in modes:
-                np_call, torch_call, config = build_pair(dims, dtype, mode)
-                t = interleaved(np_call, torch_call, rounds)
-                flops = layer_flops(config, dims[0], dims[1], mode)["total"]
-                gflops = flops / (t["a_ms"] / 1e3) / 1e9
-                row = {"shape": name, "dtype": dtype, "mode": mode, "numpy_ms": round(t["a_ms"], 2),
-                       "torch_ms": round(t["b_ms"], 2), "ratio_vs_torch": round(t["ratio"], 3),
-                       "gflops": round(gflops, 1), "peak_fraction": round(gflops / peaks[dtype], 3),
-                       "torch_gflops": round(flops / (t["b_ms"] / 1e3) / 1e9, 1), "rounds": rounds}
-                results.append(row)
-                if log:
-                    log(f"{name:10s} {dtype:8s} {mode:8s} numpy {row['numpy_ms']:9.1f} ms  torch "
-                        f"{row['torch_ms']:9.1f} ms  ratio {row['ratio_vs_torch']:.3f}")
+                results.append(_timed_row(name, dims, dtype, mode, rounds, peaks[dtype], clock=clock))
+                _log_row(log, results[-1])
+            if recompute:
+                for mode in modes:
+                    recomputed.append(_timed_row(name, dims, dtype, mode, rounds, peaks[dtype], store_attention=False,
+                                                 clock=clock))
+                    _log_row(log, recomputed[-1], " [store_attention=False]")
     machine["matmul_peak_gflops"] = {k: round(v, 1) for k, v in peaks.items()}
     mem = {}
     if memory:
         for name, dims in shapes:
             for dtype in dtypes:
                 key = f"{name}/{dtype}"
-                mem[key] = measure_memory(dims, dtype, threads)
+                mem[key] = measure_memory(dims, dtype, threads, recompute)
                 cache = cache_report(dims, dtype)
                 mem[key]["numpy_cache_bytes"] = cache["total"]
                 mem[key]["numpy_cache_bytes_by_sublayer"] = cache["groups"]
@@ -359,10 +654,23 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
         machine["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
     except OSError:
         pass
-    return {"results": results, "memory": mem, "machine": machine}
+    doc = {"results": results, "memory": mem, "machine": machine}
+    if recompute:
+        doc["recompute"] = recomputed
+    doc["warnings"] = busy_warnings(doc)
+    return doc
 
 
-def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | None = None) -> dict:
+def _round(v: float | None, digits: int = 2) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+def _fmt_cores(v: float | None) -> str:
+    return "?" if v is None else f"{v:.2f}"
+
+
+def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | None = None,
+                      clock: str = "wall") -> dict:
     """Sentences/s of :meth:`PretrainedEncoder.encode` (float32) vs sentence-transformers on the
     same ``n_sentences`` generated sentences, interleaved, median of per-round ratios."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -373,17 +681,28 @@ def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | N
         raise ImportError("the MiniLM throughput needs sentence-transformers: pip install sentence-transformers") from e
     from ..io.pretrained import MODEL_NAME, load_pretrained, model_folder
 
-    if threads is not None:
-        torch.set_num_threads(threads)
     ours = load_pretrained(MODEL_NAME)
     st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
+    limiter = None
+    if threads is not None:
+        torch.set_num_threads(threads)
+        if threads != _blas_threads()[0]:
+            limiter = _limit_blas_threads(threads)
+    try:
+        return _minilm_rounds(ours, st, n_sentences, rounds, clock)
+    finally:
+        if limiter is not None:
+            limiter.restore_original_limits()
+
+
+def _minilm_rounds(ours, st, n_sentences: int, rounds: int, clock: str = "wall") -> dict:
     sentences = _sentences(n_sentences)
     t = interleaved(lambda: ours.encode(sentences, batch_size=32),
-                    lambda: st.encode(sentences, batch_size=32, normalize_embeddings=True), rounds)
+                    lambda: st.encode(sentences, batch_size=32, normalize_embeddings=True), rounds, clock=clock)
     agree = float(np.abs(ours.encode(sentences[:64]) - st.encode(sentences[:64], normalize_embeddings=True)).max())
     return {"sentences": n_sentences, "numpy_per_s": round(n_sentences / (t["a_ms"] / 1e3), 1),
             "sentence_transformers_per_s": round(n_sentences / (t["b_ms"] / 1e3), 1),
-            "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds,
+            "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds, "clock": clock,
             "max_abs_diff_embeddings": agree}
 
 
@@ -399,20 +718,28 @@ def _sentences(count: int, seed: int = 0) -> list[str]:
 
 def format_table(doc: dict) -> str:
     """The Markdown table of the README (times, ratio, GFLOP/s, fraction of matmul peak, memory)."""
-    lines = ["| shape | dtype | mode | NumPy ms | torch ms | NumPy/torch | NumPy GFLOP/s | of matmul peak | torch GFLOP/s |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    for r in doc["results"]:
-        lines.append(f"| {r['shape']} | {r['dtype']} | {r['mode']} | {r['numpy_ms']:.1f} | {r['torch_ms']:.1f} | "
-                     f"{r['ratio_vs_torch']:.2f}× | {r['gflops']:.1f} | {100 * r['peak_fraction']:.0f}% | "
-                     f"{r['torch_gflops']:.1f} |")
+    lines = ["| shape | dtype | mode | NumPy ms | torch ms | NumPy/torch | rounds min–max | NumPy GFLOP/s "
+             "| of matmul peak | torch GFLOP/s |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [(r, "") for r in doc["results"]] + [(r, " (store_attention=False)") for r in doc.get("recompute", [])]
+    for r, label in rows:
+        sp = r.get("spread")
+        rng = f"{sp['min']:.2f}–{sp['max']:.2f}" if sp else "n/a"
+        lines.append(f"| {r['shape']} | {r['dtype']} | {r['mode']}{label} | {r['numpy_ms']:.1f} | "
+                     f"{r['torch_ms']:.1f} | {r['ratio_vs_torch']:.2f}× | {rng} | {r['gflops']:.1f} | "
+                     f"{100 * r['peak_fraction']:.0f}% | {r['torch_gflops']:.1f} |")
     if doc.get("memory"):
         lines += ["", "| shape/dtype | NumPy peak (RSS growth, free_cache) | torch peak (RSS growth) | NumPy/torch | "
+                      "NumPy peak, store_attention=False | its NumPy/torch | "
                       "NumPy peak, default backward | NumPy tracemalloc peak (free_cache) | NumPy cache | "
-                      "torch saved tensors |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                      "torch saved tensors |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for key, m in doc["memory"].items():
             ratio = "n/a" if m["ratio_vs_torch"] is None else f"{m['ratio_vs_torch']:.2f}×"
+            rc = m.get("ratio_vs_torch_recompute")
             lines.append(f"| {key} | {m['numpy_rss_bytes'] / 2**20:.1f} MiB | {m['torch_rss_bytes'] / 2**20:.1f} MiB "
-                         f"| {ratio} | {m.get('numpy_default_rss_bytes', float('nan')) / 2**20:.1f} MiB "
+                         f"| {ratio} | {(m.get('numpy_recompute_rss_bytes') or float('nan')) / 2**20:.1f} MiB "
+                         f"| {'n/a' if rc is None else f'{rc:.2f}×'} "
+                         f"| {m.get('numpy_default_rss_bytes', float('nan')) / 2**20:.1f} MiB "
                          f"| {m['numpy_tracemalloc_bytes'] / 2**20:.1f} MiB | "
                          f"{m['numpy_cache_bytes'] / 2**20:.1f} MiB | "
                          f"{m.get('torch_saved_bytes', float('nan')) / 2**20:.1f} MiB |")
@@ -420,7 +747,11 @@ def format_table(doc: dict) -> str:
     lines += ["", f"Measured {mach['date']} on {mach['cpu']} ({mach['cpu_count']} cores), {mach['threads']} threads "
                   f"each side ({mach['threads_source']}), NumPy {mach['numpy']}, torch {mach['torch']}, "
                   f"matmul peak {mach.get('matmul_peak_gflops')} GFLOP/s, load average "
-                  f"{mach.get('load_average')} before / {mach.get('load_average_after')} after."]
+                  f"{mach.get('load_average')} before / {mach.get('load_average_after')} after, other processes "
+                  f"{_fmt_cores(mach.get('other_load_cores_before'))} cores before the run; times by the "
+                  f"{'process CPU time' if mach.get('clock') == 'cpu' else 'wall clock'}."]
+    for w in doc.get("warnings", []):
+        lines += ["", f"**Warning:** {w}"]
     if "minilm" in doc:
         m = doc["minilm"]
         lines += ["", f"MiniLM encode ({m['sentences']} sentences, float32): NumPy {m['numpy_per_s']:.0f}/s, "

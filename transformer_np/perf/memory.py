@@ -57,8 +57,9 @@ def cache_arrays(cache) -> list[tuple[str, np.ndarray]]:
 
 
 def is_param_ref(path: str) -> bool:
-    """True for an entry that refers to a parameter (``…W``, ``…gamma``), not to an activation."""
-    return path.rsplit(".", 1)[-1] in _PARAM_KEYS
+    """True for an entry that refers to a parameter (``…W``, ``…gamma``, ``…W.0`` for the fast path's
+    three projection matrices), not to an activation."""
+    return any(part in _PARAM_KEYS for part in path.split("."))   # W, gamma, or a tuple of them (W.0, …)
 
 
 _owner = owner          # the names used before 0.2
