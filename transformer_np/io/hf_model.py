@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import FLOAT_DTYPES, as_int_array, check_bool, check_cache, describe, mismatch_detail
+from .._validate import as_int_array, check_bool, check_cache, describe
 from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
 from ..model.encoder import encoder_backward, encoder_forward
+from ..model.params import check_param_arrays
 from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embeddings import embedding_backward, embedding_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
@@ -41,24 +42,8 @@ def validate_hf_params(params, config: HFEncoderConfig, name: str = "params") ->
     """Names, shapes and one float dtype of a family model's params (the pooler is optional)."""
     if not isinstance(params, dict):
         raise InputTypeError(f"{name} must be a dict of name -> numpy array, got {describe(params)}")
-    shapes = hf_param_shapes(config)
-    missing = [k for k in shapes if k not in params]
-    extra = [k for k in params if k not in shapes and k not in _OPTIONAL]
-    if missing or extra:
-        raise InputValueError(f"{name} does not match the {config.model_type} config "
-                              f"({mismatch_detail(missing, extra)})")
-    dtype = None
-    for k, shape in shapes.items():
-        a = params[k]
-        if not isinstance(a, np.ndarray) or a.dtype not in FLOAT_DTYPES:
-            raise InputTypeError(f"{name}[{k!r}] must be a float32/float64 numpy array, got {describe(a)}")
-        if dtype is None:
-            dtype = a.dtype
-        elif a.dtype != dtype:
-            raise InputTypeError(f"{name} must all share one dtype: {name}[{k!r}] is {a.dtype}, others are {dtype}")
-        if a.shape != shape:
-            raise InputValueError(f"{name}[{k!r}] must have shape {shape}, got shape {a.shape}")
-    return dtype
+    return check_param_arrays(params, hf_param_shapes(config), name, optional=_OPTIONAL,
+                              what=f"the {config.model_type} config")
 
 
 def position_ids(input_ids: np.ndarray, config: HFEncoderConfig) -> np.ndarray:

@@ -48,7 +48,8 @@ def json_depth(raw: bytes) -> int:
     return int(max(0, np.cumsum(step).max()))
 
 
-def _no_duplicates(error, where):
+def no_duplicate_keys(error, where):
+    """A ``json.loads`` object_pairs_hook that raises ``error`` naming ``where`` on a repeated key."""
     def hook(pairs):
         out = {}
         for k, v in pairs:
@@ -96,7 +97,7 @@ def loads_strict(raw: bytes | str, where: str, kind: type | None = None, max_dep
     except UnicodeDecodeError as e:
         raise error(f"{where}: not UTF-8 text ({e})") from None
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates(error, where),
+        value = json.loads(text, object_pairs_hook=no_duplicate_keys(error, where),
                            parse_constant=float if allow_constants else _Constant)
     except RecursionError:
         raise error(f"{where}: JSON nested too deeply") from None

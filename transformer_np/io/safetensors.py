@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from ..errors import FileFormatError
+from .jsonfile import no_duplicate_keys
 
 __all__ = ["load_safetensors", "loads_safetensors", "read_safetensors_header",
            "save_safetensors", "dumps_safetensors", "SAFETENSORS_DTYPES", "MAX_HEADER_SIZE"]
@@ -61,15 +62,6 @@ _NUMPY_TO_SAFETENSORS = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32
 
 
 # ----------------------------------------------------------------------------- header
-def _reject_duplicates(pairs):
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise FileFormatError(f"duplicate key {k!r}")
-        out[k] = v
-    return out
-
-
 def _reject_constant(name):
     raise FileFormatError(f"non-standard JSON constant {name}")
 
@@ -127,7 +119,8 @@ def _parse_header(raw: bytes, data_len: int, where: str) -> tuple[dict, dict]:
     if not text.startswith("{"):
         raise FileFormatError(f"{where}: the header must be a JSON object starting with '{{', got {text[:20]!r}")
     try:
-        header = json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+        header = json.loads(text, object_pairs_hook=no_duplicate_keys(FileFormatError, "the header"),
+                            parse_constant=_reject_constant)
     except ValueError as e:  # json.JSONDecodeError is a ValueError
         raise FileFormatError(f"{where}: the header is not valid JSON ({e})") from None
     except RecursionError:   # e.g. {"a": [[[[… nested thousands deep

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from .._validate import FLOAT_DTYPES, check_choice, check_float_dtype, check_int, describe, mismatch_detail
+from ..errors import InputTypeError, InputValueError
 from ..ops.attention import MHA_PARAM_NAMES
 from ..ops.feedforward import FFN_PARAM_NAMES
 from .budget import check_memory, estimate_encoder
@@ -131,21 +132,28 @@ def validate_params(params, config: EncoderConfig, name: str = "params") -> np.d
     if not isinstance(config, EncoderConfig):
         raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
     shapes = param_shapes(config)
+    return check_param_arrays(params, shapes, name, optional=OPTIONAL_PARAMS)
+
+
+def check_param_arrays(params: dict, shapes: dict, name: str = "params", optional=(), what: str = "the config"):
+    """``params`` has exactly the names of ``shapes`` (plus any of ``optional``), each a float32/float64 array
+    of its shape, all of one dtype; returns that dtype. Shared by :func:`validate_params` and the Hugging Face
+    families' :func:`transformer_np.io.hf_model.validate_hf_params`."""
     missing = [k for k in shapes if k not in params]
-    extra = [k for k in params if k not in shapes and k not in OPTIONAL_PARAMS]
+    extra = [k for k in params if k not in shapes and k not in optional]
     if missing or extra:
-        raise ValueError(f"{name} does not match the config ({mismatch_detail(missing, extra)})")
+        raise InputValueError(f"{name} does not match {what} ({mismatch_detail(missing, extra)})")
     dtype = None
     for k, shape in shapes.items():
         a = params[k]
         if not isinstance(a, np.ndarray):
-            raise TypeError(f"{name}[{k!r}] must be a numpy array, got {describe(a)}")
+            raise InputTypeError(f"{name}[{k!r}] must be a numpy array, got {describe(a)}")
         if a.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"{name}[{k!r}] must have dtype float32 or float64, got {a.dtype}")
+            raise InputTypeError(f"{name}[{k!r}] must have dtype float32 or float64, got {a.dtype}")
         if dtype is None:
             dtype = a.dtype
         elif a.dtype != dtype:
-            raise TypeError(f"{name} must all share one dtype: {name}[{k!r}] is {a.dtype}, others are {dtype}")
+            raise InputTypeError(f"{name} must all share one dtype: {name}[{k!r}] is {a.dtype}, others are {dtype}")
         if a.shape != shape:
-            raise ValueError(f"{name}[{k!r}] must have shape {shape}, got shape {a.shape}")
+            raise InputValueError(f"{name}[{k!r}] must have shape {shape}, got shape {a.shape}")
     return dtype
