@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_readme import lanes_of, python_blocks
+from test_readme import BLOCKS, FAST_LANE_IMPORTS, LANE_OF_IMPORT, _imported_modules, lanes_of, python_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 _EXT = ROOT / "docs" / "_ext" / "plaintext_docstrings.py"
@@ -60,6 +60,13 @@ def test_readme_is_the_docs_landing_page():
 GUIDE_BLOCKS = [(f"{page.stem}:{name}", code) for page in sorted((ROOT / "docs" / "guide").glob("*.md"))
                 for name, code in python_blocks(page.read_text(encoding="utf-8"))
                 if not code.lstrip().startswith("# not run:")]
+
+
+def test_every_import_of_a_runnable_block_has_a_lane():
+    """A block importing a package the fast lane lacks must map it to a lane marker (LANE_OF_IMPORT)."""
+    known = FAST_LANE_IMPORTS | set(LANE_OF_IMPORT) | set(sys.stdlib_module_names)
+    unmapped = {(name, m) for name, code in GUIDE_BLOCKS + BLOCKS for m in _imported_modules(code) if m not in known}
+    assert not unmapped, f"blocks import packages with no lane marker (add them to LANE_OF_IMPORT): {sorted(unmapped)}"
 
 
 @pytest.mark.parametrize("code", [pytest.param(code, id=name, marks=[getattr(pytest.mark, m) for m in lanes_of(code)])

@@ -22,8 +22,10 @@ README = ROOT / "README.md"
 MAX_LINES = 200
 
 # an import of one of these in a block puts the block in that lane
-LANE_OF_IMPORT = {"torch": "torch", "transformers": "hf", "sentence_transformers": "hf", "jax": "jax",
-                  "flax": "jax", "matplotlib": "plot"}
+LANE_OF_IMPORT = {"torch": "torch", "threadpoolctl": "torch", "transformers": "hf", "sentence_transformers": "hf",
+                  "tokenizers": "hf", "safetensors": "hf", "jax": "jax", "flax": "jax", "matplotlib": "plot"}
+# what the fast lane's venv has besides the standard library (pyproject's test-fast extra)
+FAST_LANE_IMPORTS = {"numpy", "transformer_np", "pytest", "hypothesis", "tomli"}
 
 
 def python_blocks(text: str) -> list[tuple[str, str]]:
