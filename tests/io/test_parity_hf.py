@@ -32,7 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pytest
 
-from helpers import nrel
+from helpers import nrel, randomise_
 
 pytestmark = [pytest.mark.torch, pytest.mark.hf]  # test lane (pyproject.toml markers)
 
@@ -74,18 +74,6 @@ def bert_config(hidden_act="gelu", **kw):
     return transformers.BertConfig(**base)
 
 
-def randomise_(model, seed: int) -> None:
-    """Every parameter random: matrices N(0, 0.5²), biases/β N(0, 0.3²), γ = 1 + N(0, 0.3²)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            z = torch.randn(p.shape, generator=gen, dtype=p.dtype)
-            if p.ndim == 2:
-                p.copy_(0.5 * z)
-            elif name.endswith("LayerNorm.weight"):
-                p.copy_(1.0 + 0.3 * z)
-            else:
-                p.copy_(0.3 * z)
 
 
 def build(hidden_act="gelu", dtype=torch.float64, seed=0, cls=None, **kw):

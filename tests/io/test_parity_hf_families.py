@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pytest
 
-from helpers import nrel
+from helpers import nrel, randomise_
 
 torch = pytest.importorskip("torch", reason="parity tests need PyTorch: pip install torch==2.13.0")
 transformers = pytest.importorskip("transformers", reason="HF parity tests need transformers: pip install transformers")
@@ -77,18 +77,6 @@ FAMILY_NAMES = ["bert", "ernie", "roberta", "xlm-roberta", "camembert", "data2ve
 HAS_POOLER = {"bert", "ernie", "roberta", "xlm-roberta", "camembert", "data2vec-text", "albert"}
 
 
-def randomise_(model, seed: int) -> None:
-    """Every parameter random: matrices N(0, 0.5²), biases/β N(0, 0.3²), LayerNorm γ = 1 + N(0, 0.3²)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            z = torch.randn(p.shape, generator=gen, dtype=p.dtype)
-            if p.ndim == 2:
-                p.copy_(0.5 * z)
-            elif "norm" in name.lower() and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * z)
-            else:
-                p.copy_(0.3 * z)
 
 
 def build(name: str, seed: int = 0, cls=None, attn="eager"):

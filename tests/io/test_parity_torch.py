@@ -21,7 +21,7 @@ import warnings
 import numpy as np
 import pytest
 
-from helpers import nrel
+from helpers import nrel, randomise_
 
 pytestmark = pytest.mark.torch  # test lane (pyproject.toml markers)
 
@@ -48,18 +48,6 @@ B, N_POS, D, N_HEADS, D_FF, EPS = 3, 5, 8, 2, 16, 1e-6
 
 
 
-def randomise_(module, seed: int) -> None:
-    """Every parameter random: weights N(0, 0.5²), biases/β N(0, 0.3²), γ = 1 + N(0, 0.3²)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            z = torch.randn(p.shape, generator=gen, dtype=p.dtype)
-            if p.ndim == 2:
-                p.copy_(0.5 * z)
-            elif "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * z)
-            else:
-                p.copy_(0.3 * z)
 
 
 def build(norm_first, activation, batch_first, final_norm=None, n_layers=2, dtype=torch.float64, seed=0):
