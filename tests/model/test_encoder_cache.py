@@ -254,7 +254,10 @@ def test_fingerprint_sees_a_change_of_any_one_element(dtype, shape):
     for i in range(a.size):
         b = a.copy()
         x = b.reshape(-1)
-        x[i] = x[i] + step if b.ndim > 1 else np.nextafter(x[i], np.inf)
+        # one ulp in the array's own dtype (np.inf as a dtype scalar: under NumPy 1.x promotion a Python
+        # float would make nextafter compute in float64, and the step would round away on assignment)
+        x[i] = x[i] + step if b.ndim > 1 else np.nextafter(x[i], x.dtype.type(np.inf))
+        assert x[i] != a.reshape(-1)[i], i                              # the element really changed
         assert not np.array_equal(fingerprint(b), before), i
     assert np.array_equal(fingerprint(a.copy()), before)               # deterministic
     if a.ndim == 2 and min(a.shape) > 1:

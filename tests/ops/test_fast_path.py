@@ -316,9 +316,11 @@ def test_encoder_stack_forward_and_every_gradient(s):
         for layer, (a, b) in enumerate(zip(maps, cp["attentions"])):
             assert_agree(a, b, dtype, f"A^({layer + 1})")
         assert all(a is None for a in cf["attentions"]) or store
-        assert_grads_agree(gf, gp, dtype, f"stack store={store}")
-        assert_grads_agree({f"dH^({i})": a for i, a in enumerate(dhf)},
-                           {f"dH^({i})": b for i, b in enumerate(dhp)}, dtype, f"hidden store={store}")
+        # ∂L/∂H^(ℓ) belong to the same backward as the parameter gradients, so they share its error floor:
+        # compared on their own, a stack whose ∂L/∂H^(ℓ) are zero in exact arithmetic (d_model = 2 behind a
+        # LayerNorm) would be measured against its own rounding noise (found by the matrix's oldest sessions)
+        assert_grads_agree({**gf, **{f"dH^({i})": a for i, a in enumerate(dhf)}},
+                           {**gp, **{f"dH^({i})": b for i, b in enumerate(dhp)}}, dtype, f"stack store={store}")
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])

@@ -187,7 +187,7 @@ class _Archive:
         try:
             self.zf = zipfile.ZipFile(path)
             infos = self.zf.infolist()
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError) as e:
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError) as e:
             raise CheckpointError(f"checkpoint {path} is a damaged or truncated zip archive ({e})") from None
         self.members: dict[str, zipfile.ZipInfo] = {}
         for info in infos:
@@ -228,7 +228,7 @@ class _Archive:
                         shape, fortran, dtype = np.lib.format.read_array_header_2_0(f, MAX_NPY_HEADER)
                     else:
                         raise ValueError(f"unsupported .npy version {version}")
-            except (ValueError, zipfile.BadZipFile, EOFError, OSError) as e:
+            except (ValueError, NotImplementedError, zipfile.BadZipFile, EOFError, OSError) as e:
                 raise self._damaged(key, e) from None
             if dtype.hasobject:
                 raise CheckpointError(f"checkpoint {self.path}: entry {key!r} holds Python objects (dtype {dtype}), "
@@ -243,7 +243,7 @@ class _Archive:
                 a = np.lib.format.read_array(f, allow_pickle=False, max_header_size=MAX_NPY_HEADER)
                 if f.read(1):
                     raise ValueError("trailing bytes after the array")
-        except (ValueError, zipfile.BadZipFile, EOFError, OSError) as e:
+        except (ValueError, NotImplementedError, zipfile.BadZipFile, EOFError, OSError) as e:
             raise self._damaged(key, e) from None
         return a
 
