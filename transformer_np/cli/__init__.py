@@ -96,6 +96,15 @@ class _HelpFormatter(argparse.HelpFormatter):
     def __init__(self, prog, indent_increment=2, max_help_position=30, width=None):
         super().__init__(prog, indent_increment, max_help_position, width)
 
+    def add_argument(self, action):
+        super().add_argument(action)
+        if action.help is not argparse.SUPPRESS and isinstance(action, argparse._SubParsersAction):
+            # argparse measures the command names one indent short of where it prints them, so a name as long
+            # as the column ("worksheet", "gradcheck") would push its help onto the next line
+            for sub in action._get_subactions():
+                need = len(self._format_action_invocation(sub)) + self._current_indent + self._indent_increment
+                self._action_max_length = max(self._action_max_length, need)
+
     def _fill_text(self, text, width, indent):
         out = []
         for para in re.split(r"\n[ \t]*\n", text.strip("\n")):
