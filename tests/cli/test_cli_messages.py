@@ -140,6 +140,24 @@ def test_figures_says_what_it_draws_in_words_and_never_names_a_module(tmp_path, 
     assert capsys.readouterr().err == ""
 
 
+def test_figures_quiet_still_tells_a_failed_set(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install matplotlib")
+    import types
+
+    from transformer_np.course import figures
+
+    broken = types.ModuleType("transformer_np._cli_broken_fig")
+    broken.save_figures = lambda outdir="figures": 1 / 0
+    monkeypatch.setitem(sys.modules, broken.__name__, broken)
+    monkeypatch.setattr(figures, "FIGURE_MODULES", (broken.__name__,))
+    assert main(["figures", "--out", str(tmp_path), "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "figures [" not in err
+    assert err.splitlines() == ["FAILED the figures of '_cli_broken_fig': ZeroDivisionError: division by zero",
+                                f"0 figure(s) written to {tmp_path}; 1 figure set(s) failed: the figures of "
+                                "'_cli_broken_fig'"], err
+
+
 def test_figures_names_its_sets_in_words():
     from transformer_np.course import figures
 

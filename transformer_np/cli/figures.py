@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timings", action="store_true",
                         help="draw the timing figure from fresh measurements (these differ run to run) instead "
                              "of the stored ones")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr; only the summary line")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress on stderr: only the summary line, and a notice for a set skipped or failed")
     width = max(len(name) for name in figures.FIGURE_SETS)
     parser.epilog = "figure sets, in the order they run:\n" + "\n".join(
         f"  {name:{width}}  {text}" for name, (_, text) in figures.FIGURE_SETS.items())
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
             print(f"  {line}", file=sys.stderr, flush=True)
+        elif not line.startswith("wrote "):          # --quiet: a skipped or failed set is still told
+            print(line, file=sys.stderr, flush=True)
 
     try:
         done = figures.generate(args.out, modules, timings=args.timings, log=log, progress=bar)
