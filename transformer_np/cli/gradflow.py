@@ -1,4 +1,17 @@
-"""The ``gradflow`` command: gradient flow through deep stacks (see :mod:`transformer_np.course.gradflow`)."""
+"""The ``gradflow`` command: how the gradient flows back through a deep Pre-LN / Post-LN stack.
+
+Builds one random encoder stack of --depth layers, runs it forward and backward on a fixed linear read-out
+of its output (L = sum(H_final * R), R standard normal from the seed), and prints for every layer l the norm
+of the gradient reaching the residual stream H^(l), the same norm along the identity path alone (every
+branch Jacobian dropped: for Pre-LN the top layer's norm at every depth, 0 without residuals), the norm of
+the gradient of that layer's FFN output weight W_2, the RMS of H^(l) and the mean cosine between distinct
+tokens' vectors (1 means they have collapsed to one direction). The last line gives the ratio at the probe
+layer K. Compare --variant pre with post, no-residual and no-layernorm to see what the residuals and
+LayerNorm each do.
+
+Python API: :func:`transformer_np.course.gradflow.measure`; the figures come from ``transformer-np figures
+--only gradflow``.
+"""
 
 from __future__ import annotations
 
@@ -12,18 +25,26 @@ from ..model.budget import check_memory
 # ----------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", default="pre", choices=VARIANTS,
-                        help="pre | post | no-residual (LN without skips) | no-layernorm (skips without LN)")
+                        help="pre: Pre-LN (the default); post: Post-LN; no-residual: Post-LN with the skips removed; "
+                             "no-layernorm: the skips without any LayerNorm")
     parser.add_argument("--depth", type=int, default=96, help="number of layers L (default 96)")
-    parser.add_argument("--init", default="xavier", choices=INITS, help="xavier (Glorot uniform) | bert (N(0, 0.02²))")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the weights (inputs and R use seed + 1)")
-    parser.add_argument("--probe-layer", type=int, default=None,
+    parser.add_argument("--init", default="xavier", choices=INITS,
+                        help="weight init: xavier = Glorot uniform (default), bert = N(0, 0.02²)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the weights; the inputs and the read-out R use seed + 1 (default 0)")
+    parser.add_argument("--probe-layer", type=int, default=None, metavar="K",
                         help="K in 0..L: report ‖∂L/∂H^(K)‖ / ‖∂L/∂H^(L)‖ (default ⌊L/2⌋)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.add_argument("--d-model", type=int, default=DEFAULT_DIMS["d_model"])
-    parser.add_argument("--heads", type=int, default=DEFAULT_DIMS["n_heads"])
-    parser.add_argument("--d-ff", type=int, default=DEFAULT_DIMS["d_ff"])
-    parser.add_argument("--n", type=int, default=DEFAULT_DIMS["n"], help="tokens per sequence")
-    parser.add_argument("--batch", type=int, default=DEFAULT_DIMS["batch"])
+    parser.add_argument("--d-model", type=int, default=DEFAULT_DIMS["d_model"], metavar="D",
+                        help=f"model width d_model, divisible by --heads (default {DEFAULT_DIMS['d_model']})")
+    parser.add_argument("--heads", type=int, default=DEFAULT_DIMS["n_heads"], metavar="H",
+                        help=f"attention heads per layer (default {DEFAULT_DIMS['n_heads']})")
+    parser.add_argument("--d-ff", type=int, default=DEFAULT_DIMS["d_ff"], metavar="F",
+                        help=f"hidden width of each feed-forward block (default {DEFAULT_DIMS['d_ff']})")
+    parser.add_argument("--n", type=int, default=DEFAULT_DIMS["n"],
+                        help=f"tokens per sequence (default {DEFAULT_DIMS['n']})")
+    parser.add_argument("--batch", type=int, default=DEFAULT_DIMS["batch"], metavar="B",
+                        help=f"sequences per batch (default {DEFAULT_DIMS['batch']})")
 
 
 def _check_cli(args) -> None:

@@ -1,4 +1,13 @@
-"""The ``trace`` command: the article's worked example, recomputed (see :mod:`transformer_np.course.trace`)."""
+"""The ``trace`` command: the article's worked example ("the", "cat", "sat" through two Post-LN layers), recomputed.
+
+Every table the article "Transformer Encoder Stack" prints is recomputed with the library's own ops and compared
+with the printed figures; a figure that differs beyond the article's rounding is listed under ERRATA with the
+step redone by hand. Under CLAIMS the article's qualitative statements are checked, each with a number; a claim's
+id (A13, L14, …) is its row in the claims ledger — A for the article, L for the lesson — where its verdict and the
+tests that check it are listed: docs/claims.md in the documentation, transformer_np/data/claims.json as data.
+
+Python API: :func:`transformer_np.course.trace.run_trace` and :func:`~transformer_np.course.trace.format_trace`.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +20,17 @@ from ..course.trace import LN_EPS, SEED, format_trace, run_trace, trace_to_json
 
 # ----------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object (full precision)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (full precision; each claim carries its ledger id and verdict)")
     g = parser.add_mutually_exclusive_group()
     g.add_argument("--precision", type=int, default=None, metavar="N",
-                   help="decimals in every table (default: the article's rounding)")
+                   help="decimals in every table, 0 to 17 (default: the article's rounding, 1 or 2 decimals)")
     g.add_argument("--full", action="store_true", help="full precision (repr of every float)")
-    parser.add_argument("--seed", type=int, default=SEED, help=f"seed of the FFN / layer-2 weights (default {SEED})")
-    parser.add_argument("--eps", type=float, default=LN_EPS, help=f"LayerNorm epsilon (default {LN_EPS:g})")
+    parser.add_argument("--seed", type=int, default=SEED,
+                        help=f"seed of the FFN weights and of every layer-2 weight (default {SEED}: the "
+                             "article's layer 1 has identity attention weights, the rest is seeded)")
+    parser.add_argument("--eps", type=float, default=LN_EPS,
+                        help=f"LayerNorm epsilon, > 0 (default {LN_EPS:g}, BERT's)")
 
 
 def run(args) -> int:

@@ -47,7 +47,7 @@ from ..ops.layernorm import layernorm_forward
 from ..ops.masks import causal_mask, mask_value
 from ..ops.residual import residual_forward
 
-__all__ = ["TOKENS", "H0_TABLE", "LN_EPS", "SEED", "ARTICLE_FIGURES", "trace_config", "trace_params",
+__all__ = ["CLAIMS_LEGEND", "TOKENS", "H0_TABLE", "LN_EPS", "SEED", "ARTICLE_FIGURES", "trace_config", "trace_params",
            "walk_layer", "window_mask", "format_matrix", "hidden_jacobian", "jacobian_norms",
            "compare_figure", "run_trace", "trace_to_json", "format_trace"]
 
@@ -331,6 +331,11 @@ def _comparisons(H0, layer1, config) -> list[dict]:
     return out
 
 
+#: The one-line legend printed above the checked claims (and in ``trace --help``): what an id like A13 is.
+CLAIMS_LEGEND = ("ids (A13, L14, …) = rows of the claims ledger, A = article, L = lesson: docs/claims.md "
+                 "(data: transformer_np/data/claims.json)")
+
+
 def _claims(layer1, causal1, window_norms, full_norms) -> list[dict]:
     """The seeds' qualitative statements the worked example can check, each with a number.
 
@@ -524,7 +529,7 @@ def format_trace(trace: dict, precision: int | None = None, full: bool = False) 
           "  With full attention layer 1 already depends on every token: depth adds composition (paths",
           "  through other tokens' updated vectors), not reach. Reach grows with depth only when one layer",
           "  cannot see everything: with the window, 'sat' reaches 'the' at layer 2 but not at layer 1."]
-    L += ["", "CLAIMS of the article, checked"]
+    L += ["", "CLAIMS of the article, checked", f"  {CLAIMS_LEGEND}"]
     for c in trace["claims"]:
         L.append(f"  [{'holds' if c['holds'] else 'FAILS'}] {c['claim']}: {c['evidence']}")
     L += ["", f"ERRATA ({len(trace['errata'])} printed figures differ beyond the article's rounding)"]

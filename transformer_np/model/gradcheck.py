@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._compat import forward_moved as _forward_moved
-from .._validate import check_int
+from .._validate import check_int, describe
+from ..errors import InputTypeError
 from ..ops import activations as act
 from ..ops.attention import attention_backward, attention_forward, mha_backward, mha_forward
 from ..ops.dropout import dropout_backward, dropout_forward
@@ -331,13 +332,24 @@ def _cases(seed: int):
     return cases
 
 
-def run_all(seed: int = 0, max_coords: int = 24) -> list[CheckResult]:
-    """Run every check of the suite (float64); returns one result per case."""
+def run_all(seed: int = 0, max_coords: int = 24,
+            progress: Callable[[int, int, str], None] | None = None) -> list[CheckResult]:
+    """Run every check of the suite (float64); returns one result per case.
+
+    ``progress(i, total, name)``, if given, is called as case ``i`` of ``total`` (1-based) starts — the
+    command line passes a printer; the function itself prints nothing.
+    """
     check_int(seed, "seed", minimum=0)
     check_int(max_coords, "max_coords", minimum=1)
-    return [check_op(name, run, back, arrays, seed=seed + i, max_coords=max_coords)
-            for i, (name, run, back, arrays) in enumerate(_cases(seed))]
-
+    if progress is not None and not callable(progress):
+        raise InputTypeError(f"progress must be a callable (i, total, name) or None, got {describe(progress)}")
+    cases = _cases(seed)
+    results = []
+    for i, (name, run, back, arrays) in enumerate(cases):
+        if progress is not None:
+            progress(i + 1, len(cases), name)
+        results.append(check_op(name, run, back, arrays, seed=seed + i, max_coords=max_coords))
+    return results
 
 # Moved in 0.2 (study code to transformer_np.course, the command line to transformer_np.cli);
 # the old names keep resolving.
