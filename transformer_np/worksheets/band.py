@@ -65,11 +65,14 @@ class Rounder:
         if self.exact:
             return a
         with np.errstate(all="ignore"):
-            t = a * self.scale
+            # exact to D places in the first sample means exact in all (the inputs were exact): only there
+            # is the check made, the samples all carry independent errors otherwise
+            t = a[:1] * self.scale
             off = np.abs(t - np.rint(t)) >= 1e-7                 # not exact to D places: rounding moves it
         noise = self.rng.random(a.shape, dtype=np.float32)
         noise -= 0.5
-        noise *= off
+        if not off.all():
+            noise *= off
         return a + (2.0 * self.u) * noise
 
     def const(self, c: float, lead: tuple) -> np.ndarray:
