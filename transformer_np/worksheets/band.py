@@ -91,10 +91,16 @@ def _head(x, h, i):
     return x[..., i * dk:(i + 1) * dk]
 
 
+def _floor_var(var, x, mean):
+    """A variance as a student divides by it: rounding never takes it below half its value (a student whose
+    variance rounds to 0.00 keeps more digits rather than divide by √ε)."""
+    return np.maximum(var, 0.5 * ((x - mean[..., None]) ** 2).mean(-1))
+
+
 def _stats(rd, x, eps):
     mu = rd(x.mean(-1))
-    var = rd(rd((x - mu[..., None]) ** 2).mean(-1))
-    sd = rd(np.sqrt(np.maximum(var, 0.0) + eps))
+    var = _floor_var(rd(rd((x - mu[..., None]) ** 2).mean(-1)), x, mu)
+    sd = rd(np.sqrt(var + eps))
     return mu, var, sd
 
 
@@ -116,7 +122,7 @@ class hand:
     @staticmethod
     def layernorm(gamma, beta, eps):
         def f(rd, x, mean, var):
-            sd = rd(np.sqrt(np.maximum(var, 0.0) + eps))
+            sd = rd(np.sqrt(_floor_var(var, x, mean) + eps))
             return gamma * _xhat(rd, x, mean, sd) + beta
         return f
 
