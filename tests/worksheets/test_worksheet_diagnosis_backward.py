@@ -139,6 +139,8 @@ def test_miscopied_input(where, idx, value, kwargs, first, style):
         answers = honest.Student(bad).run().answers()
     report = check({**raw0, "answers": answers})
     assert_first_mistake(report, (1, first, "miscopied_input"))
+    if where == "H0":                  # the residual adds the student's H0 again: it follows, it is not wrong
+        assert report.verdict("residual") == "follows"
     text = report.first_mistake["explanation"]
     assert where in text and f"{given:g}" in text and f"{value:g}" in text, text
 

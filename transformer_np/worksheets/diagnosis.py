@@ -7,16 +7,27 @@ step's follow-through tolerance (:mod:`.marking`) of the recomputed value. Candi
 * each mistake attached to the step itself (``missing_scale``, ``wrong_scale`` and
   ``transposed_scores`` at the scores, ``softmax_axis`` at the attention weights,
   ``sample_variance`` at a LayerNorm variance, ``ln_before_residual`` / ``ln_after_residual`` /
-  ``no_residual`` at a residual sum or LayerNorm output, ``wrong_activation`` at the activation and
-  its derivative; the scale and residual mistakes also in the backward);
+  ``no_residual`` at a residual sum, a LayerNorm output or — Post-LN, the statistics of the sublayer
+  output alone — its mean and variance, ``wrong_activation`` and ``activation_derivative`` at the
+  activation's derivative, ``softmax_jacobian`` at ``d_scores``, ``ln_stats_constant`` at a LayerNorm
+  backward, ``missing_bias`` and ``transposed_weight`` at a linear layer and its input gradient; the
+  scale and residual mistakes also in the backward; see :mod:`.mistakes`);
 * ``early_rounding``: the step's inputs rounded to k < ``decimals`` places first (k = D−1 … 0);
 * the mistakes of an earlier step the student did *not* write down, carried through the unwritten
   steps in between (a student who skips ``scores`` and forgets the scale is still caught at
-  ``attention_weights``).
+  ``attention_weights``, and the explanation names ``scores``).
 
-The closest candidate (smallest error relative to the tolerance) wins; if none reproduces the
-numbers the diagnosis is ``arithmetic``. Every diagnosis comes with an explanation in plain words
-that quotes the student's numbers and the right ones.
+The closest candidate (smallest error relative to the band) wins. Where two readings give the same
+numbers (the statistics of the sublayer output alone: ``no_residual`` or ``ln_before_residual``), the
+LayerNorm output the student wrote decides. If none reproduces the numbers, a number of the sheet
+copied wrongly is tried (``miscopied_input``, :mod:`.miscopy`); otherwise the diagnosis is
+``arithmetic``. Every diagnosis comes with an explanation in plain words that quotes the student's
+numbers and the right ones.
+
+A diagnosis may carry a ``_version`` (private): how the mistake runs on in the student's chain — an
+unwritten step computed the mistaken way, a miscopied H0 / dH / weight. :func:`student_version` turns
+it into the steps and inputs the marker then follows through (:mod:`.marking`), so that later steps
+built on the mistake are ``follows``, not ``wrong`` again.
 """
 
 from __future__ import annotations
