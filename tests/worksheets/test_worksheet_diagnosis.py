@@ -83,7 +83,12 @@ def _assert_follow_through(report, key):
     after = [m.verdict[k] for k in keys[i + 1:] if m.verdict[k] != "missing"]
     assert set(before) <= {"correct"}, before
     assert "wrong" not in after, [(k, m.verdict[k]) for k in keys[i + 1:] if m.verdict[k] == "wrong"]
-    assert after.count("follows") >= 1
+    # a later answer outside the band around the truth is `follows`; if the slip is small enough that every
+    # later answer is inside the honest-rounding band (test_worksheet_band.py), they are all `correct`
+    outside = [k for k in keys[i + 1:] if m.verdict[k] != "missing"
+               and np.any((np.abs(m.given(k).value - m.truth[k]) > m.tol[k] + 1e-9)[m.given(k).mask])]
+    assert all(m.verdict[k] == "follows" for k in outside), [(k, m.verdict[k]) for k in outside]
+    assert outside or after.count("correct") == len(after)
 
 
 @pytest.mark.parametrize("name,kwargs,plant,want", CASES, ids=[c[0] for c in CASES])
@@ -149,7 +154,8 @@ def test_softmax_arithmetic_explanation_names_the_row_sum():
 
 
 def test_every_code_is_covered():
-    covered = {c[3][2] for c in CASES} | {"ln_before_residual", "ln_after_residual", "no_residual"}
+    from test_worksheet_diagnosis_backward import NEW_CODES_TESTED
+    covered = {c[3][2] for c in CASES} | {"ln_before_residual", "ln_after_residual", "no_residual"} | NEW_CODES_TESTED
     assert covered == set(DIAGNOSES)
 
 

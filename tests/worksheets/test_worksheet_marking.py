@@ -10,7 +10,7 @@ import sheet_helpers as sh
 
 import transformer_np as tnp
 from transformer_np.worksheets import check
-from transformer_np.worksheets.marking import COVERAGE, FLOAT_SLACK, unit
+from transformer_np.worksheets.marking import FLOAT_SLACK, unit
 
 CONFIGS = [(norm, heads, layers, backward) for norm in ("post", "pre") for heads in (1, 2) for layers in (1, 2)
            for backward in (False, True)]
@@ -58,35 +58,16 @@ def test_tolerance_of_a_step_from_exact_data_is_half_a_unit():
         assert check({**raw, "answers": {"layer1": {"Q": given.tolist()}}}).verdict("Q") == verdict, off
 
 
-def test_tolerance_propagates_the_rounding_of_the_inputs():
-    """scores = Q Kᵀ/√d_k. Nothing written: Q and K carry the rounding of unwritten work, u/10 (their inputs
-    are exact), combined in quadrature and counted COVERAGE times: u + 2 √(Σ_k (e Q_ik)² + (e K_jk)²)/√d_k.
-    Q and K written: they carry u each, summed: u + (u Σ_k |K_jk| + u Σ_k |Q_ik|)/√d_k."""
-    raw = sh.problem(d=4)
-    m = check(raw).marking
-    u = unit(2)
-    Q, K = m.truth[(1, "Q")], m.truth[(1, "K")]
-    e = u / 10
-    want = u + COVERAGE * np.sqrt((e * e) * ((K ** 2).sum(axis=1)[None, :] + (Q ** 2).sum(axis=1)[:, None])) / 2.0
-    assert COVERAGE == 2.0
-    np.testing.assert_allclose(m.tol[(1, "scores")], want, rtol=1e-12)
-    answers = {"layer1": {"Q": sh.half_away(Q, 2).tolist(), "K": sh.half_away(K, 2).tolist()}}
-    m2 = check({**raw, "answers": answers}).marking
-    want2 = u + u * (np.abs(K).sum(axis=1)[None, :] + np.abs(Q).sum(axis=1)[:, None]) / 2.0
-    np.testing.assert_allclose(m2.tol[(1, "scores")], want2, rtol=1e-12)
-
-
 @pytest.mark.parametrize("seed", range(3))
-def test_a_written_sheet_has_one_step_tolerances(seed):
-    """When every step is written, each tolerance is u plus the one-step effect of its inputs' rounding
-    (nothing accumulates): below 20 u everywhere on a two-layer forward + backward sheet."""
+def test_tolerances_are_finite_and_at_least_half_a_unit(seed):
+    """Every band is at least u (the answer's own rounding) and finite, on a two-layer forward + backward
+    sheet; the band itself is tested in test_worksheet_band.py."""
     raw = sh.problem("post" if seed % 2 else "pre", layers=2, backward=True, seed=seed)
     marked, _ = sh.student(raw)
     m = check(marked).marking
     u = unit(2)
     for key, tol in m.tol.items():
-        assert np.all(tol >= u) and np.all(np.isfinite(tol))
-        assert np.max(tol) < 20 * u, (key, np.max(tol))
+        assert np.all(tol >= u) and np.all(np.isfinite(tol)), key
 
 
 @pytest.mark.parametrize("norm,heads", [("post", 1), ("pre", 2), ("post", 2)])

@@ -7,16 +7,27 @@ step's follow-through tolerance (:mod:`.marking`) of the recomputed value. Candi
 * each mistake attached to the step itself (``missing_scale``, ``wrong_scale`` and
   ``transposed_scores`` at the scores, ``softmax_axis`` at the attention weights,
   ``sample_variance`` at a LayerNorm variance, ``ln_before_residual`` / ``ln_after_residual`` /
-  ``no_residual`` at a residual sum or LayerNorm output, ``wrong_activation`` at the activation and
-  its derivative; the scale and residual mistakes also in the backward);
+  ``no_residual`` at a residual sum, a LayerNorm output or — Post-LN, the statistics of the sublayer
+  output alone — its mean and variance, ``wrong_activation`` and ``activation_derivative`` at the
+  activation's derivative, ``softmax_jacobian`` at ``d_scores``, ``ln_stats_constant`` at a LayerNorm
+  backward, ``missing_bias`` and ``transposed_weight`` at a linear layer and its input gradient; the
+  scale and residual mistakes also in the backward; see :mod:`.mistakes`);
 * ``early_rounding``: the step's inputs rounded to k < ``decimals`` places first (k = D−1 … 0);
 * the mistakes of an earlier step the student did *not* write down, carried through the unwritten
   steps in between (a student who skips ``scores`` and forgets the scale is still caught at
-  ``attention_weights``).
+  ``attention_weights``, and the explanation names ``scores``).
 
-The closest candidate (smallest error relative to the tolerance) wins; if none reproduces the
-numbers the diagnosis is ``arithmetic``. Every diagnosis comes with an explanation in plain words
-that quotes the student's numbers and the right ones.
+The closest candidate (smallest error relative to the band) wins. Where two readings give the same
+numbers (the statistics of the sublayer output alone: ``no_residual`` or ``ln_before_residual``), the
+LayerNorm output the student wrote decides. If none reproduces the numbers, a number of the sheet
+copied wrongly is tried (``miscopied_input``, :mod:`.miscopy`); otherwise the diagnosis is
+``arithmetic``. Every diagnosis comes with an explanation in plain words that quotes the student's
+numbers and the right ones.
+
+A diagnosis may carry a ``_version`` (private): how the mistake runs on in the student's chain — an
+unwritten step computed the mistaken way, a miscopied H0 / dH / weight. :func:`student_version` turns
+it into the steps and inputs the marker then follows through (:mod:`.marking`), so that later steps
+built on the mistake are ``follows``, not ``wrong`` again.
 """
 
 from __future__ import annotations
@@ -45,69 +56,166 @@ def _score(m: Marking, step: Step, value: np.ndarray) -> float:
     return float(np.max(r)) if np.all(np.isfinite(r)) else np.inf
 
 
-def _carry(m: Marking, steps: list[Step], target: Step, value: np.ndarray, last: Step) -> np.ndarray:
-    """``target`` replaced by ``value``, the steps after it recomputed up to ``last`` (given entries kept)."""
+def _steps(m: Marking) -> list[Step]:
+    """The steps of the student's chain (with mistakes carried, when a diagnosis put one in)."""
+    return m.student_steps or m.steps
+
+
+def _inputs(m: Marking) -> dict:
+    if m.student_inputs is not None:
+        return m.student_inputs
+    out = {H0_KEY: m.worksheet.H0}
+    if m.worksheet.backward:
+        out[DH_KEY] = m.worksheet.dH
+    return out
+
+
+def _recompute(m: Marking, steps: list[Step], changed: dict, last: Step, replaced: dict | None = None):
+    """The value of ``last`` with ``changed`` ({key: value}) and ``replaced`` ({key: Step}) put into the student's
+    chain, every step in between recomputed (given entries kept as written)."""
     vals = dict(m.chain)
-    vals[target.key] = value
-    changed = {target.key}
+    vals.update(changed)
+    dirty = set(changed) | set(replaced or ())
+    replaced = replaced or {}
     with np.errstate(all="ignore"):
-        for s in steps[steps.index(target) + 1:]:
-            if not changed.intersection(s.inputs):
+        for s in steps:
+            s = replaced.get(s.key, s)
+            if s.key not in dirty and not dirty.intersection(s.inputs):
+                if s.key == last.key:
+                    return m.own[last.key]
                 continue
             v = s.fn(*(vals[k] for k in s.inputs))
-            if s is last:
+            if s.key == last.key:
                 return v
             a = m.given(s.key)
             vals[s.key] = v if a is None else np.where(a.mask, a.value, v)
-            changed.add(s.key)
+            dirty.add(s.key)
     return m.own[last.key]
+
+
+def _carry(m: Marking, steps: list[Step], target: Step, value: np.ndarray, last: Step) -> np.ndarray:
+    """``target`` replaced by ``value``, the steps after it recomputed up to ``last`` (given entries kept)."""
+    i = next(j for j, s in enumerate(steps) if s.key == target.key)
+    return _recompute(m, steps[i + 1:], {target.key: value}, last)
 
 
 def _unwritten_ancestors(m: Marking, step: Step) -> list[Step]:
     """Earlier steps the student did not write that ``step`` depends on through unwritten steps only (a
     slip above a written answer cannot reach ``step``: the written answer is used as given), nearest first."""
-    by_key = {s.key: s for s in m.steps}
+    steps = _steps(m)
+    by_key = {s.key: s for s in steps}
     seen, order, todo = set(), [], list(step.inputs)
     while todo:
         k = todo.pop(0)
-        if k in seen or k not in by_key or m.given(k) is not None:
+        if k in seen or k not in by_key or m.given(k) is not None or k in m.hidden:
             continue
         seen.add(k)
         order.append(by_key[k])
         todo += list(by_key[k].inputs)
-    return sorted(order, key=m.steps.index, reverse=True)
+    pos = {s.key: i for i, s in enumerate(steps)}
+    return sorted(order, key=lambda s: pos[s.key], reverse=True)
 
 
 def _candidates(m: Marking, step: Step):
-    """(code, detail, at_step, recomputed value) for every candidate mistake."""
-    steps, ws = m.steps, m.worksheet
+    """(code, detail, at_step, recomputed value, version) for every candidate mistake; ``version`` says how
+    to carry the mistake in the student's chain ({"replace": {key: Step}}), None when nothing needs carrying
+    (the mistake is in the step the student wrote)."""
+    steps, ws = _steps(m), m.worksheet
     args = [m.chain[k] for k in step.inputs]
     with np.errstate(all="ignore"):
+        by_key = {s.key: s for s in steps}
         for mis in step.mistakes:
-            yield mis.code, mis.detail, step, mis.fn(*(m.chain[k] for k in mis.inputs))
+            version = None
+            if mis.carry:
+                version = {"replace": {k: _replaced(by_key[k], mm) for k, mm in mis.carry},
+                           "confirm": by_key.get(mis.confirm)}
+            yield mis.code, mis.detail, step, mis.fn(*(m.chain[k] for k in mis.inputs)), version
         for k in range(ws.decimals - 1, -1, -1):
             rounded = [a if key in (H0_KEY, DH_KEY) else round_half_away(a, k) for key, a in zip(step.inputs, args)]
             if any(not np.array_equal(r, a) for r, a in zip(rounded, args)):
                 what = f"what this step gives from its inputs rounded to {k} decimal{'s' if k != 1 else ''}"
-                yield "early_rounding", what, step, step.fn(*rounded)
+                yield "early_rounding", what, step, step.fn(*rounded), None
         for up in _unwritten_ancestors(m, step):
             for mis in up.mistakes:
                 v = mis.fn(*(m.chain[k] for k in mis.inputs))
-                yield mis.code, mis.detail, up, _carry(m, steps, up, v, step)
+                yield (mis.code, mis.detail, up, _carry(m, steps, up, v, step),
+                       {"replace": {up.key: _replaced(up, mis)}})
+
+
+def _replaced(step: Step, mis) -> Step:
+    """``step`` computed with mistake ``mis`` instead (its hand formula: the mistake per sample)."""
+    def hand(rd, *a, fn=mis.fn):
+        return np.stack([fn(*x) for x in zip(*a)])
+    return Step(step.key, mis.inputs, mis.fn, f"{step.formula} [{mis.code}]", [], step.local, hand)
 
 
 def diagnose(m: Marking, step: Step) -> dict:
     """``{"diagnosis", "explanation", "at"}`` for the wrong step ``step`` (``at``: the step the mistake
-    was made in, which is ``step`` itself unless it was an unwritten earlier one)."""
-    best = None
-    for code, detail, at, value in _candidates(m, step):
+    was made in, which is ``step`` itself unless it was an unwritten earlier one, or the input key of a
+    miscopied number)."""
+    if step.key in m.diagnoses:
+        return m.diagnoses[step.key]
+    found = []
+    for code, detail, at, value, version in _candidates(m, step):
         score = _score(m, step, value)
-        if score <= 1.0 and (best is None or score < best[0]):
-            best = (score, code, detail, at, value)
-    if best is None:
+        if score <= 1.0:
+            found.append((score, code, detail, at, value, version))
+    found = _prefer(m, step, found)
+    if not found:
+        from .miscopy import find_miscopy
+        copy = find_miscopy(m, step)
+        if copy is not None:
+            return copy
         return {"diagnosis": "arithmetic", "explanation": _arithmetic(m, step), "at": step.key}
-    _, code, detail, at, value = best
-    return {"diagnosis": code, "explanation": _explain(m, step, code, detail, at, value), "at": at.key}
+    _, code, detail, at, value, version = min(found, key=lambda f: f[0])
+    return {"diagnosis": code, "explanation": _explain(m, step, code, detail, at, value), "at": at.key,
+            "_version": version}
+
+
+def _prefer(m: Marking, step: Step, found: list) -> list:
+    """Where two readings give the same numbers at this step, the later written work decides: LayerNorm
+    statistics of the sublayer output alone are ``no_residual`` (LN(f)) or ``ln_before_residual``
+    (x + LN(f)) — the LayerNorm output the student wrote tells which."""
+    codes = {f[1] for f in found}
+    if not {"no_residual", "ln_before_residual"} <= codes:
+        return found
+    choice = _ln_lookahead(m, step, [f for f in found if f[1] == "ln_before_residual"])
+    return [f for f in found if f[1] != ("no_residual" if choice == "ln_before_residual" else "ln_before_residual")]
+
+
+def _ln_lookahead(m: Marking, step: Step, ln_found: list) -> str:
+    """``ln_before_residual`` if the student's LayerNorm output (when written) follows that reading, else
+    ``no_residual``."""
+    for f in ln_found:
+        version = f[5]
+        out = (version or {}).get("confirm")
+        if out is None:
+            continue
+        a = m.given(out.key)
+        if a is None:
+            continue
+        steps = _steps(m)
+        v = _recompute(m, steps, {}, out, version["replace"])
+        if _score(m, out, v) <= 1.0:
+            return "ln_before_residual"
+    return "no_residual"
+
+
+def student_version(m: Marking, d: dict):
+    """(steps, inputs, keys) of the student's chain with the diagnosed mistake carried in it, or None when the
+    mistake is in the written step itself (nothing to carry)."""
+    version = d.get("_version")
+    if not version:
+        return None
+    base, hidden = _steps(m), set()
+    if "param" in version:
+        from .miscopy import param_version
+        base, hidden = param_version(m, base, *version["param"])
+    steps = [version.get("replace", {}).get(s.key, s) for s in base]
+    inputs = dict(_inputs(m))
+    inputs.update(version.get("inputs", {}))
+    hidden |= set(version.get("replace", {})) | set(version.get("hidden", ()))
+    return steps, inputs, hidden
 
 
 # ----------------------------------------------------------------------------- explanations
@@ -165,14 +273,43 @@ def _explain(m: Marking, step: Step, code: str, detail: str, at: Step, value: np
                         "to both of its inputs, so the skip path's gradient must be added." if grad else
                         "The residual (skip) connection was left out: the sublayer's input must be added back."),
         "wrong_activation": f"The feed-forward activation is not the sheet's {m.worksheet.activation!r}.",
-        "early_rounding": "The numbers follow if the inputs of this step are rounded too early; keep at least "
-                          f"{dec + 1} decimals in intermediate results and round only the answers you write "
-                          f"down (to {dec}).",
+        "early_rounding": "The numbers follow if the inputs of this step are rounded to fewer decimals than the "
+                          f"sheet's {dec}; round intermediate results to {dec} decimals (or keep more), not fewer.",
+        "softmax_jacobian": "The softmax's Jacobian is incomplete: dS = A * (dA - rowsum(dA * A)); every score of "
+                            "a row moves every weight of that row, so the row sum must be subtracted.",
+        "ln_stats_constant": "The LayerNorm backward treats the mean and the variance as constants, but both "
+                             "depend on the input: dx = (g - mean(g) - xhat * mean(g * xhat)) / sqrt(var + eps) "
+                             "with g = gamma * dy.",
+        "activation_derivative": f"The derivative of the activation {m.worksheet.activation!r} is wrong"
+                                 + (": GELU'(z) = Phi(z) + z phi(z)." if m.worksheet.activation == "gelu" else "."),
+        "missing_bias": "The bias was not added: a linear layer is x W + b.",
+        "transposed_weight": ("The weight matrix is used the wrong way round: the backward of x W is dy W^T."
+                              if grad else "The weight matrix is transposed: the layer computes x W (row-vector "
+                              "weights, W of shape (d_in, d_out)), not x W^T."),
     }[code]
     text = f"{head} At {label} of {step.name} you wrote {_vec(yours, dec)}, which is {detail}"
     if at is not step:
-        text += f" (the slip is in {at.name}, which you did not write down, and carries on from there)"
+        text += (f" (the slip is in {at.name} of layer {at.layer}, which you did not write down, and carries on "
+                 f"from there)")
     return text + f"; from your own earlier answers it should be {_vec(right, dec)}."
+
+
+def _explain_copy(m: Marking, step: Step, label: str, key, idx, given: float, used: float) -> str:
+    """The explanation of ``miscopied_input``: the entry, the sheet's value, the value used."""
+    dec = m.worksheet.decimals
+    ws = m.worksheet
+    if key in (H0_KEY, DH_KEY):
+        where = f"{label} row {ws.tokens[idx[0]]!r}, column {idx[1] + 1}"
+    elif len(idx) == 2:
+        where = f"{label}[{idx[0] + 1}, {idx[1] + 1}]"
+    else:
+        where = f"{label}[{idx[0] + 1}]"
+    a = m.given(step.key)
+    wl, i = _worst(m, step, m.own[step.key])
+    yours, right = _vec(_row(step, a.value, i), dec), _vec(_row(step, m.own[step.key], i), dec)
+    return (f"Your numbers follow if one number of the sheet was copied wrongly: {where} is {given:g} on the "
+            f"sheet, and your {step.name} is what it gives with {used:g} instead. At {wl} you wrote {yours}; "
+            f"with the sheet's {given:g} it is {right}.")
 
 
 def _arithmetic(m: Marking, step: Step) -> str:

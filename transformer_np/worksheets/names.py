@@ -69,6 +69,13 @@ DIAGNOSES = {
     "no_residual": "the residual (skip) connection was left out",
     "wrong_activation": "another activation was used (ReLU / GELU / tanh-GELU)",
     "early_rounding": "the inputs of the step were rounded to fewer decimals than the sheet asks",
+    "softmax_jacobian": "softmax backward without the row-sum term: dS = A * dA (or dS = dA) instead of "
+                        "A * (dA - rowsum(dA * A))",
+    "ln_stats_constant": "LayerNorm backward that ignores the dependence of the mean and the variance on the input",
+    "activation_derivative": "a wrong derivative of the activation (e.g. GELU'(z) taken as Phi(z))",
+    "missing_bias": "the bias of a linear layer was not added",
+    "transposed_weight": "a weight matrix used transposed (x W^T for x W, or dy W for dy W^T)",
+    "miscopied_input": "one number of the sheet (an entry of H0, dH or a weight) was copied wrongly",
     "arithmetic": "none of the common mistakes reproduces the numbers: a slip in the arithmetic",
 }
 

@@ -33,6 +33,8 @@ from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.linear import linear_backward, linear_forward
 from ..ops.residual import residual_forward
 from ..ops.softmax import softmax_backward, softmax_forward
+from . import mistakes as mk
+from .band import hand
 from .names import head_names
 
 __all__ = ["Key", "Mistake", "Step", "build_steps", "evaluate", "H0_KEY", "DH_KEY"]
@@ -50,6 +52,8 @@ class Mistake:
     inputs: tuple[Key, ...]
     fn: Callable[..., np.ndarray]
     detail: str
+    carry: tuple = ()              # ((key, Mistake), …): how the mistake runs on in later steps (else: only here)
+    confirm: Key | None = None     # a later step whose written value tells this reading from another one
 
 
 @dataclass
@@ -62,10 +66,8 @@ class Step:
     formula: str
     mistakes: list[Mistake] = field(default_factory=list)
     local: str | None = None      # "row": output row i reads only row i of every input; "element": entry-wise
-    propagate: Callable | None = None   # (args, errs, rounding, rss) -> propagated error (own rule: LayerNorm)
-    rowsum: Callable | None = None      # the step is the sum over tokens of this row-local function (dγ)
-    multilinear: float = 0.0            # > 0: c · (a sum of products in which each input entry meets each output
-    #                                     entry in at most one product); c the step's positive constant factor
+    hand: Callable | None = None  # hand(rd, *inputs): the formula as worked by hand, sub-steps rounded by rd
+    #                               (:mod:`.band`); inputs carry a leading axis of samples
 
     @property
     def layer(self) -> int:
@@ -100,7 +102,6 @@ def _linear_grad(W, b, which: int):
     def f(*args):
         x, dy = args if which == 1 else (np.zeros(args[0].shape[:-1] + (W.shape[0],)), args[0])
         return linear_backward(dy, linear_forward(x, W, b)[1])[which]
-    f.multilinear = 1.0 if which > 0 else 0.0                        # dW = xᵀ dy, db = Σ_tokens dy_t
     return f
 
 
@@ -140,30 +141,6 @@ def _layernorm(gamma, beta, eps):
     return f
 
 
-def _layernorm_propagate(gamma, beta, eps):
-    """The rounding a LayerNorm output carries in: the error of x through LN as a whole (μ and σ² follow
-    x, so a shift of x cancels), plus the rounding of the mean and variance themselves.
-
-    Moving x, μ and σ² each by its full error would count x's error three times over and, for a small
-    σ², even push σ² below 0. When the statistics are the student's own written values (not x's), they
-    stay fixed while x moves.
-    """
-    from .marking import propagated  # marking imports this module
-
-    def prop(args, errs, rounding, rss=False):
-        x, mean, var = args
-        if _own_stats(x, mean, var):
-            fx = _layernorm_direct(gamma, beta, eps)
-        else:
-            def fx(x_):
-                return _normalise(x_, mean, var, gamma, beta, eps)
-        t_x = propagated(fx, [x], [errs[0]], "row", rss)
-        t_stats = propagated(lambda m_, v_: _normalise(x, m_, v_, gamma, beta, eps), [mean, var], rounding[1:],
-                             "row", rss)
-        return np.sqrt(t_x ** 2 + t_stats ** 2) if rss else t_x + t_stats
-    return prop
-
-
 def _layernorm_direct(gamma, beta, eps):
     def f(x):
         return layernorm_forward(x, gamma, beta, eps)[0]
@@ -174,10 +151,6 @@ def _layernorm_grad(gamma, beta, eps, which: int):
     """dx (0), dγ (1) or dβ (2) of LN at x, given dy."""
     def f(x, dy):
         return layernorm_backward(dy, layernorm_forward(x, gamma, beta, eps)[1])[which]
-    ones, zeros = np.ones_like(gamma), np.zeros_like(beta)
-    if which == 1:                                                   # dγ = Σ_tokens dy_t ⊙ x̂_t
-        f.rowsum = lambda x, dy: dy * layernorm_forward(x, ones, zeros, eps)[0]
-    f.multilinear = 1.0 if which == 2 else 0.0                       # dβ = Σ_tokens dy_t
     return f
 
 
@@ -228,31 +201,63 @@ class _LayerBuilder:
     def k(self, name: str) -> Key:
         return (self.l, name)
 
-    def add(self, name, inputs, fn, formula, mistakes=(), local=None, multilinear=0.0):
+    def add(self, name, inputs, fn, formula, mistakes=(), local=None, hand=None):
         keys = tuple(i if isinstance(i, tuple) else self.k(i) for i in inputs)
-        ms = [Mistake(c, tuple(i if isinstance(i, tuple) else self.k(i) for i in ins), f, det)
-              for c, ins, f, det in mistakes]
-        self.steps.append(Step(self.k(name), keys, fn, formula, ms, local, rowsum=getattr(fn, "rowsum", None),
-                               multilinear=multilinear or getattr(fn, "multilinear", 0.0)))
+        ms = [m if isinstance(m, Mistake) else Mistake(m[0], self.keys(m[1]), m[2], m[3]) for m in mistakes]
+        self.steps.append(Step(self.k(name), keys, fn, formula, ms, local, hand))
+
+    def keys(self, names) -> tuple[Key, ...]:
+        return tuple(i if isinstance(i, tuple) else self.k(i) for i in names)
+
+    def linear(self, name, x, xname, which: str):
+        """y = x W + b (W_Q … W_2), with its mistakes."""
+        wn, bn = f"W_{which}", f"b_{which}"
+        W, b = self.p[wn], self.p[bn]
+        ms = [(c, (x,), f, det.replace("x ", f"{xname} ", 1)) for c, f, det in mk.linear(W, b, wn, bn)]
+        self.add(name, (x,), _linear(W, b), f"{xname} {wn} + {bn}", ms, local="row", hand=hand.linear(W, b))
+
+    def linear_dx(self, name, dy, which: str):
+        """dx = dy Wᵀ, with its mistakes."""
+        wn = f"W_{which}"
+        W, b = self.p[wn], self.p[f"b_{which}"]
+        ms = [(c, (dy,), f, det) for c, f, det in mk.linear_dx(W, wn, dy)]
+        self.add(name, (dy,), _linear_grad(W, b, 0), f"{dy} {wn}^T", ms, local="row", hand=hand.linear_dx(W))
+
+    def param_grads(self, x, xname, dy, which: str):
+        W, b = self.p[f"W_{which}"], self.p[f"b_{which}"]
+        self.add(f"d_W_{which}", (x, dy), _linear_grad(W, b, 1), f"{xname}^T {dy}", hand=hand.linear_dW())
+        self.add(f"d_b_{which}", (dy,), _linear_grad(W, b, 2), f"column sums of {dy}", hand=hand.colsum())
 
     # -------------------------------------------------------------- forward
-    def layernorm(self, x, xname: str, prefix: str, out: str, which: str, extra=()):
+    def layernorm(self, x, xname: str, prefix: str, out: str, which: str, extra=(), wiring=None):
         p, eps, d = self.p, self.ws.eps, self.d
         g, b = p[f"gamma{which}"], p[f"beta{which}"]
         mean, var = f"{prefix}_mean", f"{prefix}_var"
         sample = ([("sample_variance", (x, mean), _sample_var,
                     f"the variance divided by d - 1 = {d - 1} instead of d = {d}")] if d > 1 else [])
-        self.add(mean, (x,), _mean, f"mean of each row of {xname}", local="row")
+        m_mean, m_var = [], []
+        if wiring is not None:            # Post-LN: the statistics of the sublayer output alone (LN before the sum)
+            sx, sxn, sf, sfn = wiring
+            code = "ln_before_residual"
+            carry = ((self.k(mean), Mistake(code, self.keys((sf,)), _mean, "")),
+                     (self.k(var), Mistake(code, self.keys((sf, mean)), _var, "")),
+                     (self.k(out), Mistake(code, self.keys((sx, sf, mean, var)),
+                                           lambda x_, f_, mu, v: x_ + _normalise(f_, mu, v, g, b, eps), "")))
+            m_mean.append(Mistake(code, self.keys((sf,)), _mean, f"the mean of {sfn} alone: the LayerNorm applied to "
+                                  f"the sublayer output before {sxn} was added", carry, self.k(out)))
+            m_var.append(Mistake(code, self.keys((sf, mean)), _var, f"the variance of {sfn} alone: the LayerNorm "
+                                 f"applied to the sublayer output before {sxn} was added", carry, self.k(out)))
+        self.add(mean, (x,), _mean, f"mean of each row of {xname}", m_mean, local="row", hand=hand.mean())
         self.add(var, (x, mean), _var, f"mean of (x - mean)^2 over the d = {d} entries of each row of {xname}",
-                 sample, local="row")
+                 sample + m_var, local="row", hand=hand.var())
         self.add(out, (x, mean, var), _layernorm(g, b, eps),
-                 f"gamma{which} * ({xname} - mean) / sqrt(var + eps) + beta{which}", extra, local="row")
-        self.steps[-1].propagate = _layernorm_propagate(g, b, eps)
+                 f"gamma{which} * ({xname} - mean) / sqrt(var + eps) + beta{which}", extra, local="row",
+                 hand=hand.layernorm(g, b, eps))
 
     def attention(self, a_in, a_name: str):
-        p, h = self.p, self.h
+        h = self.h
         for n in "QKV":
-            self.add(n, (a_in,), _linear(p[f"W_{n}"], p[f"b_{n}"]), f"{a_name} W_{n} + b_{n}", local="row")
+            self.linear(n, a_in, a_name, n)
         S, A = head_names("scores", h), head_names("attention_weights", h)
         sd = f"sqrt(d_k) = sqrt({self.dk})"
         sd_formula = f"sqrt(d_k)   (d_k = {self.dk})"
@@ -276,16 +281,16 @@ class _LayerBuilder:
                 mistakes.append(("wrong_scale", ("Q", "K"),
                                  lambda Q, K, i=i, d=self.d: _heads(Q, h)[i] @ _heads(K, h)[i].T / math.sqrt(d),
                                  f"Q K^T / sqrt(d_model) = / sqrt({self.d}) instead of / {sd}"))
-            self.add(S[i], ("Q", "K"), s, f"{qi} {ki}^T / {sd_formula}", mistakes, multilinear=self.scale)
+            self.add(S[i], ("Q", "K"), s, f"{qi} {ki}^T / {sd_formula}", mistakes, hand=hand.scores(h, i, self.dk))
         for i in range(h):
             self.add(A[i], (S[i],), lambda s: softmax_forward(s)[0], f"softmax of each row of {S[i]}",
                      [("softmax_axis", (S[i],), lambda s: softmax_forward(s.T)[0].T,
-                       "the softmax of each column instead of each row")], local="row")
+                       "the softmax of each column instead of each row")], local="row", hand=hand.softmax())
         self.add("context", (*A, "V"),
                  lambda *a: _merge([a[i] @ _heads(a[-1], h)[i] for i in range(h)]),
                  "attention_weights V" if h == 1 else "[A_1 V_1 | ... | A_h V_h] (heads side by side)",
-                 multilinear=1.0)
-        self.add("attention_output", ("context",), _linear(p["W_O"], p["b_O"]), "context W_O + b_O", local="row")
+                 hand=hand.context(h))
+        self.linear("attention_output", "context", "context", "O")
 
     def residual(self, name, x, xname, fx, fxname, which: str):
         p, eps = self.p, self.ws.eps
@@ -297,16 +302,16 @@ class _LayerBuilder:
         else:
             mistakes.append(("ln_after_residual", (x, fx), _post_ln_residual(g, b, eps),
                              f"LN{which}({xname} + {fxname})"))
-        self.add(name, (x, fx), _residual, f"{xname} + {fxname}", mistakes, local="element")
+        self.add(name, (x, fx), _residual, f"{xname} + {fxname}", mistakes, local="element", hand=hand.residual())
 
     def ffn(self, f_in, f_name: str):
-        p, act = self.p, self.ws.activation
-        self.add("ffn_hidden", (f_in,), _linear(p["W_1"], p["b_1"]), f"{f_name} W_1 + b_1", local="row")
+        act = self.ws.activation
+        self.linear("ffn_hidden", f_in, f_name, "1")
         others = [("wrong_activation", ("ffn_hidden",), _activation(o), f"{o}(ffn_hidden) instead of {act}(ffn_hidden)")
                   for o in ACTIVATIONS if o != act]
-        self.add("ffn_activation", ("ffn_hidden",), _activation(act), f"{act}(ffn_hidden)", others, local="element")
-        self.add("ffn_output", ("ffn_activation",), _linear(p["W_2"], p["b_2"]), "ffn_activation W_2 + b_2",
-                 local="row")
+        self.add("ffn_activation", ("ffn_hidden",), _activation(act), f"{act}(ffn_hidden)", others, local="element",
+                 hand=hand.activation(act))
+        self.linear("ffn_output", "ffn_activation", "ffn_activation", "2")
 
     def forward(self) -> list[Step]:
         x, xn, p, eps = self.x, self.xname, self.p, self.ws.eps
@@ -315,12 +320,14 @@ class _LayerBuilder:
             self.residual("residual", x, xn, "attention_output", "attention_output", "1")
             self.layernorm("residual", "residual", "layer_norm", "layer_norm", "1",
                            [("ln_before_residual", (x, "attention_output"),
-                             _pre_ln_residual(p["gamma1"], p["beta1"], eps), f"{xn} + LN1(attention_output)")])
+                             _pre_ln_residual(p["gamma1"], p["beta1"], eps), f"{xn} + LN1(attention_output)")],
+                           wiring=(x, xn, "attention_output", "attention_output"))
             self.ffn("layer_norm", "layer_norm")
             self.residual("residual2", "layer_norm", "layer_norm", "ffn_output", "ffn_output", "2")
             self.layernorm("residual2", "residual2", "layer_norm2", "H", "2",
                            [("ln_before_residual", ("layer_norm", "ffn_output"),
-                             _pre_ln_residual(p["gamma2"], p["beta2"], eps), "layer_norm + LN2(ffn_output)")])
+                             _pre_ln_residual(p["gamma2"], p["beta2"], eps), "layer_norm + LN2(ffn_output)")],
+                           wiring=("layer_norm", "layer_norm", "ffn_output", "ffn_output"))
         else:
             self.layernorm(x, xn, "layer_norm", "layer_norm", "1")
             self.attention("layer_norm", "layer_norm")
@@ -328,26 +335,51 @@ class _LayerBuilder:
             self.layernorm("residual", "residual", "layer_norm2", "layer_norm2", "2")
             self.ffn("layer_norm2", "layer_norm2")
             self.residual("residual2", "residual", "residual", "ffn_output", "ffn_output", "2")
-            self.add("H", ("residual2",), _copy, "residual2 (Pre-LN: the residual stream itself)", local="element")
+            self.add("H", ("residual2",), _copy, "residual2 (Pre-LN: the residual stream itself)", local="element",
+                     hand=hand.copy())
         return self.steps
 
     # -------------------------------------------------------------- backward
+    def copy(self, name, src, formula):
+        self.add(name, (src,), _copy, formula, local="element", hand=hand.copy())
+
+    def ln_grads(self, x, xname, dy, which: str, names=("d_residual", "d_gamma1", "d_beta1"), skip=None):
+        """dx, dγ, dβ of LayerNorm ``which`` at ``x`` given ``dy``; ``skip``: a gradient added to dx (Pre-LN)."""
+        p, eps = self.p, self.ws.eps
+        g, b = p[f"gamma{which}"], p[f"beta{which}"]
+        lnx = _layernorm_grad(g, b, eps, 0)
+        const = mk.ln_stats_constant(g, eps)
+        if skip is None:
+            ms = [("ln_stats_constant", (x, dy), f, det) for f, det in const]
+            self.add_any(names[0], (x, dy), lnx, f"LayerNorm backward of {dy} at {xname}", ms, local="row",
+                         hand=hand.layernorm_grad(g, eps, 0))
+        else:
+            ms = [("ln_stats_constant", (skip, x, dy), lambda r, x_, g_, f=f: r + f(x_, g_), det) for f, det in const]
+            ms.append(("no_residual", (x, dy), lnx,
+                       f"the LayerNorm backward alone, without the skip path's {skip}"))
+            self.add_any(names[0], (skip, x, dy), lambda r, x_, g_: r + lnx(x_, g_),
+                         f"{skip} + LayerNorm backward of {dy} at {xname}", ms, local="row",
+                         hand=hand.plus(hand.layernorm_grad(g, eps, 0)))
+        for n, w in ((names[1], 1), (names[2], 2)):
+            if n is not None:
+                self.add(n, (x, dy), _layernorm_grad(g, b, eps, w),
+                         f"column sums of {dy} * LN-normalised {xname}" if w == 1 else f"column sums of {dy}",
+                         hand=hand.layernorm_grad(g, eps, w))
+
     def attention_backward(self, a_in, a_name: str):
-        p, h, sc = self.p, self.h, self.scale
-        self.add("d_context", ("d_attention_output",), _linear_grad(p["W_O"], p["b_O"], 0), "d_attention_output W_O^T",
-                 local="row")
-        self.add("d_W_O", ("context", "d_attention_output"), _linear_grad(p["W_O"], p["b_O"], 1),
-                 "context^T d_attention_output")
-        self.add("d_b_O", ("d_attention_output",), _linear_grad(p["W_O"], p["b_O"], 2),
-                 "column sums of d_attention_output")
+        h, sc = self.h, self.scale
+        self.linear_dx("d_context", "d_attention_output", "O")
+        self.param_grads("context", "context", "d_attention_output", "O")
         A, dA = head_names("attention_weights", h), head_names("d_attention_weights", h)
         dS = head_names("d_scores", h)
         for i in range(h):
             self.add(dA[i], ("d_context", "V"), lambda g, V, i=i: _heads(g, h)[i] @ _heads(V, h)[i].T,
-                     "d_context V^T" + (f" (head {i + 1}'s columns)" if h > 1 else ""), multilinear=1.0)
+                     "d_context V^T" + (f" (head {i + 1}'s columns)" if h > 1 else ""),
+                     hand=hand.d_attention_weights(h, i))
         for i in range(h):
+            ms = [("softmax_jacobian", (A[i], dA[i]), f, det) for f, det in mk.softmax_jacobian(A[i], dA[i])]
             self.add(dS[i], (A[i], dA[i]), lambda a, g: softmax_backward(g, {"kind": "softmax", "s": a}),
-                     f"{A[i]} * ({dA[i]} - rowsum({dA[i]} * {A[i]}))", local="row")
+                     f"{A[i]} * ({dA[i]} - rowsum({dA[i]} * {A[i]}))", ms, local="row", hand=hand.softmax_grad())
 
         def qk_grad(which: str):
             other = "K" if which == "Q" else "Q"
@@ -360,107 +392,84 @@ class _LayerBuilder:
             if self.dk > 1:
                 mistakes.append(("wrong_scale", (*dS, other), lambda *a: g(*a, s=1.0 / self.dk),
                                  f"{rhs} times 1/d_k = 1/{self.dk} instead of 1/sqrt(d_k)"))
-            self.add(f"d_{which}", (*dS, other), g, f"{rhs} / sqrt(d_k) (per head)", mistakes, multilinear=sc)
+            self.add(f"d_{which}", (*dS, other), g, f"{rhs} / sqrt(d_k) (per head)", mistakes,
+                     hand=hand.qk_grad(which, h, self.dk))
         qk_grad("Q")
         qk_grad("K")
         self.add("d_V", (*A, "d_context"),
                  lambda *a: _merge([a[i].T @ _heads(a[-1], h)[i] for i in range(h)]), "attention_weights^T d_context",
-                 multilinear=1.0)
+                 hand=hand.d_V(h))
         for n in "QKV":
-            W, b = p[f"W_{n}"], p[f"b_{n}"]
-            self.add(f"d_W_{n}", (a_in, f"d_{n}"), _linear_grad(W, b, 1), f"{a_name}^T d_{n}")
-            self.add(f"d_b_{n}", (f"d_{n}",), _linear_grad(W, b, 2), f"column sums of d_{n}")
+            self.param_grads(a_in, a_name, f"d_{n}", n)
 
     def proj_input_grad(self):
         p = self.p
         fs = [_linear_grad(p[f"W_{n}"], p[f"b_{n}"], 0) for n in "QKV"]
         return lambda dq, dk, dv: fs[0](dq) + fs[1](dk) + fs[2](dv)
 
+    def proj_hand(self, skip: bool):
+        return hand.sum3(*(hand.linear_dx(self.p[f"W_{n}"]) for n in "QKV"), skip=skip)
+
     def ffn_backward(self, f_in, f_name):
-        p, act = self.p, self.ws.activation
-        W2, b2, W1, b1 = p["W_2"], p["b_2"], p["W_1"], p["b_1"]
-        self.add("d_ffn_activation", ("d_ffn_output",), _linear_grad(W2, b2, 0), "d_ffn_output W_2^T", local="row")
-        self.add("d_W_2", ("ffn_activation", "d_ffn_output"), _linear_grad(W2, b2, 1), "ffn_activation^T d_ffn_output")
-        self.add("d_b_2", ("d_ffn_output",), _linear_grad(W2, b2, 2), "column sums of d_ffn_output")
+        act = self.ws.activation
+        self.linear_dx("d_ffn_activation", "d_ffn_output", "2")
+        self.param_grads("ffn_activation", "ffn_activation", "d_ffn_output", "2")
         others = [("wrong_activation", ("ffn_hidden", "d_ffn_activation"), _activation_grad(o),
                    f"d_ffn_activation times the derivative of {o} instead of {act}") for o in ACTIVATIONS if o != act]
+        others += [("activation_derivative", ("ffn_hidden", "d_ffn_activation"), f, det)
+                   for f, det in mk.activation_derivative(act)]
         self.add("d_ffn_hidden", ("ffn_hidden", "d_ffn_activation"), _activation_grad(act),
-                 f"d_ffn_activation * {act}'(ffn_hidden)", others, local="element")
-        self.add("d_W_1", (f_in, "d_ffn_hidden"), _linear_grad(W1, b1, 1), f"{f_name}^T d_ffn_hidden")
-        self.add("d_b_1", ("d_ffn_hidden",), _linear_grad(W1, b1, 2), "column sums of d_ffn_hidden")
+                 f"d_ffn_activation * {act}'(ffn_hidden)", others, local="element", hand=hand.activation_grad(act))
+        self.param_grads(f_in, f_name, "d_ffn_hidden", "1")
 
     def backward(self, last: bool) -> list[Step]:
-        p, eps, x, xn = self.p, self.ws.eps, self.x, self.xname
-        g1, be1, g2, be2 = p["gamma1"], p["beta1"], p["gamma2"], p["beta2"]
+        p, x, xn = self.p, self.x, self.xname
         W1, b1 = p["W_1"], p["b_1"]
         if last:
-            self.add("d_H", (DH_KEY,), _copy, "[input] dH, the upstream gradient", local="element")
+            self.copy("d_H", DH_KEY, "[input] dH, the upstream gradient")
         in_key, in_name = ((self.l - 1, "d_H") if self.l > 1 else (1, "d_H0")), ("d_H" if self.l > 1 else "d_H0")
         if self.ws.norm == "post":
-            for n, w in (("d_residual2", 0), ("d_gamma2", 1), ("d_beta2", 2)):
-                self.add(n, ("residual2", "d_H"), _layernorm_grad(g2, be2, eps, w),
-                         "LayerNorm backward of d_H at residual2" if w == 0 else
-                         ("column sums of d_H * LN-normalised residual2" if w == 1 else "column sums of d_H"),
-                         local="row" if w == 0 else None)
-            self.add("d_ffn_output", ("d_residual2",), _copy, "d_residual2 (the residual passes it on)",
-                     local="element")
+            self.ln_grads("residual2", "residual2", "d_H", "2", ("d_residual2", "d_gamma2", "d_beta2"))
+            self.copy("d_ffn_output", "d_residual2", "d_residual2 (the residual passes it on)")
             self.ffn_backward("layer_norm", "layer_norm")
             lin1 = _linear_grad(W1, b1, 0)
+            ms = [("no_residual", ("d_ffn_hidden",), lin1, "d_ffn_hidden W_1^T without the skip path's d_residual2")]
+            ms += [(c, ("d_residual2", "d_ffn_hidden"), lambda r, g, f=f: r + f(g), det)
+                   for c, f, det in mk.linear_dx(W1, "W_1", "d_ffn_hidden")]
             self.add("d_layer_norm", ("d_residual2", "d_ffn_hidden"), lambda r, g: r + lin1(g),
-                     "d_residual2 + d_ffn_hidden W_1^T",
-                     [("no_residual", ("d_ffn_hidden",), lin1,
-                       "d_ffn_hidden W_1^T without the skip path's d_residual2")],
-                     local="row")
-            for n, w in (("d_residual", 0), ("d_gamma1", 1), ("d_beta1", 2)):
-                self.add(n, ("residual", "d_layer_norm"), _layernorm_grad(g1, be1, eps, w),
-                         "LayerNorm backward of d_layer_norm at residual" if w == 0 else
-                         ("column sums of d_layer_norm * LN-normalised residual" if w == 1 else
-                          "column sums of d_layer_norm"), local="row" if w == 0 else None)
-            self.add("d_attention_output", ("d_residual",), _copy, "d_residual (the residual passes it on)",
-                     local="element")
+                     "d_residual2 + d_ffn_hidden W_1^T", ms, local="row", hand=hand.plus(hand.linear_dx(W1)))
+            self.ln_grads("residual", "residual", "d_layer_norm", "1")
+            self.copy("d_attention_output", "d_residual", "d_residual (the residual passes it on)")
             self.attention_backward(x, xn)
             proj = self.proj_input_grad()
             self.add_key(in_key, in_name, ("d_residual", "d_Q", "d_K", "d_V"), lambda r, q, k, v: r + proj(q, k, v),
                          "d_residual + d_Q W_Q^T + d_K W_K^T + d_V W_V^T",
                          [("no_residual", ("d_Q", "d_K", "d_V"), proj,
                            "d_Q W_Q^T + d_K W_K^T + d_V W_V^T without the skip path's d_residual")],
-                         local="row")
+                         local="row", hand=self.proj_hand(skip=True))
         else:
-            self.add("d_residual2", ("d_H",), _copy, "d_H (H = residual2)", local="element")
-            self.add("d_ffn_output", ("d_residual2",), _copy, "d_residual2 (the residual passes it on)",
-                     local="element")
+            self.copy("d_residual2", "d_H", "d_H (H = residual2)")
+            self.copy("d_ffn_output", "d_residual2", "d_residual2 (the residual passes it on)")
             self.ffn_backward("layer_norm2", "layer_norm2")
-            self.add("d_layer_norm2", ("d_ffn_hidden",), _linear_grad(W1, b1, 0), "d_ffn_hidden W_1^T", local="row")
-            ln2 = _layernorm_grad(g2, be2, eps, 0)
-            self.add("d_residual", ("d_residual2", "residual", "d_layer_norm2"), lambda r, x2, g: r + ln2(x2, g),
-                     "d_residual2 + LayerNorm backward of d_layer_norm2 at residual",
-                     [("no_residual", ("residual", "d_layer_norm2"), ln2,
-                       "the LayerNorm backward alone, without the skip path's d_residual2")],
-                     local="row")
-            for n, w in (("d_gamma2", 1), ("d_beta2", 2)):
-                self.add(n, ("residual", "d_layer_norm2"), _layernorm_grad(g2, be2, eps, w),
-                         "column sums of d_layer_norm2 * LN-normalised residual" if w == 1 else
-                         "column sums of d_layer_norm2")
-            self.add("d_attention_output", ("d_residual",), _copy, "d_residual (the residual passes it on)",
-                     local="element")
+            self.linear_dx("d_layer_norm2", "d_ffn_hidden", "1")
+            self.ln_grads("residual", "residual", "d_layer_norm2", "2", ("d_residual", None, None), skip="d_residual2")
+            self.ln_grads("residual", "residual", "d_layer_norm2", "2", (None, "d_gamma2", "d_beta2"))
+            self.copy("d_attention_output", "d_residual", "d_residual (the residual passes it on)")
             self.attention_backward("layer_norm", "layer_norm")
             self.add("d_layer_norm", ("d_Q", "d_K", "d_V"), self.proj_input_grad(),
-                     "d_Q W_Q^T + d_K W_K^T + d_V W_V^T", local="row")
-            for n, w in (("d_gamma1", 1), ("d_beta1", 2)):
-                self.add(n, (x, "d_layer_norm"), _layernorm_grad(g1, be1, eps, w),
-                         f"column sums of d_layer_norm * LN-normalised {xn}" if w == 1 else
-                         "column sums of d_layer_norm")
-            ln1 = _layernorm_grad(g1, be1, eps, 0)
-            self.add_key(in_key, in_name, ("d_residual", x, "d_layer_norm"), lambda r, x0, g: r + ln1(x0, g),
-                         f"d_residual + LayerNorm backward of d_layer_norm at {xn}",
-                         [("no_residual", (x, "d_layer_norm"), ln1,
-                           "the LayerNorm backward alone, without the skip path's d_residual")],
-                         local="row")
+                     "d_Q W_Q^T + d_K W_K^T + d_V W_V^T", local="row", hand=self.proj_hand(skip=False))
+            self.ln_grads(x, xn, "d_layer_norm", "1", (None, "d_gamma1", "d_beta1"))
+            self.ln_grads(x, xn, "d_layer_norm", "1", (in_name, None, None), skip="d_residual")
+            self.steps[-1].key = in_key
         return self.steps
 
-    def add_key(self, key: Key, shown: str, inputs, fn, formula, mistakes=(), local=None):
+    def add_any(self, name, inputs, fn, formula, mistakes=(), local=None, hand=None):
+        if name is not None:
+            self.add(name, inputs, fn, formula, mistakes, local, hand)
+
+    def add_key(self, key: Key, shown: str, inputs, fn, formula, mistakes=(), local=None, hand=None):
         """A step whose key is not in this layer: the gradient of the layer's input."""
-        self.add(shown, inputs, fn, formula, mistakes, local)
+        self.add(shown, inputs, fn, formula, mistakes, local, hand)
         self.steps[-1].key = key
 
 
