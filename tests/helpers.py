@@ -58,15 +58,17 @@ def path_tolerance(dtype, k: int, c: float = PATH_C) -> float:
 
 
 def assert_paths_close(actual, expected, *, paths: tuple[str, str] = ("fast", "plain"), k: int,
-                       c: float = PATH_C, atol_scale: float = 1.0, dtype=None) -> None:
+                       c: float = PATH_C, atol_scale: float = 1.0, scale: float | None = None, dtype=None) -> None:
     """Assert that two results computed along two different paths agree to round-off.
 
     Every element must satisfy ``|actual − expected| ≤ rtol·|expected| + atol`` with
     ``rtol = c·eps·√k`` (:func:`path_tolerance`; eps of ``dtype``, by default the coarser of the two
-    arrays' float dtypes) and ``atol = atol_scale·rtol·max|expected|``: the absolute floor lets
-    through round-off in elements that are zero (or tiny) in exact arithmetic, whose error is of
-    the order of the array's largest terms, not of their own size. Shapes must be equal; non-finite
-    values (inf, nan) must be in the same places with the same values.
+    arrays' float dtypes) and ``atol = atol_scale·rtol·S``, S = ``scale`` or else max|expected|: the
+    absolute floor lets through round-off in elements that are zero (or tiny) in exact arithmetic,
+    whose error is of the order of the largest terms they were computed from, not of their own size.
+    Pass ``scale`` when a whole array is zero in exact arithmetic (a key bias's gradient: pass the
+    largest gradient of the same backward, as gradcheck's error floor does). Shapes must be equal;
+    non-finite values (inf, nan) must be in the same places with the same values.
 
     ``paths`` names the two paths in the message (actual's first), which also gives the worst
     element's index, both values, the error and the tolerance used.
@@ -97,7 +99,10 @@ def assert_paths_close(actual, expected, *, paths: tuple[str, str] = ("fast", "p
                              f"{p_a} = {float(a64[idx])!r}, {p_e} = {float(e64[idx])!r} "
                              f"({int(bad_nonfinite.sum())} of {a.size} elements)")
     both = fin_a & fin_e
-    scale = float(np.abs(e64[both]).max()) if both.any() else 0.0
+    if scale is None:
+        scale, s_name = (float(np.abs(e64[both]).max()) if both.any() else 0.0), f"max|{p_e}|"
+    else:
+        scale, s_name = float(scale), "S"
     atol = atol_scale * rtol * scale
     err = np.abs(np.where(both, a64, 0.0) - np.where(both, e64, 0.0))
     tol = rtol * np.abs(np.where(both, e64, 0.0)) + atol
@@ -114,4 +119,4 @@ def assert_paths_close(actual, expected, *, paths: tuple[str, str] = ("fast", "p
             f"{p_a} vs {p_e} differ beyond round-off at {where} (the worst of {int(over.sum())} of {a.size} "
             f"elements): {p_a} = {av!r}, {p_e} = {ev!r}, |error| = {er:.3g} > tolerance {to:.3g} "
             f"= rtol·|{p_e}| + atol with rtol = c·eps·√k = {c:g}·{np.finfo(dtype).eps:.3g}·√{int(k)} = {rtol:.3g} "
-            f"({np.dtype(dtype)}), atol = {atol_scale:g}·rtol·max|{p_e}| = {atol:.3g}")
+            f"({np.dtype(dtype)}), atol = {atol_scale:g}·rtol·{s_name} = {atol:.3g} ({s_name} = {scale:.3g})")

@@ -46,6 +46,15 @@ def test_absolute_floor_lets_through_round_off_in_a_zero():
         assert_paths_close(y, x, k=4, atol_scale=0.0)
 
 
+def test_scale_for_an_array_that_is_zero_in_exact_arithmetic():
+    noise_a, noise_b = np.array([3e-17, -1e-16]), np.array([-2e-17, 5e-17])   # e.g. two paths' d b_K
+    with pytest.raises(AssertionError, match="max|"):
+        assert_paths_close(noise_a, noise_b, k=16)            # its own max is noise: no floor to speak of
+    assert_paths_close(noise_a, noise_b, k=16, scale=2.0)     # the backward's largest gradient is 2
+    with pytest.raises(AssertionError, match=r"S = 2"):
+        assert_paths_close(np.array([1e-3, 0.0]), noise_b, k=16, scale=2.0)
+
+
 def test_fails_on_a_real_difference_in_float64():
     x = np.random.default_rng(2).normal(size=(4, 6))
     y = x.copy()
