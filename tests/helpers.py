@@ -1,6 +1,8 @@
-"""Helpers shared by the parity tests (imported as ``from helpers import nrel, randomise_``)."""
+"""Helpers shared by the tests (imported as ``from helpers import nrel, randomise_, assert_paths_close``)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -30,3 +32,91 @@ def randomise_(model, seed: int) -> None:
                 p.copy_(1.0 + 0.3 * z)
             else:
                 p.copy_(0.3 * z)
+
+
+# ----------------------------------------------------------------------------- comparing two paths
+#: The default constant c in rtol = c·eps(dtype)·√k (CONTRIBUTING.md, "Comparing numbers in tests").
+PATH_C = 16.0
+
+
+def path_tolerance(dtype, k: int, c: float = PATH_C) -> float:
+    """rtol = c·eps(dtype)·√k: the relative round-off allowed between two orders of summing k terms.
+
+    A sum of k terms computed in two orders (two BLAS kernels, two thread counts, blocked or not)
+    differs by about eps·√k relative to the size of the terms (random-walk growth of the rounding
+    errors; the worst case is eps·k). ``c`` absorbs the constant and the amplification of the
+    operations after the sum (a softmax, a LayerNorm's division by σ, a few layers)."""
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"path_tolerance: dtype must be a float dtype, got {dtype} "
+                        "(integer and boolean results are exact by construction: compare them exactly)")
+    if int(k) < 1:
+        raise ValueError(f"path_tolerance: k (the reduction length) must be >= 1, got {k!r}")
+    if not c > 0:
+        raise ValueError(f"path_tolerance: c must be > 0, got {c!r}")
+    return float(c) * float(np.finfo(dtype).eps) * math.sqrt(int(k))
+
+
+def assert_paths_close(actual, expected, *, paths: tuple[str, str] = ("fast", "plain"), k: int,
+                       c: float = PATH_C, atol_scale: float = 1.0, scale: float | None = None, dtype=None) -> None:
+    """Assert that two results computed along two different paths agree to round-off.
+
+    Every element must satisfy ``|actual − expected| ≤ rtol·|expected| + atol`` with
+    ``rtol = c·eps·√k`` (:func:`path_tolerance`; eps of ``dtype``, by default the coarser of the two
+    arrays' float dtypes) and ``atol = atol_scale·rtol·S``, S = ``scale`` or else max|expected|: the
+    absolute floor lets through round-off in elements that are zero (or tiny) in exact arithmetic,
+    whose error is of the order of the largest terms they were computed from, not of their own size.
+    Pass ``scale`` when a whole array is zero in exact arithmetic (a key bias's gradient: pass the
+    largest gradient of the same backward, as gradcheck's error floor does). Shapes must be equal;
+    non-finite values (inf, nan) must be in the same places with the same values.
+
+    ``paths`` names the two paths in the message (actual's first), which also gives the worst
+    element's index, both values, the error and the tolerance used.
+    """
+    __tracebackhide__ = True
+    a = np.asarray(actual)
+    e = np.asarray(expected)
+    p_a, p_e = paths
+    if a.shape != e.shape:
+        raise AssertionError(f"{p_a} vs {p_e}: shapes differ: {p_a} {a.shape}, {p_e} {e.shape}")
+    if dtype is None:
+        floats = [x.dtype for x in (a, e) if np.issubdtype(x.dtype, np.floating)]
+        if not floats:
+            raise TypeError(f"assert_paths_close: {p_a} ({a.dtype}) and {p_e} ({e.dtype}) are not float arrays; "
+                            "integer and boolean results are exact by construction: compare them exactly")
+        dtype = max(floats, key=lambda d: np.finfo(d).eps)
+    rtol = path_tolerance(dtype, k, c)
+    if not atol_scale >= 0:
+        raise ValueError(f"assert_paths_close: atol_scale must be >= 0, got {atol_scale!r}")
+    a64 = a.astype(np.float64)
+    e64 = e.astype(np.float64)
+    fin_a, fin_e = np.isfinite(a64), np.isfinite(e64)
+    same_nonfinite = (~fin_a & ~fin_e) & ((a64 == e64) | (np.isnan(a64) & np.isnan(e64)))
+    bad_nonfinite = ~(fin_a & fin_e) & ~same_nonfinite
+    if bad_nonfinite.any():
+        idx = tuple(int(i) for i in np.argwhere(bad_nonfinite)[0])
+        raise AssertionError(f"{p_a} vs {p_e}: non-finite values differ at index {idx}: "
+                             f"{p_a} = {float(a64[idx])!r}, {p_e} = {float(e64[idx])!r} "
+                             f"({int(bad_nonfinite.sum())} of {a.size} elements)")
+    both = fin_a & fin_e
+    if scale is None:
+        scale, s_name = (float(np.abs(e64[both]).max()) if both.any() else 0.0), f"max|{p_e}|"
+    else:
+        scale, s_name = float(scale), "S"
+    atol = atol_scale * rtol * scale
+    err = np.abs(np.where(both, a64, 0.0) - np.where(both, e64, 0.0))
+    tol = rtol * np.abs(np.where(both, e64, 0.0)) + atol
+    over = err > tol
+    if over.any():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(over, err / np.where(tol > 0, tol, np.inf), -1.0)
+        ratio = np.where(over & (tol == 0), np.inf, ratio)
+        idx = np.unravel_index(int(np.argmax(ratio)), a.shape) if a.ndim else ()
+        idx = tuple(int(i) for i in idx)
+        av, ev, er, to = (float(v[idx]) for v in (a64, e64, err, tol))
+        where = f"index {idx}" if a.ndim else "the scalar"
+        raise AssertionError(
+            f"{p_a} vs {p_e} differ beyond round-off at {where} (the worst of {int(over.sum())} of {a.size} "
+            f"elements): {p_a} = {av!r}, {p_e} = {ev!r}, |error| = {er:.3g} > tolerance {to:.3g} "
+            f"= rtol·|{p_e}| + atol with rtol = c·eps·√k = {c:g}·{np.finfo(dtype).eps:.3g}·√{int(k)} = {rtol:.3g} "
+            f"({np.dtype(dtype)}), atol = {atol_scale:g}·rtol·{s_name} = {atol:.3g} ({s_name} = {scale:.3g})")

@@ -315,7 +315,7 @@ def test_softmax_of_finite_extremes_is_never_nan():
         np.testing.assert_allclose(s.sum(axis=-1), 1.0, rtol=1e-6)
         out = x.copy()
         assert tnp.softmax(out, out=out) is out                  # in place
-        np.testing.assert_array_equal(out, s)
+        np.testing.assert_array_equal(out, s)   # exact: the same computation, copied into out
 
 
 # ---------------------------------------------------------------- interop (pure NumPy part)
@@ -386,7 +386,7 @@ def test_optimiser_errors():
     before = p["w"].copy()
     with pytest.raises(ValueError, match=r"grads\['w'\].*NaN"):
         opt.step({"w": np.full((2, 2), np.nan)})
-    np.testing.assert_array_equal(p["w"], before)          # nothing was updated
+    np.testing.assert_array_equal(p["w"], before)          # exact: nothing was updated
     with pytest.raises(ValueError, match="max_norm"):
         optim.clip_grad_norm({"w": np.ones(2)}, 0)
     with pytest.raises(ValueError, match="warmup_steps"):

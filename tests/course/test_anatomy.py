@@ -53,12 +53,14 @@ def test_worked_example_residual_mean_is_one_not_075(ex):
 
 def test_worked_example_layernorm_keeps_order_and_standardises(ex):
     for r, z in zip(ex["residual"], ex["ln"]):
+        # exact: integer indices; LayerNorm is increasing along each row
         assert np.array_equal(np.argsort(r, kind="stable"), np.argsort(z, kind="stable"))
         assert abs(z.mean()) < 1e-12 and abs(z.var() - 1.0) < 1e-9
 
 
 def test_worked_example_bidirectional_vs_causal(ex):
     assert ex["weights"][0, 2] > 0.3                                 # "the" attends forward to "sat"
+    # exact: one unmasked key: weight exp(0)/exp(0) = 1, masked ones exp(−huge) = 0
     np.testing.assert_array_equal(ex["causal_weights"][0], [1.0, 0.0, 0.0])
 
 
@@ -89,8 +91,9 @@ def test_pre_ln_identity_path_post_ln_normalises_it():
         dH = np.random.default_rng(2).normal(size=H.shape)
         g = tnp.encoder_backward(dH, cache)["inputs_embeds"]
         if norm == "pre":
+            # exact: the silenced sublayers add exact zeros, so g = dH and H = H0
             np.testing.assert_array_equal(g, dH)
-            np.testing.assert_array_equal(H, H0)
+            np.testing.assert_array_equal(H, H0)   # exact: as above
         else:
             assert np.abs(g - dH).max() > 0.1
 
@@ -194,6 +197,7 @@ def test_classifier_on_position_0_reaches_every_token():
 # ----------------------------------------------------------------------------- pitfalls
 def test_pitfall_causal_mask_in_an_encoder():
     r = anatomy.pitfall_causal_mask()
+    # exact: one unmasked key: weights 1 and exactly 0
     np.testing.assert_array_equal(r["causal_row_the"], [1.0, 0.0, 0.0])
     assert r["future_dependence_causal"] == 0.0 and r["future_dependence_full"] > 0.0
 
@@ -293,7 +297,7 @@ def test_a_layer_can_be_the_identity():
     x = np.random.default_rng(0).normal(size=(1, 5, 8)) * 3.0 + 1.0
     pre = EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=32, norm_position="pre", final_layer_norm=False)
     H, _ = tnp.encoder_forward(_silenced(pre), pre, inputs_embeds=x)
-    np.testing.assert_array_equal(H, x)
+    np.testing.assert_array_equal(H, x)   # exact: zero projections add exact zeros
     post = pre.replace(norm_position="post")
     H, _ = tnp.encoder_forward(_silenced(post), post, inputs_embeds=x)
     assert np.abs(H - x).max() > 1.0                                 # a raw input is not preserved

@@ -19,11 +19,11 @@ def test_init_changes_only_the_encoder_matrices():
     ref = init_params(xav.model_config, seed=3, dtype=np.float32, init="xavier")
     for name, a in xav.params.items():
         if name.startswith("layers.") and name.endswith(("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2")):
-            np.testing.assert_array_equal(a, ref[name])                 # Glorot-uniform, as init_params draws it
+            np.testing.assert_array_equal(a, ref[name])                 # exact: the same init_params draws
             limit = np.sqrt(6.0 / sum(a.shape))
-            assert np.abs(a).max() <= limit and not np.array_equal(a, bert.params[name])
+            assert np.abs(a).max() <= limit and not np.array_equal(a, bert.params[name])   # exact: other draws
         else:                                                           # embeddings, biases, LN, head: unchanged
-            np.testing.assert_array_equal(a, bert.params[name])
+            np.testing.assert_array_equal(a, bert.params[name])         # exact: the same draws, unchanged
 
 
 def test_betas_and_eps_reach_adamw_and_bad_values_are_refused():

@@ -18,6 +18,7 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import assert_paths_close
 from transformer_np.cli import main
 from transformer_np.course import trace as tr
 from transformer_np.model.params import sub_params
@@ -78,29 +79,47 @@ def ref(trace):
 
 # ----------------------------------------------------------------------------- set-up
 def test_setup_is_the_articles(trace):
-    assert np.array_equal(trace["H0"], H0)
+    assert np.array_equal(trace["H0"], H0)                          # exact: the article's table, copied through
     assert trace["tokens"] == ["the", "cat", "sat"]
     cfg = trace["config"]
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ff) == (2, 4, 1, 16)
     assert cfg.norm_position == "post" and cfg.activation == "gelu" and cfg.layer_norm_eps == 1e-12
     p = trace["params"]
     for w in ("W_Q", "W_K", "W_V", "W_O"):
-        assert np.array_equal(p[f"layers.0.attn.{w}"], np.eye(4))
+        assert np.array_equal(p[f"layers.0.attn.{w}"], np.eye(4))   # exact: set to I, not computed
         assert not np.allclose(p[f"layers.1.attn.{w}"], np.eye(4))      # layer 2 has its own weights
     for k, v in p.items():
         leaf = k.rsplit(".", 1)[-1]
         if leaf == "beta" or leaf.startswith("b_"):
             assert not v.any(), k
         if leaf == "gamma":
-            assert np.array_equal(v, np.ones(4)), k
+            assert np.array_equal(v, np.ones(4)), k                 # exact: set to 1, not computed
     assert p["layers.0.ffn.W_1"].shape == (4, 16) and p["layers.0.ffn.W_2"].shape == (16, 4)
     assert not np.allclose(p["layers.0.ffn.W_1"], p["layers.1.ffn.W_1"])
 
 
 def test_params_are_seeded():
     a, b, c = tr.trace_params(seed=0), tr.trace_params(seed=0), tr.trace_params(seed=1)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
-    assert not np.array_equal(a["layers.0.ffn.W_1"], c["layers.0.ffn.W_1"])
+    assert all(np.array_equal(a[k], b[k]) for k in a)               # exact: the same call twice, one process
+    assert not np.array_equal(a["layers.0.ffn.W_1"], c["layers.0.ffn.W_1"])   # exact: another seed, other draws
+
+
+def test_walk_check_tolerates_round_off_only(trace, monkeypatch):
+    """The walk is checked against encoder_forward to round-off (the two paths may differ in the last bits
+    on another CPU, BLAS kernel or thread count), and a real difference still stops the trace."""
+    H = trace["layers"][1]["H"]
+    ok, err, tol = tr._paths_agree(np.nextafter(H, np.inf), H, 16)
+    assert ok and 0 < err <= tol
+    assert not tr._paths_agree(H * (1 + 1e-9), H, 16)[0]
+    real = tr.walk_layer
+
+    def off_by_a_millionth(x, p, config, mask=None):
+        out = real(x, p, config, mask)
+        return {**out, "H": out["H"] * (1 + 1e-6)}
+
+    monkeypatch.setattr(tr, "walk_layer", off_by_a_millionth)
+    with pytest.raises(RuntimeError, match="walk of layer 1 differs from encoder_forward beyond round-off"):
+        tr.run_trace()
 
 
 # ----------------------------------------------------------------------------- numbers
@@ -313,9 +332,11 @@ def test_walk_layer_shows_every_head_and_batch_item(norm, heads):
     x = np.random.default_rng(0).normal(size=(2, 3, 4))
     w = tr.walk_layer(x, p, cfg)
     out, cache = encoder_layer_forward(x, p, cfg)
-    np.testing.assert_array_equal(w["H"], out)
+    # two paths: the walk runs the plain ops, encoder_layer_forward the fast kernels (k = d_ff, the longest sum)
+    assert_paths_close(w["H"], out, paths=("walk", "encoder_layer_forward"), k=16)
     assert w["scores"].shape == w["attention_weights"].shape == (2, heads, 3, 3)
-    np.testing.assert_array_equal(w["attention_weights"], cache["attn"]["attn"]["weights"])
+    assert_paths_close(w["attention_weights"], cache["attn"]["attn"]["weights"],
+                       paths=("walk", "encoder_layer_forward"), k=16)
     dk = 4 // heads
     for b in range(2):
         for i in range(heads):
@@ -324,10 +345,10 @@ def test_walk_layer_shows_every_head_and_batch_item(norm, heads):
             Q = a_in @ p["attn.W_Q"][:, cols] + p["attn.b_Q"][cols]
             K = a_in @ p["attn.W_K"][:, cols] + p["attn.b_K"][cols]
             np.testing.assert_allclose(w["scores"][b, i], Q @ K.T / np.sqrt(dk), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(w["residual"], x + w["attention_output"], rtol=0, atol=0)
+    np.testing.assert_allclose(w["residual"], x + w["attention_output"], rtol=0, atol=0)  # exact: the same sum
     if norm == "pre":
         assert "layer_norm2" in w
-        np.testing.assert_array_equal(w["ffn_residual"], w["H"])
+        np.testing.assert_array_equal(w["ffn_residual"], w["H"])   # exact: Pre-LN's H is the residual sum itself
     else:
         assert "layer_norm2" not in w
 

@@ -96,12 +96,15 @@ def test_hf_names_transposes_and_round_trip():
     assert len(sd) == len(params)
     W = params["layers.1.ffn.W_1"]                                   # (d, d_ff)
     assert sd["encoder.layer.1.intermediate.dense.weight"].shape == (12, 8)
-    assert np.array_equal(sd["encoder.layer.1.intermediate.dense.weight"], W.T)
-    assert np.array_equal(sd["encoder.layer.0.attention.output.LayerNorm.weight"], params["layers.0.ln1.gamma"])
-    assert np.array_equal(sd["encoder.layer.0.output.LayerNorm.bias"], params["layers.0.ln2.beta"])
-    assert np.array_equal(sd["pooler.dense.weight"], params["pooler.W"].T)
+    for name, ours in (("encoder.layer.1.intermediate.dense.weight", W.T),
+                       ("encoder.layer.0.attention.output.LayerNorm.weight", params["layers.0.ln1.gamma"]),
+                       ("encoder.layer.0.output.LayerNorm.bias", params["layers.0.ln2.beta"]),
+                       ("pooler.dense.weight", params["pooler.W"].T)):
+        # exact: a state dict is our arrays renamed and transposed, values copied through
+        assert np.array_equal(sd[name], ours), name
     back = params_from_hf_state_dict(sd, cfg)
     assert validate_params(back, cfg) == np.float64
+    # exact: the round trip copies the arrays back
     assert list(back) == list(params) and all(np.array_equal(back[k], params[k]) for k in params)
 
 
@@ -113,7 +116,7 @@ def test_hf_import_prefix_heads_and_buffers():
     sd["cls.predictions.bias"] = np.zeros(23)                        # a task head: outside "bert."
     sd["classifier.weight"] = np.zeros((2, 8))
     back = params_from_hf_state_dict(sd, cfg)
-    assert all(np.array_equal(back[k], params[k]) for k in params) and "pooler.W" not in back
+    assert all(np.array_equal(back[k], params[k]) for k in params) and "pooler.W" not in back   # exact: copied through
 
 
 def test_hf_import_errors_name_the_tensor():
@@ -148,6 +151,7 @@ def test_hf_export_of_gradients_and_errors():
     H, cache = encoder_forward(params, cfg, input_ids=ids, attention_mask=np.array([[1, 1, 1, 0]]))
     grads = encoder_backward(np.ones_like(H), cache)
     gsd = hf_state_dict_from_params(grads, cfg)                      # grads: same structure as params
+    # exact: the mapping copies values
     assert np.array_equal(gsd["encoder.layer.0.attention.self.query.weight"], grads["layers.0.attn.W_Q"].T)
     # an inputs_embeds run also returns "inputs_embeds", which is not a parameter and is skipped
     _, cache = encoder_forward(params, cfg, inputs_embeds=H)
@@ -177,10 +181,12 @@ def test_torch_names_fuse_qkv_and_round_trip(final):
     sd = torch_state_dict_from_params(params, cfg)
     W = sd["layers.1.self_attn.in_proj_weight"]                      # (3d, d) = [W_Qᵀ; W_Kᵀ; W_Vᵀ]
     assert W.shape == (24, 8)
-    assert np.array_equal(W[8:16], params["layers.1.attn.W_K"].T)
+    assert np.array_equal(W[8:16], params["layers.1.attn.W_K"].T)   # exact: a slice, copied
+    # exact: a slice, copied
     assert np.array_equal(sd["layers.1.self_attn.in_proj_bias"][16:], params["layers.1.attn.b_V"])
     assert ("norm.weight" in sd) is final
     back = params_from_torch_state_dict(sd, cfg)
+    # exact: the round trip copies the arrays back
     assert list(back) == list(params) and all(np.array_equal(back[k], params[k]) for k in params)
 
 
@@ -190,7 +196,7 @@ def test_torch_single_layer_names():
     sd = torch_state_dict_from_params(params, cfg, single_layer=True)
     assert "self_attn.in_proj_weight" in sd and "linear1.weight" in sd
     back = params_from_torch_state_dict(sd, cfg, single_layer=True)
-    assert all(np.array_equal(back[k], params[k]) for k in params)
+    assert all(np.array_equal(back[k], params[k]) for k in params)   # exact: copied through
     with pytest.raises(ValueError, match="single_layer"):
         torch_state_dict_from_params(random_params(torch_cfg()), torch_cfg(), single_layer=True)
 
@@ -219,7 +225,7 @@ def test_real_minilm_checkpoint_round_trips():
     assert validate_params(params, cfg) == np.float32 and "pooler.W" in params
     back = hf_state_dict_from_params(params, cfg)
     assert set(back) == set(state) - {"embeddings.position_ids"}
-    assert all(np.array_equal(back[k], state[k]) for k in back)
+    assert all(np.array_equal(back[k], state[k]) for k in back)   # exact: copied through
 
 
 # ----------------------------------------------------------------------------- the other families (NumPy only)
@@ -281,6 +287,7 @@ def test_family_state_dicts_round_trip_and_name_the_tensor(family):
     names = hf_module_names(cfg)
     assert set(sd) == {names[k] for k in params}
     back = params_from_hf_state_dict(sd, cfg)
+    # exact: the round trip copies the arrays back
     assert list(back) == list(params) and all(np.array_equal(back[k], params[k]) for k in params)
     victim = names["layers.1.ffn.W_2"] if family != "albert" else names["layers.0.ffn.W_2"]
     with pytest.raises(ValueError, match=rf"missing \['{re.escape(victim)}'\]"):
@@ -288,7 +295,7 @@ def test_family_state_dicts_round_trip_and_name_the_tensor(family):
     task = {FAMILIES[cfg.model_type if family != "bert" else "bert"].base_prefix + "." + k: v for k, v in sd.items()}
     task["classifier.weight"] = np.zeros((2, 8))                   # a task head outside the prefix
     back = params_from_hf_state_dict(task, cfg)
-    assert all(np.array_equal(back[k], params[k]) for k in params)
+    assert all(np.array_equal(back[k], params[k]) for k in params)   # exact: copied through
 
 
 @pytest.mark.parametrize("family", ["roberta", "albert", "electra", "distilbert"])

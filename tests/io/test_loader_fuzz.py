@@ -150,7 +150,7 @@ def _check_checkpoint(data: bytes, tmp_path) -> None:
         return
     with np.load(p, allow_pickle=False) as z:
         for k, v in state.params.items():
-            np.testing.assert_array_equal(v, z["param/" + k])
+            np.testing.assert_array_equal(v, z["param/" + k])   # exact: a checkpoint round trip
         assert state.step == int(z["step"])
 
 

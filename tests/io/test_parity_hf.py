@@ -199,7 +199,7 @@ def test_bert_for_sequence_classification_prefix_and_heads():
     config, params = from_hf_bert(model)                  # "bert." detected, classifier.* ignored
     _, params_inner = from_hf_bert(model.bert)
     assert list(params) == list(params_inner)
-    assert all(np.array_equal(params[k], params_inner[k]) for k in params)
+    assert all(np.array_equal(params[k], params_inner[k]) for k in params)   # exact: copied
     sd = to_hf_state_dict(params, config, prefix="bert.")
     result = model.load_state_dict(sd, strict=False)
     assert sorted(result.missing_keys) == ["classifier.bias", "classifier.weight"]
@@ -219,6 +219,7 @@ def test_round_trip_is_exact(add_pooling_layer):
         assert torch.equal(sd[name], t), name               # HF → ours → HF: bit for bit
     again = params_from_hf_state_dict(hf_state_dict_from_params(params, config), config)
     assert list(again) == list(params)
+    # exact: the round trip copies values
     assert all(np.array_equal(again[k], params[k]) for k in params)   # ours → HF → ours
 
 

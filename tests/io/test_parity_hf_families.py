@@ -188,6 +188,7 @@ def test_hf_to_ours_to_hf_is_exact(name):
     back = hf_state_dict_from_params(params_from_hf_state_dict(sd, config), config)
     assert set(back) == set(sd)
     for k in sd:
+        # exact: the round trip copies values (float32 → float64 is exact)
         assert back[k].dtype == np.float64 and np.array_equal(back[k], sd[k]), k
 
 
@@ -215,6 +216,7 @@ def test_ours_to_hf_to_ours(name):
     config2, params2 = from_hf(model)
     assert config2 == config and set(params2) == set(params)
     for k in params:
+        # exact: copied through torch and back
         assert np.array_equal(params2[k], params[k]), k
     ids, am, tt = batch(name, seed=7)
     kw = {"token_type_ids": torch.tensor(tt)} if tt is not None else {}
@@ -233,7 +235,7 @@ def test_task_models_read_their_base_model(name, cls):
     _, inner = from_hf(model.base_model)
     assert set(params) == set(inner)
     for k in params:
-        assert np.array_equal(params[k], inner[k]), k
+        assert np.array_equal(params[k], inner[k]), k   # exact: the same tensors, copied
     prefix = model.base_model_prefix + "."
     sd = to_hf_state_dict(params, config, prefix=prefix)
     own = model.state_dict()
@@ -286,7 +288,7 @@ def test_roberta_position_ids_are_hfs():
     ids = np.array([[5, 6, 7, PAD, PAD], [PAD, PAD, 5, 6, 7], [5, PAD, 6, PAD, 7]])
     ref = transformers.models.roberta.modeling_roberta.RobertaEmbeddings.create_position_ids_from_input_ids(
         torch.tensor(ids), PAD).numpy()
-    assert np.array_equal(position_ids(ids, config), ref)
+    assert np.array_equal(position_ids(ids, config), ref)   # exact: integer positions
     params = _random_family_params(config)
     hf_forward(params, config, input_ids=np.full((1, 22), 5))                  # 22 = max_len tokens: fits
     with pytest.raises(InputValueError, match="position table has 24 rows"):

@@ -202,9 +202,9 @@ def test_bare_layer_config_equals_the_plain_one_and_round_trips():
     sd = torch_state_dict_from_params(params, config)
     assert set(sd) == set(layer.state_dict())
     for name, t in layer.state_dict().items():
-        assert np.array_equal(sd[name], t.numpy()), name
+        assert np.array_equal(sd[name], t.numpy()), name   # exact: copied
     again = params_from_torch_state_dict(layer.state_dict(), config)
-    assert all(np.array_equal(again[k], params[k]) for k in params)
+    assert all(np.array_equal(again[k], params[k]) for k in params)   # exact: copied back
     assert set(to_torch_state_dict(params, config, single_layer=False)) == {"layers.0." + k for k in sd}
     assert set(to_torch_state_dict(params, plain)) == {"layers.0." + k for k in sd}    # a plain config: the stack
     two = config.replace(n_layers=2)                                                # no longer a single layer
@@ -235,6 +235,7 @@ def test_round_trip_is_exact(norm_first):
     again = params_from_torch_state_dict(torch_state_dict_from_params(params, config), config)
     assert list(again) == list(params)
     for k in params:
+        # exact: the round trip copies values
         assert np.array_equal(again[k], params[k]), k              # ours → torch → ours: bit for bit
 
 

@@ -98,7 +98,7 @@ def test_token_ids_equal_reference(model, hf_reference):
     for group, (batch, _) in zip(_groups(), hf_reference[np.float64]):
         ours = model.tokenize(group)
         for k in ("input_ids", "attention_mask", "token_type_ids"):
-            np.testing.assert_array_equal(ours[k], batch[k])
+            np.testing.assert_array_equal(ours[k], batch[k])   # exact: token ids: integers
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,7 @@ def test_truncation_matches_sentence_transformers(model, st_model):
     ref = st_model.tokenize([text])
     ours = model.tokenize([text])
     assert ours["input_ids"].shape == (1, 256)
-    np.testing.assert_array_equal(ours["input_ids"], ref["input_ids"].numpy())
+    np.testing.assert_array_equal(ours["input_ids"], ref["input_ids"].numpy())   # exact: token ids: integers
 
 
 def test_other_truncation_lengths_match_autotokenizer(model):
@@ -192,6 +192,7 @@ def test_other_truncation_lengths_match_autotokenizer(model):
     texts = [LONG, "short one", "bank " * 600]
     for n in (128, 512):
         r = ref(texts, padding=True, truncation=True, max_length=n, return_tensors="np")
+        # exact: token ids: integers
         np.testing.assert_array_equal(model.tokenize(texts, max_length=n)["input_ids"], r["input_ids"])
     with pytest.raises(ValueError, match="max_length"):
         model.tokenize("x", max_length=513)
@@ -365,9 +366,10 @@ def test_measurement_helpers_on_hand_made_data():
     # pooling modes
     H = np.arange(12, dtype=np.float64).reshape(1, 3, 4)
     m = np.array([[1, 1, 0]])
+    # exact: H holds small integers: their sums and halves are exact in any order
     np.testing.assert_array_equal(P.pool(H, m, "mean"), H[:, :2].mean(1))
-    np.testing.assert_array_equal(P.pool(H, m, "max"), H[:, 1])
-    np.testing.assert_array_equal(P.pool(H, m, "cls"), H[:, 0])
+    np.testing.assert_array_equal(P.pool(H, m, "max"), H[:, 1])   # exact: a copied row
+    np.testing.assert_array_equal(P.pool(H, m, "cls"), H[:, 0])   # exact: a copied row
     np.testing.assert_allclose(P.pool(H, m, "mean_sqrt_len"), H[:, :2].sum(1) / np.sqrt(2))
 
 
@@ -377,6 +379,7 @@ def test_bank_vectors_and_labels(model):
     assert V.shape == (8, 2, 384)
     assert P.layer_labels(6) == ["E_tok", "H^(0)", "H^(1)", "H^(2)", "H^(3)", "H^(4)", "H^(5)", "H^(6)"]
     bank = model.tokenizer.vocab["bank"]
+    # exact: E_tok is a table row, copied
     np.testing.assert_array_equal(V[0, 0], model.params_as(np.float64)["embeddings.word"][bank])
     with pytest.raises(ValueError, match="not a token of the sentence"):
         P.word_vectors_by_layer(model, ["no such word here"], "bank")

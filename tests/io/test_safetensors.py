@@ -40,7 +40,7 @@ def test_round_trip_bytes_and_file(tmp_path):
     assert set(out) == set(t)
     for k in t:
         assert out[k].dtype == t[k].dtype and out[k].shape == t[k].shape
-        np.testing.assert_array_equal(out[k], t[k])
+        np.testing.assert_array_equal(out[k], t[k])   # exact: a file round trip
     p = tmp_path / "x.safetensors"
     save_safetensors(p, t, {"format": "np"})
     header, meta = read_safetensors_header(p)
@@ -48,7 +48,7 @@ def test_round_trip_bytes_and_file(tmp_path):
     assert header["w"] == ("F32", (3, 4)) and header["h"] == ("F16", (2, 2))
     sub = load_safetensors(p, names=["w"])
     assert list(sub) == ["w"]
-    np.testing.assert_array_equal(sub["w"], t["w"])
+    np.testing.assert_array_equal(sub["w"], t["w"])   # exact: a file round trip
     assert sub["w"].flags.writeable
 
 
@@ -56,7 +56,7 @@ def test_big_endian_input_is_written_little_endian():
     a = np.arange(5, dtype=">f8")
     out = loads_safetensors(dumps_safetensors({"a": a}))["a"]
     assert out.dtype == np.float64 and out.dtype.isnative
-    np.testing.assert_array_equal(out, np.arange(5.0))
+    np.testing.assert_array_equal(out, np.arange(5.0))   # exact: byte order only
 
 
 def test_agrees_with_reference_package(tmp_path):
@@ -67,14 +67,14 @@ def test_agrees_with_reference_package(tmp_path):
     sn.save_file(t, str(p))
     ours = load_safetensors(p)
     for k in t:
-        np.testing.assert_array_equal(ours[k], t[k])
+        np.testing.assert_array_equal(ours[k], t[k])   # exact: a file round trip
         assert ours[k].dtype == t[k].dtype
     # we write, the reference reads
     q = tmp_path / "ours.safetensors"
     save_safetensors(q, t)
     ref = sn.load_file(str(q))
     for k in t:
-        np.testing.assert_array_equal(ref[k], t[k])
+        np.testing.assert_array_equal(ref[k], t[k])   # exact: a file round trip
 
 
 def test_bf16_is_widened_exactly():
@@ -84,7 +84,7 @@ def test_bf16_is_widened_exactly():
     x = torch.tensor([[1.0, -2.5, 3.140625], [1e-3, 65280.0, -0.0]]).to(torch.bfloat16)
     out = loads_safetensors(st_save({"x": x}))["x"]
     assert out.dtype == np.float32
-    np.testing.assert_array_equal(out, x.float().numpy())
+    np.testing.assert_array_equal(out, x.float().numpy())   # exact: bfloat16 → float32 is exact
 
 
 def test_model_file_matches_reference():
@@ -99,7 +99,7 @@ def test_model_file_matches_reference():
     assert set(ours) == set(ref)
     for k in ref:
         assert ours[k].dtype == ref[k].dtype
-        np.testing.assert_array_equal(ours[k], ref[k])
+        np.testing.assert_array_equal(ours[k], ref[k])   # exact: the same bytes read
 
 
 # ----------------------------------------------------------------------------- corrupt files
@@ -110,7 +110,7 @@ DATA = np.array([1, 2], dtype="<f4").tobytes() + np.array([7], dtype="<i8").toby
 
 def test_good_handmade_file_with_space_padding():
     out = loads_safetensors(_file(GOOD, DATA, pad=b"   "))
-    np.testing.assert_array_equal(out["a"], [1.0, 2.0])
+    np.testing.assert_array_equal(out["a"], [1.0, 2.0])   # exact: parsed input
     assert out["b"].tolist() == [7]
 
 

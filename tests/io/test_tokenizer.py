@@ -101,9 +101,10 @@ def test_corpus_matches_tokenizers_json(folder, tok):
     enc = ref.encode_batch(CORPUS)
     ours = tok(CORPUS)
     assert len(CORPUS) >= 20
+    # exact: token ids and masks are integers
     np.testing.assert_array_equal(ours["input_ids"], np.array([e.ids for e in enc]))
-    np.testing.assert_array_equal(ours["attention_mask"], np.array([e.attention_mask for e in enc]))
-    np.testing.assert_array_equal(ours["token_type_ids"], np.array([e.type_ids for e in enc]))
+    np.testing.assert_array_equal(ours["attention_mask"], np.array([e.attention_mask for e in enc]))   # exact: integers
+    np.testing.assert_array_equal(ours["token_type_ids"], np.array([e.type_ids for e in enc]))   # exact: integers
     # the corpus exercises what it claims to: pieces, [UNK], truncation, a literal special token
     flat = [t for e in enc for t in e.tokens]
     assert any(t.startswith("##") for t in flat) and "[UNK]" in flat and "[MASK]" in flat
@@ -116,7 +117,7 @@ def test_corpus_matches_autotokenizer_as_sentence_transformers_calls_it(folder, 
     r = ref(CORPUS, padding=True, truncation="longest_first", max_length=256, return_tensors="np")
     ours = tok(CORPUS)
     for k in ("input_ids", "attention_mask", "token_type_ids"):
-        np.testing.assert_array_equal(ours[k], r[k])
+        np.testing.assert_array_equal(ours[k], r[k])   # exact: integers
     for s in CORPUS[:10]:
         assert tok.tokenize(s) == ref.tokenize(s)
 
@@ -125,7 +126,7 @@ def test_vocab_txt_path_equals_tokenizer_json_path(folder, tmp_path, tok):
     for name in ("vocab.txt", "tokenizer_config.json"):
         (tmp_path / name).write_bytes((folder / name).read_bytes())
     tok_txt = WordPieceTokenizer.from_folder(tmp_path, max_length=256)
-    np.testing.assert_array_equal(tok_txt(CORPUS)["input_ids"], tok(CORPUS)["input_ids"])
+    np.testing.assert_array_equal(tok_txt(CORPUS)["input_ids"], tok(CORPUS)["input_ids"])   # exact: integer ids
 
 
 def test_random_unicode_matches_tokenizers(folder, tok):

@@ -46,9 +46,9 @@ def test_free_cache_gives_the_same_gradients(norm, training, ids, fast):
     ga, dh_a = tnp.encoder_backward(dH, cache_a, return_hidden_grads=True)
     gb, dh_b = tnp.encoder_backward(dH, cache_b, return_hidden_grads=True, free_cache=True)
     assert ga.keys() == gb.keys()
-    for k in ga:
+    for k in ga:   # exact: the same kernels on the same arrays; free_cache only drops references
         np.testing.assert_array_equal(ga[k], gb[k], err_msg=k)
-    for a, b in zip(dh_a, dh_b):
+    for a, b in zip(dh_a, dh_b):   # exact: as above
         np.testing.assert_array_equal(a, b)
 
 
@@ -73,7 +73,7 @@ def test_default_backward_keeps_the_cache_reusable():
     _, cache, dH = _run(cfg)
     g1 = tnp.encoder_backward(dH, cache)
     g2 = tnp.encoder_backward(dH, cache)
-    for k in g1:
+    for k in g1:   # exact: the same call twice on the same cache, one process
         np.testing.assert_array_equal(g1[k], g2[k])
     assert all(c is not None for c in cache["layers"])
 
@@ -89,8 +89,9 @@ def test_layer_backward_free_cache(norm, fast):
     _, c2 = tnp.encoder_layer_forward(x, p, cfg, fast=fast)
     dx1, g1 = tnp.encoder_layer_backward(dy, c1)
     dx2, g2 = tnp.encoder_layer_backward(dy, c2, free_cache=True)
+    # exact: the same kernels on the same arrays; free_cache only drops references
     np.testing.assert_array_equal(dx1, dx2)
-    for k in g1:
+    for k in g1:   # exact: as above
         np.testing.assert_array_equal(g1[k], g2[k], err_msg=k)
     assert not ({"attn", "ffn", "ln1", "ln2"} & set(c2))    # every sublayer's cache was dropped
     with pytest.raises(StaleCacheError, match="freed by a previous backward"):
@@ -109,8 +110,9 @@ def test_op_level_free_cache_is_the_same_mechanism(fast):
         c = lc[name]
         dx1, g1 = backward(dy, c)
         dx2, g2 = backward(dy, c, free_cache=True)
+        # exact: the same kernels on the same arrays; free_cache only drops references
         np.testing.assert_array_equal(dx1, dx2)
-        for k in g1:
+        for k in g1:   # exact: as above
             np.testing.assert_array_equal(g1[k], g2[k], err_msg=k)
         with pytest.raises(StaleCacheError, match="freed"):
             backward(dy, c)
@@ -188,7 +190,7 @@ def test_a_change_undone_exactly_is_not_stale_and_a_new_forward_is_fresh():
     params["layers.0.ffn.W_1"] += 1.0
     params["layers.0.ffn.W_1"][...] = old                    # the same bits again
     got = tnp.encoder_backward(dH, cache)
-    for k in expected:
+    for k in expected:   # exact: the same call twice on the same cache and the same bits
         np.testing.assert_array_equal(got[k], expected[k])
     params["layers.0.ffn.W_1"] *= 2
     _, cache, dH = _run(cfg, params=params)                  # forward again: its cache is fresh
@@ -204,7 +206,7 @@ def test_lookup_tables_are_checked_for_replacement_only():
     expected = tnp.encoder_backward(dH, cache)
     params["embeddings.word"] *= 3
     got = tnp.encoder_backward(dH, cache)
-    for k in expected:
+    for k in expected:   # exact: the same call twice on the same cache; the lookups' backward never reads the table
         np.testing.assert_array_equal(got[k], expected[k])
     params["embeddings.word"] = params["embeddings.word"].copy()
     with pytest.raises(StaleCacheError, match=r"params\['embeddings\.word'\] is no longer the array"):

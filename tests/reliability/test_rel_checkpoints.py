@@ -62,7 +62,7 @@ def test_a_clean_checkpoint_round_trips(run_dir):
     assert state.step == state.start_step == 8
     ref = _members(run_dir / "checkpoint.npz")
     for k, v in state.params.items():
-        np.testing.assert_array_equal(v, ref["param/" + k])
+        np.testing.assert_array_equal(v, ref["param/" + k])   # exact: the file's own arrays, read back
 
 
 @pytest.mark.parametrize("value, found", [
@@ -265,7 +265,7 @@ def test_full_disk_keeps_the_last_checkpoint_and_resume_continues(tmp_path, monk
     ref = train(_cfg(steps=16), out=tmp_path / "ref")
     back = load_checkpoint(out / "checkpoint.npz")
     for k in ref.params:
-        np.testing.assert_array_equal(back.params[k], ref.params[k])
+        np.testing.assert_array_equal(back.params[k], ref.params[k])   # exact: resume = the same steps in one process
 
 
 _KILLED_SAVE = """

@@ -36,8 +36,9 @@ def test_a_bad_schedule_value_stops_the_step_before_any_change(opt_cls, value, c
     with pytest.raises(cls, match=match):
         opt.step(_grads(params))
     for k in params:
-        np.testing.assert_array_equal(params[k], before[k])
+        np.testing.assert_array_equal(params[k], before[k])   # exact: a refused step changes nothing
     after = opt.state_dict()
+    # exact: a refused step changes nothing
     assert after.keys() == state_before.keys() and all(np.array_equal(after[k], state_before[k]) for k in after)
     with pytest.raises(cls):
         _ = opt.lr
@@ -85,7 +86,7 @@ def test_a_valid_state_dict_resumes_exactly():
     opt.step(_grads(params))
     opt2.step(_grads(p2))
     for k in params:
-        np.testing.assert_array_equal(params[k], p2[k])
+        np.testing.assert_array_equal(params[k], p2[k])   # exact: restored state, the same step
 
 
 def test_sgd_state_needs_its_momentum_buffer():

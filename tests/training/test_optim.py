@@ -96,7 +96,7 @@ def test_parameters_without_gradient_are_skipped_like_torch():
         opt.step(g)
     ref = _run_torch(tparams, torch.optim.AdamW(list(tparams.values()), lr=1e-2, weight_decay=0.1), grads)
     assert _max_diff(params, ref) < 1e-12
-    assert np.array_equal(params["pooler.W"], np.ones((4, 4)))   # never had a gradient: untouched
+    assert np.array_equal(params["pooler.W"], np.ones((4, 4)))   # exact: never had a gradient: untouched
     assert opt.state["embeddings.word"]["step"] == 5
 
 
@@ -188,7 +188,7 @@ def test_state_save_load_resumes_exactly(tmp_path, cls, kw):
     for g in grads[5:]:
         opt2.step(g)
     for k in full:
-        assert np.array_equal(full[k], resumed[k]), k
+        assert np.array_equal(full[k], resumed[k]), k   # exact: restored state, the same steps
 
 
 def test_bad_input_is_named():

@@ -35,7 +35,7 @@ def test_sort_batch_targets_are_the_sorted_inputs():
     ids, labels = b["input_ids"], b["labels"]
     assert ids.shape == labels.shape == (32, 7)
     assert np.all(ids[:, 0] == CLS) and np.all(labels[:, 0] == IGNORE)
-    assert np.array_equal(labels[:, 1:], np.sort(ids[:, 1:] - N_SPECIAL, axis=1))
+    assert np.array_equal(labels[:, 1:], np.sort(ids[:, 1:] - N_SPECIAL, axis=1))   # exact: integers
 
 
 def test_cls_batch_labels_are_dyck_membership_and_roughly_balanced():
@@ -43,7 +43,7 @@ def test_cls_batch_labels_are_dyck_membership_and_roughly_balanced():
     b = task.make_batch(np.random.default_rng(1), 2000)
     body = np.where(b["input_ids"][:, 1:] == N_SPECIAL, 1, -1)
     assert np.all((body == 1).sum(axis=1) == 5)                      # equally many "(" and ")"
-    assert np.array_equal(b["labels"], is_balanced(body).astype(int))
+    assert np.array_equal(b["labels"], is_balanced(body).astype(int))   # exact: integer labels
     # half drawn balanced + the random half balanced w.p. 1/(L/2 + 1) = 1/6
     p = 0.5 + 0.5 / 6
     assert abs(b["labels"].mean() - p) < 5 * math.sqrt(p * (1 - p) / 2000)
@@ -68,8 +68,8 @@ def test_mlm_task_reads_the_shipped_corpus():
     corpus_text = "".join(task.vocab[i] for i in task.corpus_ids)
     assert len(text) == 16 and text in corpus_text                   # a window of the corpus
     chosen = b["labels"] != IGNORE
-    assert np.array_equal(b["labels"][chosen], clean[chosen])
-    assert np.array_equal(b["input_ids"][~chosen], clean[~chosen])
+    assert np.array_equal(b["labels"][chosen], clean[chosen])   # exact: integer ids
+    assert np.array_equal(b["input_ids"][~chosen], clean[~chosen])   # exact: integer ids
 
 
 def test_mlm_corruption_proportions_within_statistical_bounds():
@@ -81,8 +81,8 @@ def test_mlm_corruption_proportions_within_statistical_bounds():
     out, labels = mlm_corrupt(ids, np.random.default_rng(5), V)
     chosen = labels != IGNORE
     assert not chosen[:, 0].any() and not chosen[:, -1].any()
-    assert np.array_equal(labels[chosen], ids[chosen])
-    assert np.array_equal(out[~chosen], ids[~chosen])                # unchosen tokens are untouched
+    assert np.array_equal(labels[chosen], ids[chosen])   # exact: integer ids
+    assert np.array_equal(out[~chosen], ids[~chosen])                # exact: unchosen ids are untouched
 
     def within(k, n, p):                                             # |k/n − p| < 5σ of a binomial
         return abs(k / n - p) < 5 * math.sqrt(p * (1 - p) / n)
@@ -182,8 +182,9 @@ def _cfg(**kw):
 
 def test_same_seed_gives_a_bit_identical_run_and_another_seed_does_not():
     a, b, c = train(_cfg()), train(_cfg()), train(_cfg(seed=6))
-    assert a.history["loss"] == b.history["loss"]
-    assert a.history["eval"] == b.history["eval"]
+    assert a.history["loss"] == b.history["loss"]     # exact: the same run twice in one process
+    assert a.history["eval"] == b.history["eval"]     # exact: as above
+    # exact: the same run twice in one process (same thread count)
     assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
     assert a.history["loss"] != c.history["loss"]
 
@@ -193,7 +194,8 @@ def test_resume_equals_the_uninterrupted_run(tmp_path):
     train(_cfg(steps=8), out=tmp_path)                               # checkpoint at step 8
     resumed = train(_cfg(steps=12), out=tmp_path, resume=True)
     assert resumed.step == 12
-    assert resumed.history["loss"] == full.history["loss"]
+    assert resumed.history["loss"] == full.history["loss"]   # exact: the same steps on restored arrays
+    # exact: resuming restores every array exactly, then the same steps run
     assert all(np.array_equal(full.params[k], resumed.params[k]) for k in full.params)
 
 
@@ -209,12 +211,14 @@ def test_checkpoint_round_trip_is_exact(tmp_path):
     assert back.cfg == state.cfg and back.step == 3 and back.history == state.history
     assert set(back.params) == set(state.params)
     for k in state.params:
+        # exact: a checkpoint round trip
         assert back.params[k].dtype == state.params[k].dtype and np.array_equal(back.params[k], state.params[k])
     s1, s2 = state.opt.state_dict(), back.opt.state_dict()
-    assert set(s1) == set(s2) and all(np.array_equal(s1[k], s2[k]) for k in s1)
+    assert set(s1) == set(s2) and all(np.array_equal(s1[k], s2[k]) for k in s1)   # exact: a checkpoint round trip
     # the restored optimiser holds the restored arrays: one more step moves them identically
     train_step(state)
     train_step(back)
+    # exact: the same step on the same restored arrays
     assert all(np.array_equal(back.params[k], state.params[k]) for k in state.params)
 
 
@@ -252,7 +256,7 @@ def test_cli_runs_every_task_and_writes_its_outputs(tmp_path, task, capsys):
     assert (out / "checkpoint.npz").is_file()
     assert cli_main(args[:-2] + ["--out", str(tmp_path / "again")]) == 0   # same seed → same curve
     again = json.loads((tmp_path / "again" / "loss_curve.json").read_text())
-    assert again["loss"] == curve["loss"]
+    assert again["loss"] == curve["loss"]     # exact: the same run twice in one process, same thread count
 
 
 def test_cli_resume_and_bad_input(tmp_path, capsys):

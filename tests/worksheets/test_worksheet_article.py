@@ -31,11 +31,11 @@ def trace():
 def test_the_sheet_is_the_traces_problem(trace):
     ws = load_worksheet(example_path())
     assert list(ws.tokens) == trace["tokens"]
-    np.testing.assert_array_equal(ws.H0, trace["H0"])
+    np.testing.assert_array_equal(ws.H0, trace["H0"])   # exact: parsed input, copied
     P = ws.library_params()
     assert set(P) == set(trace["params"])
     for k, v in trace["params"].items():
-        np.testing.assert_array_equal(P[k], v, err_msg=k)
+        np.testing.assert_array_equal(P[k], v, err_msg=k)   # exact: the same seeded draws or parsed values
     cfg, tcfg = ws.config(), trace["config"]
     for f in ("n_layers", "d_model", "n_heads", "d_ff", "activation", "norm_position", "layer_norm_eps"):
         assert getattr(cfg, f) == getattr(tcfg, f), f
@@ -47,7 +47,7 @@ def test_the_answers_are_the_articles_printed_numbers():
     for fig, name in FIGURE_TO_STEP.items():
         a = ws.answers[(1, name)]
         given = a.value if fig == "scores" else a.value[0]
-        np.testing.assert_array_equal(given, figs[fig], err_msg=fig)
+        np.testing.assert_array_equal(given, figs[fig], err_msg=fig)   # exact: parsed numbers
         assert a.mask.all() if fig == "scores" else (a.mask[0].all() and not a.mask[1:].any())
 
 

@@ -58,16 +58,17 @@ def test_defaults_for_absent_keys_only(tmp_path):
 def test_identity_and_seeded_weights():
     from transformer_np.model.params import init_params
     ws = load_worksheet(_raw(layer1={"W_Q": "identity", "b_1": [0.5] * 16}))
-    np.testing.assert_array_equal(ws.params[0]["W_Q"], np.eye(4))
-    np.testing.assert_array_equal(ws.params[0]["b_1"], np.full(16, 0.5))
+    np.testing.assert_array_equal(ws.params[0]["W_Q"], np.eye(4))   # exact: parsed input
+    np.testing.assert_array_equal(ws.params[0]["b_1"], np.full(16, 0.5))   # exact: parsed input
     seeded = init_params(ws.config(), seed=0, init="xavier")
+    # exact: the same init_params draws
     np.testing.assert_array_equal(ws.params[0]["W_K"], seeded["layers.0.attn.W_K"])
     assert ws.given_params == [{"W_Q", "b_1"}]
 
 
 def test_rows_keyed_by_token_for_the_input():
     ws = load_worksheet(_raw(input__H0={"the": [1, 0, 1, 0], "cat": [0, 1, 0, 1], "sat": [1, 1, 0, 0]}))
-    np.testing.assert_array_equal(ws.H0, [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]])
+    np.testing.assert_array_equal(ws.H0, [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]])   # exact: parsed input
 
 
 BAD = [

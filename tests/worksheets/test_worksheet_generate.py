@@ -65,7 +65,7 @@ def test_numbers_are_chosen_for_hand_calculation(kwargs):
                 assert set(np.unique(p[w])) <= {-1.0, -0.5, 0.0, 0.5, 1.0}
             for w in ("W_Q", "W_K", "W_V"):
                 assert set(np.unique(p[w])) <= {0.0, 1.0} and np.all(p[w].sum(axis=0) == 1)
-            np.testing.assert_array_equal(p["W_O"], np.eye(len(p["W_O"])))
+            np.testing.assert_array_equal(p["W_O"], np.eye(len(p["W_O"])))   # exact: generated small numbers, parsed
         m = check(raw).marking
         dk = m.worksheet.d_k
         for s in m.steps:
@@ -106,12 +106,12 @@ def test_toml_round_trip():
     text = to_toml(raw)
     back = parse_toml(text, "<text>")
     a, b = load_worksheet(raw), load_worksheet(back)
-    np.testing.assert_array_equal(a.H0, b.H0)
-    np.testing.assert_array_equal(a.dH, b.dH)
+    np.testing.assert_array_equal(a.H0, b.H0)   # exact: a TOML round trip
+    np.testing.assert_array_equal(a.dH, b.dH)   # exact: a TOML round trip
     for pa, pb in zip(a.params, b.params):
         assert pa.keys() == pb.keys()
         for k in pa:
-            np.testing.assert_array_equal(pa[k], pb[k])
+            np.testing.assert_array_equal(pa[k], pb[k])   # exact: a TOML round trip
     assert '"identity"' in text                                      # W_O written as the identity
     for name in ("scores_head1", "scores_head2", "layer_norm2", "d_H0"):
         assert f"# {name} = ..." in text

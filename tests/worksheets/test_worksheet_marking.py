@@ -51,6 +51,7 @@ def test_tolerance_of_a_step_from_exact_data_is_half_a_unit():
     m = report.marking
     Q = np.array(report.steps[0]["expected"])
     assert report.steps[0]["name"] == "Q"
+    # exact: exact data propagate no error: the tolerance is u itself
     np.testing.assert_array_equal(m.tol[(1, "Q")], np.full(Q.shape, unit(2)))
     for off, verdict in ((0.0049, "correct"), (-0.0049, "correct"), (0.0051, "wrong"), (-0.0051, "wrong")):
         given = Q.copy()

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None,
                         help=f"total optimisation steps (with --resume: the new total) (default {d.steps})")
     parser.add_argument("--seed", type=int, default=None,
-                        help=f"seeds init, data and dropout: same seed => bit-identical run (default {d.seed})")
+                        help=f"seeds init, data and dropout: same seed => bit-identical run on the same machine "
+                             f"and thread count (default {d.seed})")
     parser.add_argument("--batch-size", type=int, default=None, help=f"sequences per step (default {d.batch_size})")
     parser.add_argument("--eval-every", type=int, default=None,
                         help=f"evaluate and checkpoint every this many steps (default {d.eval_every})")

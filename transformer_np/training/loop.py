@@ -9,8 +9,9 @@ The loop, per step t = 0, 1, …, S − 1:
     θ         ← AdamW step with lr(t) = lr · min(1, t / warmup) (then constant, linear or cosine decay)
 Every ``eval_every`` steps the loss and accuracy on fixed held-out batches are logged and the
 checkpoint is written. Everything random is a pure function of (seed, step) — data, dropout —
-so the same seed gives a bit-identical run, and resuming from a checkpoint gives exactly the
-run that was never interrupted.
+so on the same machine and BLAS thread count the same seed gives a bit-identical run, and resuming
+from a checkpoint gives exactly the run that was never interrupted (another CPU or thread count
+changes the order of the BLAS sums, hence the last bits).
 
 Outputs in ``--out``: ``loss_curve.json`` (the history), ``loss_curve.png`` (if matplotlib is
 installed), ``checkpoint.npz`` (params ``param/<name>``, optimiser state ``optim/<key>``, and
