@@ -260,14 +260,14 @@ def test_fingerprint_sees_a_change_of_any_one_element(dtype, shape):
         # float would make nextafter compute in float64, and the step would round away on assignment)
         x[i] = x[i] + step if b.ndim > 1 else np.nextafter(x[i], x.dtype.type(np.inf))
         assert x[i] != a.reshape(-1)[i], i                              # the element really changed
-        assert not np.array_equal(fingerprint(b), before), i
-    assert np.array_equal(fingerprint(a.copy()), before)               # deterministic
-    if a.ndim == 2 and min(a.shape) > 1:
+        assert not np.array_equal(fingerprint(b), before), i          # exact: fingerprints are compared bit for bit
+    assert np.array_equal(fingerprint(a.copy()), before)   # exact: the same function on equal arrays, one process
+    if a.ndim == 2 and min(a.shape) > 1:        # exact comparisons below: fingerprints are compared bit for bit
         assert not np.array_equal(fingerprint(a[[1, 0] + list(range(2, a.shape[0]))]), before)   # rows swapped
         assert not np.array_equal(fingerprint(a[:, [1, 0] + list(range(2, a.shape[1]))]), before)   # columns
         assert not np.array_equal(fingerprint(-a), before)
         t = a.T                                                         # a non-contiguous view
-        np.testing.assert_array_equal(fingerprint(t), fingerprint(t))    # deterministic on a strided view too
+        np.testing.assert_array_equal(fingerprint(t), fingerprint(t))    # exact: deterministic on a strided view too
         np.testing.assert_allclose(fingerprint(t), fingerprint(np.ascontiguousarray(t)), rtol=0,
                                    atol=1e-5 * float(np.abs(fingerprint(t)).max()))
 
@@ -281,7 +281,7 @@ def test_the_documented_blind_spot_changes_nothing_that_matters():
     W = params["layers.1.ffn.W_1"]
     before = fingerprint(W)
     W[2, 3] = np.nextafter(W[2, 3], np.inf)
-    assert np.array_equal(fingerprint(W), before)                # the blind spot, as documented
+    assert np.array_equal(fingerprint(W), before)                # exact: the blind spot, as documented
     stale = tnp.encoder_backward(dH, cache)                      # so no error
     _, fresh_cache, _ = _run(cfg, params=params)
     fresh = tnp.encoder_backward(dH, fresh_cache)
