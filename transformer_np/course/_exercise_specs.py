@@ -63,8 +63,9 @@ class Mistake:
     """A common error, as a function that reproduces its result, and what to tell the student."""
 
     code: str
-    message: str
+    message: str                       # the diagnosis in words: which term, axis or shape (what a student reads)
     compute: Callable[..., Any]
+    fix: str = ""                      # the corrected formula or code: the instructor's report only
 
 
 @dataclass(frozen=True)
@@ -88,14 +89,16 @@ class Exercise:
     forward_mistakes: tuple[Mistake, ...] = ()
     backward_mistakes: tuple[Mistake, ...] = ()
     backward_hints: dict[str, str] = field(default_factory=dict)
+    answers: tuple[str, ...] = ()         # the reference's expressions: never in a student's feedback
+    allowed: tuple[str, ...] = ()         # library functions the notebook hands the student (dotted names)
     extra_shapes: Callable[[Case], dict] = lambda case: {}
 
-    def forward_mistakes_for(self, case: Case) -> list[tuple[str, str, np.ndarray | None]]:
-        return [(m.code, m.message, _attempt(m.compute, copy_inputs(case.arrays), dict(case.static)))
+    def forward_mistakes_for(self, case: Case) -> list[tuple[Mistake, np.ndarray | None]]:
+        return [(m, _attempt(m.compute, copy_inputs(case.arrays), dict(case.static)))
                 for m in self.forward_mistakes]
 
-    def backward_mistakes_for(self, case: Case, dout: np.ndarray) -> list[tuple[str, str, dict | None]]:
-        return [(m.code, m.message, _attempt(m.compute, copy_inputs(case.arrays), dict(case.static), dout.copy()))
+    def backward_mistakes_for(self, case: Case, dout: np.ndarray) -> list[tuple[Mistake, dict | None]]:
+        return [(m, _attempt(m.compute, copy_inputs(case.arrays), dict(case.static), dout.copy()))
                 for m in self.backward_mistakes]
 
     def named_shapes(self, case: Case) -> dict[str, tuple]:
@@ -185,8 +188,8 @@ def _softmax_bwd_variant(kind: str) -> Callable:
     return compute
 
 
-_AXIS_MSG = ("normalises over axis {k} instead of the last axis: each row x[..., i, :] must sum to 1, so take "
-             "the max and the sum with axis=-1, keepdims=True")
+_AXIS_MSG = "normalises over axis {k} instead of the last axis: each row x[..., i, :] must sum to 1"
+_AXIS_FIX = "take the max and the sum with axis=-1, keepdims=True"
 
 SOFTMAX = Exercise(
     name="softmax", forward="softmax_forward", backward="softmax_backward",
@@ -199,29 +202,30 @@ SOFTMAX = Exercise(
     forward_hint="s = exp(x − m) / Σ_j exp(x_j − m), m = x.max(axis=-1, keepdims=True): over the last axis.",
     backward_hint=("dx = s ⊙ (dout − Σ_j dout_j s_j): the Jacobian of a softmax row is diag(s) − s sᵀ; the sum runs "
                    "over the last axis (keepdims=True) and s comes from the cache."),
-    nonfinite_hint=("exp overflowed (or 0/0 happened): subtract each row's own maximum first, "
-                    "x − x.max(axis=-1, keepdims=True) — the softmax is unchanged and every exponent is ≤ 0."),
+    nonfinite_hint=("exp overflowed (or 0/0 happened) on the rows with large scores: the softmax is unchanged by a "
+                    "shift of a whole row, and a well-chosen shift keeps every exponent at most 0."),
+    answers=("s ⊙ (dout − Σ", "dout − Σ_j dout_j s_j", "diag(s) − s sᵀ", "x.max(axis=-1, keepdims=True)"),
     forward_mistakes=(
-        Mistake("softmax_axis", _AXIS_MSG.format(k=0), lambda a, s: _softmax_along(a["x"], 0)),
-        Mistake("softmax_axis", _AXIS_MSG.format(k=1), lambda a, s: _softmax_along(a["x"], 1)),
-        Mistake("not_normalised", "is not normalised: divide exp(x − max) by each row's sum, so every row sums to 1",
-                lambda a, s: np.exp(a["x"] - a["x"].max(axis=-1, keepdims=True))),
-        Mistake("global_sum", "divides by the sum over ALL entries instead of each row's own sum "
-                "(np.sum(e, axis=-1, keepdims=True))",
-                lambda a, s: _global_sum(a["x"])),
-        Mistake("global_sum", "divides by the sum over ALL entries instead of each row's own sum "
-                "(np.sum(e, axis=-1, keepdims=True))", lambda a, s: _softmax_along(a["x"], None)),
+        Mistake("softmax_axis", _AXIS_MSG.format(k=0), lambda a, s: _softmax_along(a["x"], 0), _AXIS_FIX),
+        Mistake("softmax_axis", _AXIS_MSG.format(k=1), lambda a, s: _softmax_along(a["x"], 1), _AXIS_FIX),
+        Mistake("not_normalised", "is not normalised: the rows do not sum to 1",
+                lambda a, s: np.exp(a["x"] - a["x"].max(axis=-1, keepdims=True)),
+                "divide exp(x − max) by each row's sum"),
+        Mistake("global_sum", "divides by the sum over ALL entries instead of each row's own sum",
+                lambda a, s: _global_sum(a["x"]), "np.sum(e, axis=-1, keepdims=True)"),
+        Mistake("global_sum", "divides by the sum over ALL entries instead of each row's own sum",
+                lambda a, s: _softmax_along(a["x"], None), "np.sum(e, axis=-1, keepdims=True)"),
     ),
     backward_mistakes=(
-        Mistake("jacobian_diagonal", "uses only the diagonal of the softmax Jacobian, s ⊙ (1 − s) ⊙ dout; the "
-                "off-diagonal terms −s_i s_j couple the entries of a row: dx = s ⊙ (dout − Σ_j dout_j s_j)",
-                _softmax_bwd_variant("diagonal")),
-        Mistake("missing_factor", "is missing the final factor s: dx = s ⊙ (dout − Σ_j dout_j s_j)",
-                _softmax_bwd_variant("no_s")),
-        Mistake("softmax_axis", "sums Σ_j dout_j s_j over axis 0; it runs over the last axis (each row)",
-                _softmax_bwd_variant("axis0")),
+        Mistake("jacobian_diagonal", "uses only the diagonal of the softmax Jacobian: every output of a row depends "
+                "on every input of that row, and the off-diagonal terms are missing",
+                _softmax_bwd_variant("diagonal"), "dx = s ⊙ (dout − Σ_j dout_j s_j)"),
+        Mistake("missing_factor", "has the right bracket but is missing a final elementwise factor that the "
+                "Jacobian's every entry carries", _softmax_bwd_variant("no_s"), "dx = s ⊙ (dout − Σ_j dout_j s_j)"),
+        Mistake("softmax_axis", "sums over axis 0; the sum in the softmax backward runs within each row (the last "
+                "axis)", _softmax_bwd_variant("axis0"), "np.sum(dout * s, axis=-1, keepdims=True)"),
         Mistake("identity", "returns dout unchanged — the gradient must go through the softmax's Jacobian",
-                _softmax_bwd_variant("identity")),
+                _softmax_bwd_variant("identity"), "dx = s ⊙ (dout − Σ_j dout_j s_j)"),
     ),
 )
 
@@ -301,35 +305,41 @@ LAYERNORM = Exercise(
         "gamma": "dgamma = Σ dout ⊙ x̂, summed over every axis except the last.",
         "beta": "dbeta = Σ dout, summed over every axis except the last.",
     },
-    nonfinite_hint="a 0 in the denominator? ε belongs inside the square root: √(σ² + ε).",
+    nonfinite_hint="a 0 in the denominator? Look at where ε enters the normalisation.",
+    answers=("(g − mean(g) − x̂ ⊙ mean(g ⊙ x̂))", "x̂ ⊙ mean(g ⊙ x̂)", "δ_ij − 1/d − x̂_i x̂_j/d",
+             "dgamma = Σ dout ⊙ x̂", "dbeta = Σ dout"),
     forward_mistakes=(
-        Mistake("sample_variance", "uses the sample variance (divides by d − 1, as np.var(…, ddof=1) does); "
-                "LayerNorm's variance divides by d", _ln_variant(ddof=1)),
+        Mistake("sample_variance", "uses the sample variance (divides by d − 1); LayerNorm's variance is the biased "
+                "one", _ln_variant(ddof=1), "divide by d: np.var(x, axis=-1, keepdims=True)"),
         Mistake("ln_axis", "normalises over axis 0 (each feature across the rows — that is batch normalisation) "
-                "instead of each row over its d features (axis=-1, keepdims=True)", _ln_variant(axis=0)),
-        Mistake("ln_axis", "normalises with the mean and variance of the whole array instead of each row's "
-                "(axis=-1, keepdims=True)", _ln_variant(axis=None)),
-        Mistake("eps_outside_sqrt", "adds ε outside the square root: the denominator is √(σ² + ε), not √σ² + ε",
-                _ln_variant(eps_mode="outside")),
-        Mistake("missing_eps", "leaves out ε: the denominator is √(σ² + ε)", _ln_variant(eps_mode="none")),
-        Mistake("missing_sqrt", "divides by σ² + ε instead of its square root √(σ² + ε)",
-                _ln_variant(eps_mode="no_sqrt")),
-        Mistake("not_centred", "does not subtract the mean: x̂ = (x − μ)/√(σ² + ε)", _ln_variant(center=False)),
-        Mistake("swapped_parameters", "swaps γ and β: y = γ ⊙ x̂ + β (γ scales, β shifts)",
-                _ln_variant(affine="swapped")),
-        Mistake("missing_affine", "returns x̂ without the scale and shift: y = γ ⊙ x̂ + β", _ln_variant(affine="none")),
+                "instead of each row over its own d features", _ln_variant(axis=0), "axis=-1, keepdims=True"),
+        Mistake("ln_axis", "normalises with the mean and variance of the whole array instead of each row's",
+                _ln_variant(axis=None), "axis=-1, keepdims=True"),
+        Mistake("eps_outside_sqrt", "adds ε outside the square root", _ln_variant(eps_mode="outside"),
+                "the denominator is √(σ² + ε)"),
+        Mistake("missing_eps", "leaves out ε", _ln_variant(eps_mode="none"), "the denominator is √(σ² + ε)"),
+        Mistake("missing_sqrt", "divides by the variance (plus ε) instead of the standard deviation",
+                _ln_variant(eps_mode="no_sqrt"), "the denominator is √(σ² + ε)"),
+        Mistake("not_centred", "does not subtract the mean", _ln_variant(center=False), "x̂ = (x − μ)/√(σ² + ε)"),
+        Mistake("swapped_parameters", "swaps γ and β (one scales, the other shifts)", _ln_variant(affine="swapped"),
+                "y = γ ⊙ x̂ + β"),
+        Mistake("missing_affine", "returns the normalised x̂ without the learned scale and shift",
+                _ln_variant(affine="none"), "y = γ ⊙ x̂ + β"),
     ),
     backward_mistakes=(
-        Mistake("ln_backward_terms", "treats μ and σ² as constants (dx = γ ⊙ dout / √(σ² + ε)); they depend on x, "
-                "which adds −mean(g) − x̂ ⊙ mean(g ⊙ x̂) inside the bracket (g = γ ⊙ dout)", _ln_bwd_variant("naive")),
-        Mistake("ln_backward_terms", "is missing the variance term −x̂ ⊙ mean(g ⊙ x̂) (g = γ ⊙ dout)",
-                _ln_bwd_variant("no_var_term")),
-        Mistake("ln_backward_terms", "is missing the mean term −mean(g) (g = γ ⊙ dout)",
-                _ln_bwd_variant("no_mean_term")),
-        Mistake("missing_factor", "leaves out γ: the gradient reaching x̂ is g = γ ⊙ dout", _ln_bwd_variant("no_gamma")),
-        Mistake("missing_factor", "is missing the factor 1/√(σ² + ε) (one per row, from the cache)",
-                _ln_bwd_variant("no_rstd")),
-        Mistake("ln_backward_used_x", "uses x where x̂ belongs: dgamma = Σ dout ⊙ x̂", _ln_bwd_variant("used_x")),
+        Mistake("ln_backward_terms", "treats μ and σ² as constants; they depend on x, so moving one x_i also moves "
+                "the row's mean and variance, and both add a term", _ln_bwd_variant("naive"),
+                "dx = (g − mean(g) − x̂ ⊙ mean(g ⊙ x̂)) / √(σ² + ε), g = γ ⊙ dout"),
+        Mistake("ln_backward_terms", "is missing the term that comes from the variance's dependence on x",
+                _ln_bwd_variant("no_var_term"), "add −x̂ ⊙ mean(g ⊙ x̂) inside the bracket (g = γ ⊙ dout)"),
+        Mistake("ln_backward_terms", "is missing the term that comes from the mean's dependence on x",
+                _ln_bwd_variant("no_mean_term"), "add −mean(g) inside the bracket (g = γ ⊙ dout)"),
+        Mistake("missing_factor", "leaves out γ on the way back to x̂", _ln_bwd_variant("no_gamma"),
+                "the gradient reaching x̂ is g = γ ⊙ dout"),
+        Mistake("missing_factor", "is missing the per-row factor of the normalisation (one number per row, in "
+                "the cache)", _ln_bwd_variant("no_rstd"), "multiply by 1/√(σ² + ε)"),
+        Mistake("ln_backward_used_x", "uses the raw input x where the normalised x̂ belongs",
+                _ln_bwd_variant("used_x"), "dgamma = Σ dout ⊙ x̂"),
     ),
 )
 
@@ -346,7 +356,7 @@ def _attention_cases() -> list[Case]:
             Case("2 × 3 heads, 5 queries, 6 keys: Q (2, 3, 5, 4), K (2, 3, 6, 4), V (2, 3, 6, 7), no mask",
                  {"Q": Q, "K": K, "V": V}, {"mask": None}, dims={"d_k": 4}, gradcheck=True),
             Case("as case 2, with an additive padding mask of shape (2, 1, 1, 6) hiding the last 2 keys of batch "
-                 "item 2 (0 = attend, −1.8e308 = hide)",
+                 "item 2 (0 to attend, −1.8e308 to hide)",
                  {"Q": Q.copy(), "K": K.copy(), "V": V.copy()}, {"mask": mask}, dims={"d_k": 4})]
 
 
@@ -409,37 +419,42 @@ ATTENTION = Exercise(
         "K": "dK = dSᵀ Q / √d_k, where dS = A ⊙ (dA − rowsum(dA ⊙ A)) and dA = dout Vᵀ.",
         "V": "dV = Aᵀ dout.",
     },
-    nonfinite_hint=("add the mask to the scores before the softmax, S = Q Kᵀ/√d_k + mask (0 = attend, very "
-                    "negative = hide) — never multiply by it or add it after the softmax — and subtract each row's "
-                    "max inside the softmax."),
+    nonfinite_hint=("look at where the mask enters (it is additive: 0 to attend, very negative to hide, and it "
+                    "belongs to the scores, not the weights) and at the softmax's stability for very negative "
+                    "scores."),
+    answers=("dK = dSᵀ Q", "dSᵀ Q / √d_k", "dQ = dS K", "dS K / √d_k", "dV = Aᵀ dout", "A ⊙ (dA − rowsum(dA ⊙ A))",
+             "dA = dout Vᵀ"),
     extra_shapes=lambda c: {"the attention weights A (or the scores)":
                             np.broadcast_shapes(c.arrays["Q"].shape[:-2], c.arrays["K"].shape[:-2])
                             + (c.arrays["Q"].shape[-2], c.arrays["K"].shape[-2])},
     forward_mistakes=(
-        Mistake("missing_scale", "does not divide the scores by √d_k: S = Q Kᵀ/√d_k (without it the softmax "
-                "saturates as d_k grows)", _attention_variant(scale="none")),
-        Mistake("wrong_scale", "divides the scores by d_k; the scale is 1/√d_k", _attention_variant(scale="d_k")),
-        Mistake("wrong_scale", "multiplies the scores by √d_k instead of dividing by it",
-                _attention_variant(scale="times")),
+        Mistake("missing_scale", "does not scale the scores by the head width (without the scale the softmax "
+                "saturates as d_k grows)", _attention_variant(scale="none"), "S = Q Kᵀ/√d_k"),
+        Mistake("wrong_scale", "scales the scores by the head width itself, not by its square root",
+                _attention_variant(scale="d_k"), "the scale is 1/√d_k"),
+        Mistake("wrong_scale", "multiplies the scores by the scale's inverse (the scores grow instead of shrink)",
+                _attention_variant(scale="times"), "divide by √d_k"),
         Mistake("softmax_axis", "normalises the weights over the queries (axis −2) instead of over the keys (the "
-                "last axis): each row of A — one query's weights over all keys — must sum to 1",
-                _attention_variant(axis=-2)),
-        Mistake("transposed_scores", "computes K Qᵀ instead of Q Kᵀ: row i of the scores is query i against every key",
-                _attention_variant(transposed=True)),
-        Mistake("mask_ignored", "ignores the mask: add it to the scores before the softmax, S = Q Kᵀ/√d_k + mask",
-                _attention_variant(mask_mode="ignore")),
+                "last axis): each row of the weights — one query's weights over all keys — must sum to 1",
+                _attention_variant(axis=-2), "softmax over axis=-1"),
+        Mistake("transposed_scores", "computes the scores with keys and queries swapped: row i of the scores is "
+                "query i against every key", _attention_variant(transposed=True), "S = Q Kᵀ"),
+        Mistake("mask_ignored", "ignores the mask: the hidden keys still get weight",
+                _attention_variant(mask_mode="ignore"), "S = Q Kᵀ/√d_k + mask, before the softmax"),
         Mistake("mask_inverted", "inverts the mask: in an additive mask 0 means 'attend' and a very negative number "
-                "means 'hide' — add it to the scores as it is", _attention_variant(mask_mode="inverted")),
-        Mistake("missing_softmax", "leaves out the softmax: A = softmax(S) row by row, then out = A V",
-                _attention_variant(softmax=False)),
+                "means 'hide'", _attention_variant(mask_mode="inverted"), "add the mask to the scores as it is"),
+        Mistake("missing_softmax", "leaves out the softmax: the weights of a row must be positive and sum to 1",
+                _attention_variant(softmax=False), "A = softmax(S) row by row, then out = A V"),
     ),
     backward_mistakes=(
-        Mistake("skipped_softmax_backward", "skips the softmax's backward: with dA = dout Vᵀ, the scores' gradient "
-                "is dS = A ⊙ (dA − rowsum(dA ⊙ A)); then dQ = dS K/√d_k and dK = dSᵀ Q/√d_k",
-                _attention_bwd_variant("no_softmax_backward")),
-        Mistake("transposed", "uses A where Aᵀ belongs: dV = Aᵀ dout", _attention_bwd_variant("dV_not_transposed")),
-        Mistake("transposed", "uses dS where dSᵀ belongs: dK = dSᵀ Q / √d_k",
-                _attention_bwd_variant("dK_not_transposed")),
+        Mistake("skipped_softmax_backward", "skips the softmax's backward: the gradient reaching the weights has to "
+                "go through the softmax's Jacobian before it reaches the scores",
+                _attention_bwd_variant("no_softmax_backward"),
+                "dA = dout Vᵀ, dS = A ⊙ (dA − rowsum(dA ⊙ A)); then dQ = dS K/√d_k and dK = dSᵀ Q/√d_k"),
+        Mistake("transposed", "uses the attention weights where their transpose belongs (a value row receives from "
+                "every query that attended to it)", _attention_bwd_variant("dV_not_transposed"), "dV = Aᵀ dout"),
+        Mistake("transposed", "uses the scores' gradient where its transpose belongs (a key row receives from every "
+                "query)", _attention_bwd_variant("dK_not_transposed"), "dK = dSᵀ Q / √d_k"),
     ),
 )
 
@@ -508,8 +523,8 @@ def _mha_bwd_variant(drop: tuple[str, ...] = (), split: str = "ok", merge: str =
 
 
 _MHA_ORDER = ("W_O", "b_O", "W_V", "b_V", "W_K", "b_K", "W_Q", "b_Q", "x")
-_PATH_MSG = ("x feeds Q, K and V, so dx is the sum of three paths, dQ W_Qᵀ + dK W_Kᵀ + dV W_Vᵀ (each head gradient "
-             "merged back to (B, n, d_model)); yours {what}")
+_PATH_MSG = "x feeds Q, K and V, so its gradient has a contribution from each projection; yours {what}"
+_PATH_FIX = "dx = dQ W_Qᵀ + dK W_Kᵀ + dV W_Vᵀ (each head gradient merged back to (B, n, d_model))"
 
 MHA = Exercise(
     name="mha", forward="mha_forward", backward="mha_backward",
@@ -531,35 +546,42 @@ MHA = Exercise(
         **{f"b_{c}": f"db_{c} = d{c} summed over batch and positions." for c in "QKVO"},
         "W_O": "dW_O = Σ ctxᵀ dout over batch and positions, ctx = the merged heads (the input of W_O).",
     },
-    nonfinite_hint="the mask must be added to the scores before the softmax (the attention function does that).",
+    nonfinite_hint="look at where the mask enters the attention (the given attention function adds it correctly).",
+    answers=("dQ W_Qᵀ + dK W_Kᵀ + dV W_Vᵀ", "transpose(0, 2, 1, 3)"),
+    allowed=("transformer_np.ops.attention.attention_forward", "transformer_np.ops.attention.attention_backward"),
     forward_mistakes=(
-        Mistake("head_split", "splits the heads with a plain reshape to (B, h, n, d_k), which mixes positions and "
-                "features: reshape to (B, n, h, d_k), then transpose(0, 2, 1, 3)", _mha_variant(split="plain")),
-        Mistake("head_merge", "merges the heads with a plain reshape of (B, h, n, d_k) to (B, n, d_model): "
-                "transpose(0, 2, 1, 3) back to (B, n, h, d_k) first, then reshape", _mha_variant(merge="plain")),
-        Mistake("head_split", "splits and merges the heads with plain reshapes, which mix positions and features: "
-                "(B, n, d) → (B, n, h, d_k) → transpose → (B, h, n, d_k), and back the same way",
-                _mha_variant(split="plain", merge="plain")),
-        Mistake("wrong_scale", "scales the scores by 1/√d_model instead of 1/√d_k (each head has width "
-                "d_k = d_model / n_heads)", _mha_variant(scale="d_model")),
-        Mistake("single_head", "ignores n_heads: it computes one head of width d_model; split Q, K, V into n_heads "
-                "heads of width d_k = d_model / n_heads", _mha_variant(heads=1)),
-        Mistake("missing_output_projection", "leaves out the output projection: out = Concat(heads) W_O + b_O",
-                _mha_variant(out_proj=False)),
+        Mistake("head_split", "splits the heads with a plain reshape, which mixes positions and features",
+                _mha_variant(split="plain"), "reshape to (B, n, h, d_k), then transpose(0, 2, 1, 3)"),
+        Mistake("head_merge", "merges the heads with a plain reshape, which mixes positions and features",
+                _mha_variant(merge="plain"), "transpose(0, 2, 1, 3) back to (B, n, h, d_k) first, then reshape"),
+        Mistake("head_split", "splits and merges the heads with plain reshapes, which mix positions and features",
+                _mha_variant(split="plain", merge="plain"),
+                "(B, n, d) → (B, n, h, d_k) → transpose → (B, h, n, d_k), and back the same way"),
+        Mistake("wrong_scale", "scales the scores by the model width instead of the head width (each head has "
+                "width d_model / n_heads)", _mha_variant(scale="d_model"), "1/√d_k"),
+        Mistake("single_head", "ignores n_heads: it computes one head of width d_model", _mha_variant(heads=1),
+                "split Q, K, V into n_heads heads of width d_k = d_model / n_heads"),
+        Mistake("missing_output_projection", "leaves out the output projection", _mha_variant(out_proj=False),
+                "out = Concat(heads) W_O + b_O"),
         Mistake("missing_bias", "leaves out the biases b_Q, b_K, b_V, b_O", _mha_variant(no_bias=("b_Q", "b_K", "b_V",
                                                                                                    "b_O"))),
         Mistake("missing_bias", "leaves out the output bias b_O", _mha_variant(no_bias=("b_O",))),
         Mistake("missing_bias", "leaves out the biases b_Q, b_K, b_V", _mha_variant(no_bias=("b_Q", "b_K", "b_V"))),
     ),
     backward_mistakes=(
-        Mistake("missing_path", _PATH_MSG.format(what="keeps only the query path"), _mha_bwd_variant(drop=("K", "V"))),
-        Mistake("missing_path", _PATH_MSG.format(what="leaves out the query path"), _mha_bwd_variant(drop=("Q",))),
-        Mistake("missing_path", _PATH_MSG.format(what="leaves out the key path"), _mha_bwd_variant(drop=("K",))),
-        Mistake("missing_path", _PATH_MSG.format(what="leaves out the value path"), _mha_bwd_variant(drop=("V",))),
-        Mistake("head_split", "splits the gradient of the merged heads with a plain reshape: (B, n, d) → "
-                "(B, n, h, d_k) → transpose(0, 2, 1, 3), exactly as in the forward", _mha_bwd_variant(split="plain")),
-        Mistake("head_merge", "merges the heads' gradients dQ, dK, dV with a plain reshape: transpose(0, 2, 1, 3) "
-                "back to (B, n, h, d_k) first", _mha_bwd_variant(merge="plain")),
+        Mistake("missing_path", _PATH_MSG.format(what="keeps only the query path"), _mha_bwd_variant(drop=("K", "V")),
+                _PATH_FIX),
+        Mistake("missing_path", _PATH_MSG.format(what="leaves out the query path"), _mha_bwd_variant(drop=("Q",)),
+                _PATH_FIX),
+        Mistake("missing_path", _PATH_MSG.format(what="leaves out the key path"), _mha_bwd_variant(drop=("K",)),
+                _PATH_FIX),
+        Mistake("missing_path", _PATH_MSG.format(what="leaves out the value path"), _mha_bwd_variant(drop=("V",)),
+                _PATH_FIX),
+        Mistake("head_split", "splits the gradient of the merged heads with a plain reshape, which mixes positions "
+                "and features (the backward must undo the forward's merge exactly)", _mha_bwd_variant(split="plain"),
+                "(B, n, d) → (B, n, h, d_k) → transpose(0, 2, 1, 3)"),
+        Mistake("head_merge", "merges the heads' gradients with a plain reshape, which mixes positions and features",
+                _mha_bwd_variant(merge="plain"), "transpose(0, 2, 1, 3) back to (B, n, h, d_k) first"),
     ),
 )
 
@@ -589,29 +611,33 @@ GELU = Exercise(
     returns="array", grad_names=("z",),
     forward_hint=_EXACT + "; erf comes from transformer_np.ops.erf (NumPy has none).",
     backward_hint="dz = dout ⊙ (Φ(z) + z φ(z)), Φ(z) = ½(1 + erf(z/√2)), φ(z) = exp(−z²/2)/√(2π).",
-    nonfinite_hint="GELU and its derivative are finite for every finite z: check the sign of the exponent in φ(z).",
+    nonfinite_hint="GELU and its derivative are finite for every finite z: look at the sign of an exponent.",
+    answers=("Φ(z) + z φ(z)", "dout ⊙ (Φ(z) + z φ(z))", "exp(−z²/2)/√(2π)"),
+    allowed=("transformer_np.ops.erf.erf",),
     forward_mistakes=(
-        Mistake("wrong_activation", "uses the tanh approximation ½ z (1 + tanh(√(2/π)(z + 0.044715 z³))); this "
-                f"exercise asks for the exact GELU: {_EXACT}", lambda a, s: _act(a["z"], "gelu_tanh")[0]),
-        Mistake("wrong_activation", f"computes ReLU, max(z, 0); {_EXACT}", lambda a, s: _act(a["z"], "relu")[0]),
-        Mistake("wrong_activation", f"uses the sigmoid approximation z σ(1.702 z); {_EXACT}",
-                lambda a, s: a["z"] / (1 + np.exp(-1.702 * a["z"]))),
-        Mistake("gelu_missing_z", "returns Φ(z), the Gaussian CDF, without the factor z: GELU(z) = z Φ(z)",
-                lambda a, s: _Phi(a["z"])),
-        Mistake("gelu_erf_argument", "uses erf(z) where erf(z/√2) belongs: Φ(z) = ½(1 + erf(z/√2))",
-                lambda a, s: 0.5 * a["z"] * (1 + erf(a["z"]))),
+        Mistake("wrong_activation", "uses the tanh approximation of GELU; this exercise asks for the exact one, "
+                "built on the Gaussian CDF", lambda a, s: _act(a["z"], "gelu_tanh")[0], _EXACT),
+        Mistake("wrong_activation", "computes ReLU; this exercise asks for the exact GELU",
+                lambda a, s: _act(a["z"], "relu")[0], _EXACT),
+        Mistake("wrong_activation", "uses the sigmoid approximation of GELU; this exercise asks for the exact one",
+                lambda a, s: a["z"] / (1 + np.exp(-1.702 * a["z"])), _EXACT),
+        Mistake("gelu_missing_z", "returns the Gaussian CDF alone, without the factor that multiplies it",
+                lambda a, s: _Phi(a["z"]), "GELU(z) = z Φ(z)"),
+        Mistake("gelu_erf_argument", "feeds erf the wrong argument (the standard normal CDF rescales z first)",
+                lambda a, s: 0.5 * a["z"] * (1 + erf(a["z"])), "Φ(z) = ½(1 + erf(z/√2))"),
     ),
     backward_mistakes=(
-        Mistake("gelu_derivative", "uses only Φ(z) as the derivative; by the product rule d/dz [z Φ(z)] = "
-                "Φ(z) + z φ(z), φ(z) = exp(−z²/2)/√(2π)", lambda a, s, d: {"z": d * _Phi(a["z"])}),
-        Mistake("gelu_derivative", "leaves out the 1/√(2π) of the density φ(z) = exp(−z²/2)/√(2π)",
-                lambda a, s, d: {"z": d * (_Phi(a["z"]) + a["z"] * np.exp(-0.5 * a["z"] ** 2))}),
-        Mistake("wrong_activation", "uses the derivative of the tanh approximation; differentiate the exact "
-                "z Φ(z): Φ(z) + z φ(z)", lambda a, s, d: {"z": d * _act(a["z"], "gelu_tanh")[1]}),
-        Mistake("wrong_activation", "uses ReLU's derivative 1[z > 0]; GELU's is Φ(z) + z φ(z)",
-                lambda a, s, d: {"z": d * _act(a["z"], "relu")[1]}),
-        Mistake("missing_upstream", "returns GELU'(z) without multiplying by the upstream gradient: "
-                "dz = dout ⊙ GELU'(z)", lambda a, s, d: {"z": _act(a["z"], "gelu")[1]}),
+        Mistake("gelu_derivative", "has only one of the two terms of a product's derivative",
+                lambda a, s, d: {"z": d * _Phi(a["z"])}, "Φ(z) + z φ(z), φ(z) = exp(−z²/2)/√(2π)"),
+        Mistake("gelu_derivative", "leaves out the normalising constant of the Gaussian density",
+                lambda a, s, d: {"z": d * (_Phi(a["z"]) + a["z"] * np.exp(-0.5 * a["z"] ** 2))},
+                "φ(z) = exp(−z²/2)/√(2π)"),
+        Mistake("wrong_activation", "uses the derivative of the tanh approximation; differentiate the exact GELU",
+                lambda a, s, d: {"z": d * _act(a["z"], "gelu_tanh")[1]}, "Φ(z) + z φ(z)"),
+        Mistake("wrong_activation", "uses ReLU's derivative (a step); GELU's derivative is smooth",
+                lambda a, s, d: {"z": d * _act(a["z"], "relu")[1]}, "Φ(z) + z φ(z)"),
+        Mistake("missing_upstream", "returns GELU's derivative without multiplying by the upstream gradient",
+                lambda a, s, d: {"z": _act(a["z"], "gelu")[1]}, "dz = dout ⊙ GELU'(z)"),
     ),
 )
 
@@ -677,24 +703,26 @@ FFN = Exercise(
         "b_2": "db_2 = dout summed over every axis but the last.",
     },
     nonfinite_hint="check your GELU: it is finite for every finite input.",
+    answers=("dh = (dout W_2ᵀ) ⊙ GELU'(h)", "dW_2 = aᵀ dout", "dW_1 = xᵀ dh", "dx = dh W_1ᵀ"),
+    allowed=("transformer_np.ops.erf.erf",),
     forward_mistakes=(
-        Mistake("missing_activation", "leaves out the activation: FFN(x) = GELU(x W_1 + b_1) W_2 + b_2",
-                _ffn_variant(act=None)),
-        Mistake("wrong_activation", "uses ReLU; this FFN uses the exact GELU z Φ(z)", _ffn_variant(act="relu")),
-        Mistake("wrong_activation", "uses the tanh approximation of GELU; this FFN uses the exact z Φ(z)",
-                _ffn_variant(act="gelu_tanh")),
-        Mistake("bias_after_activation", "adds b_1 after the activation; it belongs inside: GELU(x W_1 + b_1)",
-                _ffn_variant(b1="after")),
-        Mistake("missing_bias", "leaves out b_1: GELU(x W_1 + b_1)", _ffn_variant(b1="none")),
-        Mistake("missing_bias", "leaves out b_2: … W_2 + b_2", _ffn_variant(b2=False)),
+        Mistake("missing_activation", "leaves out the activation between the two linear maps", _ffn_variant(act=None),
+                "FFN(x) = GELU(x W_1 + b_1) W_2 + b_2"),
+        Mistake("wrong_activation", "uses ReLU; this FFN uses the exact GELU", _ffn_variant(act="relu"), _EXACT),
+        Mistake("wrong_activation", "uses the tanh approximation of GELU; this FFN uses the exact one",
+                _ffn_variant(act="gelu_tanh"), _EXACT),
+        Mistake("bias_after_activation", "adds b_1 after the activation instead of before it",
+                _ffn_variant(b1="after"), "GELU(x W_1 + b_1)"),
+        Mistake("missing_bias", "leaves out b_1", _ffn_variant(b1="none"), "GELU(x W_1 + b_1)"),
+        Mistake("missing_bias", "leaves out b_2", _ffn_variant(b2=False), "… W_2 + b_2"),
     ),
     backward_mistakes=(
-        Mistake("missing_activation_backward", "skips the activation's backward: the gradient reaching h = x W_1 + b_1 "
-                "is dh = (dout W_2ᵀ) ⊙ GELU'(h)", _ffn_bwd_variant("no_act_grad")),
-        Mistake("dW2_preactivation", "uses the pre-activation h = x W_1 + b_1 where the activation a = GELU(h) "
-                "belongs: dW_2 = aᵀ dout", _ffn_bwd_variant("dW2_pre")),
-        Mistake("missing_activation_backward", "sums the gradient before the activation's backward: db_1 = Σ dh with "
-                "dh = (dout W_2ᵀ) ⊙ GELU'(h)", _ffn_bwd_variant("db1_before")),
+        Mistake("missing_activation_backward", "skips the activation's backward on the way from the output to the "
+                "first linear map", _ffn_bwd_variant("no_act_grad"), "dh = (dout W_2ᵀ) ⊙ GELU'(h)"),
+        Mistake("dW2_preactivation", "uses the pre-activation where the activation's output belongs (W_2 multiplies "
+                "what GELU returned)", _ffn_bwd_variant("dW2_pre"), "dW_2 = aᵀ dout, a = GELU(h)"),
+        Mistake("missing_activation_backward", "sums the gradient for b_1 before the activation's backward",
+                _ffn_bwd_variant("db1_before"), "db_1 = Σ dh with dh = (dout W_2ᵀ) ⊙ GELU'(h)"),
     ),
 )
 
@@ -703,9 +731,10 @@ FFN = Exercise(
 _LAYER_D, _LAYER_H, _LAYER_FF, _LAYER_EPS = 6, 2, 10, 1e-5
 
 
-def _layer_config(norm: str) -> EncoderConfig:
-    return EncoderConfig(n_layers=1, d_model=_LAYER_D, n_heads=_LAYER_H, d_ff=_LAYER_FF, activation="gelu",
-                         norm_position=norm, layer_norm_eps=_LAYER_EPS, dropout=0.0)
+def _layer_config(norm: str, d: int = _LAYER_D, h: int = _LAYER_H, d_ff: int = _LAYER_FF,
+                  eps: float = _LAYER_EPS) -> EncoderConfig:
+    return EncoderConfig(n_layers=1, d_model=d, n_heads=h, d_ff=d_ff, activation="gelu",
+                         norm_position=norm, layer_norm_eps=eps, dropout=0.0)
 
 
 def _layer_cases(norm: str) -> Callable[[], list[Case]]:
@@ -730,7 +759,8 @@ def _layer_params(a: dict) -> dict:
 
 
 def _layer_reference(a: dict, s: dict) -> tuple:
-    return encoder_layer_forward(a["x"], _layer_params(a), _layer_config(s["norm"]), s["mask"])
+    cfg = _layer_config(s["norm"], a["x"].shape[-1], s["n_heads"], a["ffn.W_1"].shape[-1], s["eps"])
+    return encoder_layer_forward(a["x"], _layer_params(a), cfg, s["mask"])
 
 
 def _layer_variant(wiring: str) -> Callable:
@@ -789,8 +819,8 @@ def _layer_bwd_variant(drop: tuple[str, ...]) -> Callable:
 
 _ATTN_ORDER = tuple("attn." + k for k in _MHA_ORDER[:-1])
 _FFN_ORDER = ("ffn.W_2", "ffn.b_2", "ffn.W_1", "ffn.b_1")
-_SKIP_MSG = ("leaves out the gradient of the skip path around the {what}: a residual x + F(x) sends its upstream "
-             "gradient to x unchanged AND through F's backward, and the two add")
+_SKIP_MSG = "leaves out the gradient of the skip path around the {what}: a residual has two paths back to its input"
+_SKIP_FIX = "a residual x + F(x) sends its upstream gradient to x unchanged AND through F's backward, and the two add"
 _POST_EQ = "Post-LN: Z = LN₁(H + MHA(H)), H' = LN₂(Z + FFN(Z))"
 _PRE_EQ = "Pre-LN: Z = H + MHA(LN₁(H)), H' = Z + FFN(LN₂(Z)) (no LayerNorm after the last add)"
 
@@ -800,16 +830,16 @@ def _layer_exercise(norm: str) -> Exercise:
     eq = _POST_EQ if post else _PRE_EQ
     other = _PRE_EQ if post else _POST_EQ
     common = (
-        Mistake("no_residual", f"leaves out the residual around attention; {eq}", _layer_variant(f"{norm}_no_res1")),
-        Mistake("no_residual", f"leaves out the residual around the FFN; {eq}", _layer_variant(f"{norm}_no_res2")),
+        Mistake("no_residual", "leaves out the residual around attention", _layer_variant(f"{norm}_no_res1"), eq),
+        Mistake("no_residual", "leaves out the residual around the FFN", _layer_variant(f"{norm}_no_res2"), eq),
         Mistake("swapped_parameters", "swaps the two LayerNorms' parameters: ln1 belongs to the attention sublayer, "
                 "ln2 to the FFN", _layer_variant(f"{norm}_ln_swapped")),
     )
     specific = (
-        (Mistake("ln_before_residual", f"normalises each sublayer's output before the residual add "
-                 f"(Z = H + LN₁(MHA(H))); {eq}", _layer_variant("post_ln_before_residual")),) if post else
-        (Mistake("skip_from_normalised", f"adds the sublayer to the normalised input LN₁(H) instead of the "
-                 f"un-normalised stream H; {eq}", _layer_variant("pre_skip_normed")),))
+        (Mistake("ln_before_residual", "normalises each sublayer's output before the residual add instead of the "
+                 "sum", _layer_variant("post_ln_before_residual"), eq),) if post else
+        (Mistake("skip_from_normalised", "adds the sublayer to the normalised input instead of the un-normalised "
+                 "stream", _layer_variant("pre_skip_normed"), eq),))
     order = (("ln2.gamma", "ln2.beta") + _FFN_ORDER + ("ln1.gamma", "ln1.beta") + _ATTN_ORDER + ("x",) if post else
              _FFN_ORDER + ("ln2.gamma", "ln2.beta") + _ATTN_ORDER + ("ln1.gamma", "ln1.beta", "x"))
     return Exercise(
@@ -825,15 +855,22 @@ def _layer_exercise(norm: str) -> Exercise:
         backward_hint=("go through the forward in reverse; at each residual add the gradient is copied to both "
                        "operands, and where two paths meet their gradients add."),
         nonfinite_hint="check each sublayer on its own (mha_forward, layernorm_forward, ffn_forward).",
-        forward_mistakes=(Mistake("wrong_norm_position", f"computes the other placement ({other}); this check is "
-                                  f"for {eq}", _layer_variant("pre" if post else "post")),) + common + specific,
+        forward_mistakes=(Mistake("wrong_norm_position", f"computes the other placement ({'Pre' if post else 'Post'}"
+                                  f"-LN) where this check asks for {'Post' if post else 'Pre'}-LN",
+                                  _layer_variant("pre" if post else "post"), f"{eq}, not {other}"),)
+        + common + specific,
         backward_mistakes=(
-            Mistake("missing_skip_gradient", _SKIP_MSG.format(what="FFN"), _layer_bwd_variant(("ffn",))),
+            Mistake("missing_skip_gradient", _SKIP_MSG.format(what="FFN"), _layer_bwd_variant(("ffn",)), _SKIP_FIX),
             Mistake("missing_skip_gradient", _SKIP_MSG.format(what="attention sublayer"),
-                    _layer_bwd_variant(("attn",))),
+                    _layer_bwd_variant(("attn",)), _SKIP_FIX),
             Mistake("missing_skip_gradient", _SKIP_MSG.format(what="both sublayers"),
-                    _layer_bwd_variant(("attn", "ffn"))),
+                    _layer_bwd_variant(("attn", "ffn")), _SKIP_FIX),
         ),
+        answers=(_POST_EQ, _PRE_EQ),
+        allowed=("transformer_np.model.params.sub_params", "transformer_np.ops.attention.mha_forward",
+                 "transformer_np.ops.attention.mha_backward", "transformer_np.ops.feedforward.ffn_forward",
+                 "transformer_np.ops.feedforward.ffn_backward", "transformer_np.ops.layernorm.layernorm_forward",
+                 "transformer_np.ops.layernorm.layernorm_backward"),
     )
 
 
