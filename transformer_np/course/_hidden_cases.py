@@ -30,7 +30,7 @@ def _padding_mask(rng: np.random.Generator, B: int, n_k: int) -> np.ndarray:
     """(B, 1, 1, n_k): each batch item hides a random number of its last keys (never all of them)."""
     mask = np.zeros((B, 1, 1, n_k))
     for b in range(B):
-        hidden = int(rng.integers(0, n_k - 1)) if b else int(rng.integers(1, n_k - 1))   # at least one hidden
+        hidden = int(rng.integers(0 if b else 1, n_k))         # 0 … n_k − 1 keys; batch item 1 hides at least one
         if hidden:
             mask[b, ..., n_k - hidden:] = mask_value(np.float64)
     return mask

@@ -143,7 +143,7 @@ class _Scan:
         env = _environment(fn)
         for value in list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values()):
             self.judge(value, "a default argument", fn)
-        tree = _source_tree(fn)
+        tree = None if fn.__name__ == "<lambda>" else _source_tree(fn)   # a lambda's source is its whole line
         if tree is None:
             self._code_names(fn, env)
             return

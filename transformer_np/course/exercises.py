@@ -315,10 +315,15 @@ def _matches_library(ex: Exercise, forward: Callable, backward: Callable, case: 
         grads = _unpack(ex, _call(ex, ex.backward, backward, dout.copy(), cache), ex.grad_order(case))
         _, ref_cache = ex.reference(_copy(case.arrays), _copy(case.static))
         want = ex.reference_backward(dout.copy(), ref_cache)
-        return all(np.shape(grads[k]) == want[k].shape and rel_error(_as_array(k, grads[k]), want[k]) <= TOLERANCE
-                   for k in want)
+        return all(np.shape(grads[k]) == want[k].shape
+                   and rel_error(_as_array(k, grads[k]), want[k], eps=_scale(want)) <= TOLERANCE for k in want)
     except _Stop:
         return False
+
+
+def _scale(grads: dict) -> float:
+    """The largest entry of any expected gradient: the error floor of the gradient comparisons."""
+    return max([float(np.max(np.abs(g))) for g in grads.values() if np.size(g)] + [1e-12])
 
 
 def _case_header(i: int, cases: list[Case], hidden: bool = False) -> str:
@@ -369,17 +374,24 @@ def _call(ex: Exercise, function_name: str, fn: Callable, *args: Any) -> Any:
             warnings.simplefilter("ignore")
             with watch:
                 result = fn(*args)
-    except NotImplementedError as e:
-        detail = f": {e}" if str(e) else ""
-        raise _Stop(Problem(function_name, "not_implemented",
-                            f"not written yet (it raised NotImplementedError{detail})")) from None
     except Exception as e:
-        msg = str(e).splitlines()[0] if str(e) else ""
-        raise _Stop(Problem(function_name, "exception",
-                            f"raised {type(e).__name__}{': ' + msg if msg else ''}{_where(e)}")) from None
+        if _INTEGRITY and getattr(watch, "findings", None):
+            raise _Stop(_library_problem(function_name, watch.findings)) from None
+        _raise_stop(function_name, e)
     if _INTEGRITY and watch.findings:
         raise _Stop(_library_problem(function_name, watch.findings))
     return result
+
+
+def _raise_stop(function_name: str, e: Exception) -> None:
+    """A student's exception as a one-line problem."""
+    if isinstance(e, NotImplementedError):
+        detail = f": {e}" if str(e) else ""
+        raise _Stop(Problem(function_name, "not_implemented",
+                            f"not written yet (it raised NotImplementedError{detail})")) from None
+    msg = str(e).splitlines()[0] if str(e) else ""
+    raise _Stop(Problem(function_name, "exception",
+                        f"raised {type(e).__name__}{': ' + msg if msg else ''}{_where(e)}")) from None
 
 
 def _out_and_cache(ex: Exercise, result: Any) -> tuple[np.ndarray, Any]:
@@ -464,12 +476,15 @@ def _forward_case(ex: Exercise, forward: Callable, case: Case) -> list[Problem]:
 
 def _compare(label: str, got: np.ndarray, want: np.ndarray, case: Case,
              mistakes: Callable[[], list[tuple[Mistake, Any]]], hint: str, ex: Exercise,
-             others: dict[str, np.ndarray] | None = None) -> Problem | None:
+             others: dict[str, np.ndarray] | None = None, floor: float = 1e-12) -> Problem | None:
     """None when ``got`` matches ``want``; else the best explanation of the difference.
 
     ``mistakes()``: (mistake, wrong_output) pairs for this case, tried in order (computed only when
     ``got`` is wrong). ``hint``: the op's equation — a fix, shown to instructors only.
     ``others``: other expected gradients, to recognise swapped outputs.
+    ``floor``: the error floor of the relative error (for gradients: the op's largest expected gradient
+    entry, as in :mod:`transformer_np.model.gradcheck` — a gradient that is 0 in exact arithmetic, such as
+    dL/db_K, is then judged against the op's scale rather than its own round-off).
     """
     if got.shape != want.shape:
         return Problem(label, "shape", _shape_message(got.shape, want.shape, _named_shapes(ex, case, label)))
@@ -477,9 +492,9 @@ def _compare(label: str, got: np.ndarray, want: np.ndarray, case: Case,
         bad = int(np.size(got) - np.count_nonzero(np.isfinite(got)))
         return Problem(label, "nonfinite", f"has {bad} NaN/inf entr{'y' if bad == 1 else 'ies'} "
                        f"(of {got.size}); {ex.nonfinite_hint}")
-    err = rel_error(got, want)
-    if err <= TOLERANCE:
+    if rel_error(got, want, eps=floor) <= TOLERANCE:
         return None
+    err = rel_error(got, want)
     for mistake, wrong in mistakes():
         if wrong is not None and wrong.shape == got.shape and np.all(np.isfinite(wrong)) \
                 and rel_error(wrong, want) > MATCH and rel_error(got, wrong) <= MATCH:
@@ -611,7 +626,7 @@ def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Ca
             return [(m, None if wrong is None else wrong.get(name)) for m, wrong in mistakes()]
 
         problem = _compare(label, got, want[name], case, per, ex.backward_hints.get(name, ex.backward_hint), ex,
-                           others)
+                           others, floor=_scale(want))
         if problem is not None:
             problems.append(problem)
     return problems
