@@ -17,7 +17,8 @@ from ..model.gradcheck import random_params
 from ..model.params import sub_params
 from ..ops.attention import MHA_PARAM_NAMES
 from ..ops.masks import mask_value
-from ._exercise_specs import Case, _layer_config
+from ._exercise_base import Case
+from ._specs_blocks import _layer_config
 
 __all__ = ["hidden_cases"]
 
