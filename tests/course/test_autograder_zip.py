@@ -130,3 +130,35 @@ def test_the_zip_gives_zero_for_calling_the_library_and_follows_a_forward_slip(b
     scores = _grade(venv, _zip(built, name), slip, tmp_path / "slip-results")
     assert scores["q1"]["score"] == 0 and "does not scale the scores" in scores["q1"]["output"], scores["q1"]
     assert scores["q2"]["score"] == scores["q2"]["max_score"] == POINTS[name]["q2"], scores["q2"]
+
+
+def test_an_export_zip_is_verified_against_its_log_and_a_bare_notebook_is_not(built, venv, tmp_path, monkeypatch):
+    """What the instructors' page says about otter's "No log found…": a student's export zip (from the
+    notebook's last cell) carries the log of the student's own check runs and otter reports no
+    discrepancy; the bare .ipynb has no log and otter says so, with the same scores."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    name = "01_softmax"
+    solution = nbformat.read(built / name / "autograder" / f"{name}.ipynb", as_version=4)
+    bodies = {c.source.split("(")[0]: c.source for c in solution.cells
+              if c.cell_type == "code" and c.source.startswith("def ")}
+    student = nbformat.read(built / name / "student" / f"{name}.ipynb", as_version=4)
+    for cell in student.cells:                      # the student fills in the two functions …
+        if cell.cell_type == "code" and cell.source.startswith("def "):
+            cell.source = bodies[cell.source.split("(")[0]]
+    work = tmp_path / "alice"
+    work.mkdir()
+    nbformat.write(student, work / f"{name}.ipynb")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))     # … in an environment that has transformer_np
+    nbclient.NotebookClient(student, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(work)}}).execute()   # … and runs every cell
+    (export,) = work.glob(f"{name}_*.zip")
+    for submission, says in ((export, "No discrepancies found while verifying scores against the log."),
+                             (work / f"{name}.ipynb", "No log found with which to verify student scores.")):
+        out = tmp_path / f"graded-{submission.suffix[1:]}"
+        out.mkdir()
+        proc = _run([str(venv / "bin" / "otter"), "run", "-a", str(_zip(built, name)), "-o", str(out), "--no-logo",
+                     str(submission)], env=_clean_env(venv), cwd=out, timeout=600)
+        assert says in proc.stdout, proc.stdout[-2000:]
+        tests = json.loads((out / "results.json").read_text())["tests"]
+        assert all(t["score"] == t["max_score"] for t in tests if t.get("max_score")), tests

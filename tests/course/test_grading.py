@@ -488,20 +488,19 @@ def test_a_library_backward_smuggled_through_the_cache_is_caught_while_it_runs()
     assert fb.codes == ["library_call"] and "transformer_np.ops.softmax.softmax_backward" in fb.text, fb
 
 
-def test_a_framework_is_refused_too(tmp_path, monkeypatch):
-    """torch/jax are refused by package name; a stand-in package called ``torch`` shows the rule
-    without installing torch."""
-    (tmp_path / "torch").mkdir()
-    (tmp_path / "torch" / "__init__.py").write_text(
-        "import numpy as np\n\ndef softmax(x, dim=-1):\n    e = np.exp(x - x.max(dim, keepdims=True))\n"
-        "    return e / e.sum(dim, keepdims=True)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "torch", raising=False)
-    torch = importlib.import_module("torch")
+def test_a_framework_is_refused_too(monkeypatch):
+    """torch/jax are refused by package name; a stand-in module called ``torch`` (registered for this
+    test only) shows the rule without installing torch."""
+    import types
+
+    torch = types.ModuleType("torch")
+    exec("import numpy as np\n\ndef softmax(x, dim=-1):\n    e = np.exp(x - x.max(dim, keepdims=True))\n"
+         "    return e / e.sum(dim, keepdims=True)\n", torch.__dict__)
+    monkeypatch.setitem(sys.modules, "torch", torch)
     ns = {"torch": torch}
     exec("def uses_torch(x):\n    return torch.softmax(x), None\n", ns)
     fb = grade_forward("softmax", ns["uses_torch"], seed=SEED)
-    assert fb.codes == ["library_call"] and "refers to torch" in fb.text, fb
+    assert fb.codes == ["library_call"] and "torch" in fb.text, fb
 
 
 def test_functions_the_notebook_hands_out_are_allowed():
