@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -95,10 +96,13 @@ def test_the_zip_gives_solutions_full_marks_and_untouched_notebooks_zero(name, b
     zip_path = _zip(built, name)
     solution = built / name / "autograder" / f"{name}.ipynb"
     student = built / name / "student" / f"{name}.ipynb"
-    scores = _grade(venv, zip_path, solution, tmp_path / "solution")
+    with ThreadPoolExecutor(2) as pool:              # the two gradings side by side (2 cores)
+        graded = pool.map(lambda s: _grade(venv, zip_path, s[0], tmp_path / s[1]),
+                          [(solution, "solution"), (student, "student")])
+        scores, student_scores = list(graded)
     assert {q: t["max_score"] for q, t in scores.items()} == POINTS[name]
     assert all(t["score"] == t["max_score"] for t in scores.values()), scores
-    scores = _grade(venv, zip_path, student, tmp_path / "student")
+    scores = student_scores
     assert all(t["score"] == 0 for t in scores.values()), scores
     for q, t in scores.items():
         assert "✗ " in t["output"] and "Traceback" not in t["output"], (q, t["output"])

@@ -13,6 +13,11 @@ wrong and how, and whose ``codes`` name each problem for programs. Nothing the s
 escapes as an exception: a ``NotImplementedError``, an unfilled body (``...`` returns None), a
 crash, a wrong return type or shape all become feedback.
 
+First, no marks for calling the library: the graded function's source is read and, while it runs,
+its calls are watched (:mod:`transformer_np.course._integrity`); a call into transformer_np's ops or
+model, or into torch/jax, ends the check with ``library_call`` (functions the notebook hands out, an
+exercise's ``allowed``, excepted).
+
 How a forward is checked, case by case (simplest first; the first failing case is reported):
 
 1. call it on copies of the inputs; an exception becomes ``not_implemented`` or ``exception`` (its
@@ -27,17 +32,24 @@ How a forward is checked, case by case (simplest first; the first failing case i
    wrong axis, sample variance, tanh-GELU, Pre-LN wiring, …) and keeping the one that reproduces the
    student's numbers (to ``MATCH``); failing that, by generic relations — a constant factor (named
    when it is √d_k, 1/d_k, …), the opposite sign, the transpose, a near miss; failing that, where
-   the largest error is, with the op's equation as the hint.
+   the largest error is.
 
-A backward is checked only once the forward passes (``forward_first`` otherwise). On each case it
-gets a random upstream gradient; the return value must have the documented structure
-(``wrong_count``, ``missing_gradient``, ``unexpected_gradient``, …); every gradient is compared with
-the library's backward and diagnosed as above (known mistakes: the diagonal-only softmax
-Jacobian, LayerNorm's missing mean terms, a skipped residual path, …; generic: scale, sign,
-transposition, another gradient's values ``swapped_gradients``). Then the finite-difference
-gradient check of :func:`transformer_np.model.gradcheck.check_op` runs the student's backward
-against central differences of the student's *own* forward (``gradcheck``): independent evidence
-that does not rely on the library.
+Hints before answers: every diagnosis is in words (which term, axis or shape); the corrected formula
+or code (a mistake's ``fix``, the op's equation) is shown only at the ``instructor`` level
+(``TRANSFORMER_NP_FEEDBACK=instructor``) and is always in ``Feedback.instructor_text``.
+
+A backward, when the forward passes: on each case it gets a random upstream gradient; the return
+value must have the documented structure (``wrong_count``, ``missing_gradient``,
+``unexpected_gradient``, …); every gradient is compared with the library's backward and diagnosed as
+above (known mistakes: the diagonal-only softmax Jacobian, LayerNorm's missing mean terms, a skipped
+residual path, …; generic: scale, sign, transposition, another gradient's values
+``swapped_gradients``). Then the finite-difference gradient check of
+:func:`transformer_np.model.gradcheck.check_op` runs the student's backward against central
+differences of the student's *own* forward (``gradcheck``). When the forward is wrong but recognisably
+the op (a named slip, or within ``FOLLOW_LIMIT`` of it), the backward is checked against central
+differences of that forward on every case instead — error carried forward — and a forward that is
+not the op at all gives ``forward_first``. The hidden, graded checks (:mod:`.grading`) run all this on
+more cases drawn at grading time.
 """
 
 from __future__ import annotations
