@@ -50,7 +50,10 @@ whl=""
 if (( wheel )); then
     # the wheel is built from a copy, so the checkout gets no build/ or *.egg-info
     git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | (mkdir -p "$stage/src" && cd "$stage/src" && tar -xf -)
-    python -m pip wheel --quiet --no-deps --no-build-isolation -w "$stage/wheels" "$stage/src" >/dev/null
+    iso=()   # build with the installed setuptools when it is new enough, else in pip's isolated build env
+    python -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 77)" 2>/dev/null \
+        && iso=(--no-build-isolation)
+    python -m pip wheel --quiet --no-deps "${iso[@]}" -w "$stage/wheels" "$stage/src" >/dev/null
     whl="$(cd "$stage/wheels" && ls transformer_np-*.whl)"
     echo "== wheel $whl"
 fi
