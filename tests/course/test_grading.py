@@ -686,3 +686,19 @@ def test_staging_refuses_an_unknown_notebook(tmp_path):
     src.write_text(json.dumps({"cells": []}))
     with pytest.raises(InputValueError, match="07_unknown"):
         stage_notebook(src, tmp_path / "out.ipynb")
+
+
+def test_the_staging_command_reports_bad_arguments_in_one_line(tmp_path, capsys):
+    from transformer_np.course.grading import main
+
+    assert main(["stage"]) == 2 and "usage:" in capsys.readouterr().err
+    assert main(["stage", str(tmp_path / "missing.ipynb"), str(tmp_path / "out.ipynb")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing" in err, err
+    assert main(["stage", str(REPO / "exercises" / "01_softmax.ipynb"), str(tmp_path / "01_softmax.ipynb"),
+                 "transformer_np-0.0.0-py3-none-any.whl"]) == 0
+    staged = (tmp_path / "01_softmax.ipynb").read_text()
+    assert "autograder_files" in staged and "overwrite_requirements: true" in staged
+    reqs = (tmp_path / "requirements.txt").read_text().split()
+    assert reqs[0].startswith("otter-grader[grading]==") and reqs[1].endswith("transformer_np-0.0.0-py3-none-any.whl")
+    assert len(reqs) == 2                     # otter and this project (NumPy comes with it): nothing else

@@ -149,10 +149,14 @@ def stage_notebook(src: Path, dst: Path, wheel: str | None = None) -> None:
                               f"{sorted(questions)}")
     dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if wheel:
-        import otter
+        from importlib.metadata import PackageNotFoundError, version
 
+        try:
+            otter_version = version("otter-grader")      # the grading image gets the otter that built the zip
+        except PackageNotFoundError:
+            raise InputValueError("otter-grader is not installed: pip install 'otter-grader>=7'") from None
         (dst.parent / "requirements.txt").write_text(
-            f"otter-grader[grading]=={otter.__version__}\n/autograder/source/files/wheels/{wheel}\n", encoding="utf-8")
+            f"otter-grader[grading]=={otter_version}\n/autograder/source/files/wheels/{wheel}\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
