@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # Generate the student notebooks and the autograders of the assignments in exercises/ with otter-grader.
 #
-#   bash scripts/build_exercises.sh [-o OUT_DIR] [--no-run-tests] [NAME ...]
+#   bash scripts/build_exercises.sh [-o OUT_DIR] [--no-run-tests] [--no-wheel] [NAME ...]
 #
 # For each solution notebook exercises/NAME.ipynb (the only source; NAME like 01_softmax, default: all)
-# this runs `otter assign exercises/NAME.ipynb OUT_DIR/NAME`, which writes
-#   OUT_DIR/NAME/student/NAME.ipynb      the hand-out: solutions replaced by `...`, check cells kept
-#   OUT_DIR/NAME/autograder/NAME.ipynb   the solution notebook with its check cells
+# this stages a copy with the points of transformer_np/course/grading.py's POINTS written into its
+# questions, and runs `otter assign` on it, which writes
+#   OUT_DIR/NAME/student/NAME.ipynb      the hand-out: solutions replaced by `...`, public checks kept,
+#                                        hidden checks removed
+#   OUT_DIR/NAME/autograder/NAME.ipynb   the solution notebook with every check (keep it private)
 #   OUT_DIR/NAME/autograder/NAME-autograder_<timestamp>.zip   for `otter run` / `otter grade` / Gradescope
-# otter assign then runs the checks against the solutions and fails if one does not pass
-# (--no-run-tests skips that; the test suite executes the notebooks itself).
+# The zip's environment.yml installs otter and a wheel of this checkout (built once, shipped in the zip
+# under files/wheels/), hence NumPy; nothing else (--no-wheel: otter's default environment, which lacks
+# transformer_np — only for local `otter run` in an environment that has it).
+# otter assign then grades the solutions with their checks and fails if one does not pass
+# (--no-run-tests skips that; the test suite grades the notebooks itself).
 # OUT_DIR defaults to build/exercises (git-ignored). Needs otter-grader (the "course" extra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo="$PWD"
 out="build/exercises"
 assign_opts=()
+wheel=1
 names=()
 while (( $# )); do
     case "$1" in
         -o|--out) out="${2:?$1 needs a directory}"; shift 2 ;;
         --no-run-tests) assign_opts+=(--no-run-tests); shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
-        -*) echo "build_exercises.sh: unknown option $1 (expected -o OUT_DIR, --no-run-tests, NAME ...)" >&2; exit 2 ;;
+        --no-wheel) wheel=0; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -*) echo "build_exercises.sh: unknown option $1 (expected -o OUT_DIR, --no-run-tests, --no-wheel, NAME ...)" >&2; exit 2 ;;
         *) names+=("${1%.ipynb}"); shift ;;
     esac
 done
@@ -33,12 +41,29 @@ for name in "${names[@]}"; do
     name="$(basename "$name")"
     [[ -f "exercises/$name.ipynb" ]] || { echo "build_exercises.sh: no solution notebook exercises/$name.ipynb" >&2; exit 2; }
 done
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the checks import this checkout's transformer_np
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"   # the checks import this checkout's transformer_np
+stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+whl=""
+if (( wheel )); then
+    # the wheel is built from a copy, so the checkout gets no build/ or *.egg-info
+    git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | (mkdir -p "$stage/src" && cd "$stage/src" && tar -xf -)
+    iso=()   # build with the installed setuptools when it is new enough, else in pip's isolated build env
+    python -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 77)" 2>/dev/null \
+        && iso=(--no-build-isolation)
+    python -m pip wheel --quiet --no-deps "${iso[@]}" -w "$stage/wheels" "$stage/src" >/dev/null
+    whl="$(cd "$stage/wheels" && ls transformer_np-*.whl)"
+    echo "== wheel $whl"
+fi
 for name in "${names[@]}"; do
     name="$(basename "$name")"
-    rm -rf "${out:?}/$name"
-    mkdir -p "$out/$name"
+    rm -rf "${out:?}/$name" "$stage/$name"
+    mkdir -p "$out/$name" "$stage/$name"
+    [[ -n "$whl" ]] && cp -r "$stage/wheels" "$stage/$name/wheels"
+    python -m transformer_np.course.grading stage "exercises/$name.ipynb" "$stage/$name/$name.ipynb" $whl
     echo "== $name -> $out/$name"
-    otter assign "${assign_opts[@]}" "exercises/$name.ipynb" "$out/$name"
+    (cd "$stage/$name" && otter assign "${assign_opts[@]}" "$name.ipynb" "$out/$name")
 done
 echo "student notebooks: $out/*/student/   autograders: $out/*/autograder/*.zip"

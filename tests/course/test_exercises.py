@@ -8,8 +8,8 @@ None, a crash) get feedback that names the problem and contains no traceback.
 Slow part (marked ``slow`` and ``notebooks``): for each solution notebook in exercises/,
 ``scripts/build_exercises.sh`` runs ``otter assign``; the generated solution notebook is executed and
 every check passes; the generated student notebook is executed, runs to the end, and every check
-fails with the helpers' feedback (never a traceback into transformer_np). One assignment is also
-graded with its autograder zip (``otter run``).
+fails with the helpers' feedback (never a traceback into transformer_np). Grading with the autograder
+zips (``otter run`` in a fresh venv) is in test_autograder_zip.py; the grading rules in test_grading.py.
 """
 
 from __future__ import annotations
@@ -37,6 +37,16 @@ from transformer_np.ops.layernorm import layernorm_backward, layernorm_forward
 from transformer_np.ops.softmax import softmax, softmax_backward, softmax_forward
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _library_ops_as_students(monkeypatch):
+    """The diagnoses here are tested with students built from the library's own ops (a correct op plus
+    one planted slip), which the no-library-calls rule would refuse first; it is tested, on, in
+    tests/course/test_grading.py."""
+    from transformer_np.course import exercises
+
+    monkeypatch.setattr(exercises, "_INTEGRITY", False)
 NOTEBOOKS = sorted(p.stem for p in (REPO / "exercises").glob("[0-9]*.ipynb"))
 
 
@@ -177,7 +187,7 @@ def test_missing_scale_in_attention_is_named():
 
     fb = check_forward("attention", attention_no_scale)
     assert fb.codes == ["missing_scale"]
-    assert "√d_k" in _assert_readable(fb) and "case 1 of 3" in fb.text
+    assert "head width" in _assert_readable(fb) and "case 1 of 3" in fb.text
 
 
 def test_missing_scale_in_the_backward_is_named_as_the_factor_sqrt_dk():
@@ -188,7 +198,7 @@ def test_missing_scale_in_the_backward_is_named_as_the_factor_sqrt_dk():
     fb = check_backward("attention", attention_forward, backward)
     assert fb.codes == ["scale_factor", "gradcheck"], fb.text
     text = _assert_readable(fb)
-    assert "dQ: is off by a constant factor: yours = expected × √d_k" in text
+    assert "dQ: is off by a constant factor: yours is the expected values times √d_k" in text
     assert "relative error dQ" in text
 
 
@@ -222,7 +232,7 @@ def test_softmax_over_the_wrong_axis_is_named():
     assert "axis 0 instead of the last axis" in _assert_readable(fb)
 
 
-def test_unstable_softmax_fails_only_on_large_scores_with_the_fix_in_the_hint():
+def test_unstable_softmax_fails_only_on_large_scores_with_the_cause_in_words():
     def naive(x):
         e = np.exp(x)
         return e / e.sum(axis=-1, keepdims=True), None
@@ -230,7 +240,7 @@ def test_unstable_softmax_fails_only_on_large_scores_with_the_fix_in_the_hint():
     fb = check_forward("softmax", naive)
     assert fb.codes == ["nonfinite"]
     text = _assert_readable(fb)
-    assert "case 3 of 3" in text and "cases 1–2 passed" in text and "subtract each row's own maximum" in text
+    assert "case 3 of 3" in text and "cases 1–2 passed" in text and "keeps every exponent at most 0" in text
 
 
 def test_wrong_shapes_are_explained():
@@ -385,7 +395,8 @@ def _env() -> dict:
 def _build(name: str, out: Path) -> tuple[Path, Path]:
     """``scripts/build_exercises.sh`` (otter assign) for one assignment; returns (solution, student)."""
     proc = subprocess.run(["bash", str(REPO / "scripts" / "build_exercises.sh"), "-o", str(out), "--no-run-tests",
-                           name], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300, check=False)
+                           "--no-wheel", name], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+                          check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out / name / "autograder" / f"{name}.ipynb", out / name / "student" / f"{name}.ipynb"
 
@@ -454,26 +465,3 @@ def test_assignment_solution_passes_and_student_version_fails_with_feedback(name
         assert text.count("❌ Test case failed") == n_cases, f"{name} {q} (student):\n{text}"
         assert len(re.findall(r"Got:\n\s+✗ \w+: ", text)) == n_cases, f"{name} {q}: a check failed without feedback"
         assert "Traceback" not in text and "transformer_np/" not in text, f"{name} {q}:\n{text}"
-
-
-@pytest.mark.slow
-@pytest.mark.notebooks
-def test_the_autograder_zip_grades_a_submission(tmp_path):
-    """``otter run`` with the generated autograder: the solution scores full marks, the untouched
-    student notebook scores 0 and its results carry the feedback."""
-    pytest.importorskip("otter", reason="the assignments need otter-grader: pip install 'otter-grader>=7'")
-    name = "01_softmax"
-    solution, student = _build(name, tmp_path / "build")
-    (zip_path,) = (tmp_path / "build" / name / "autograder").glob(f"{name}-autograder_*.zip")
-    for submission, full in ((solution, True), (student, False)):
-        out = tmp_path / ("solution" if full else "student")
-        out.mkdir()
-        proc = subprocess.run([sys.executable, "-m", "otter", "run", "-a", str(zip_path), "-o", str(out),
-                               "--no-logo", str(submission)], env=_env(), capture_output=True, text=True,
-                              timeout=300, check=False)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        results = json.loads((out / "results.json").read_text())["tests"]
-        scored = [t for t in results if "max_score" in t and t.get("max_score")]
-        assert scored and all((t["score"] == t["max_score"]) == full for t in scored), results
-        if not full:
-            assert all("✗ softmax_" in t["output"] for t in scored), results

@@ -13,6 +13,11 @@ wrong and how, and whose ``codes`` name each problem for programs. Nothing the s
 escapes as an exception: a ``NotImplementedError``, an unfilled body (``...`` returns None), a
 crash, a wrong return type or shape all become feedback.
 
+First, no marks for calling the library: the graded function's source is read and, while it runs,
+its calls are watched (:mod:`transformer_np.course._integrity`); a call into transformer_np's ops or
+model, or into torch/jax, ends the check with ``library_call`` (functions the notebook hands out, an
+exercise's ``allowed``, excepted).
+
 How a forward is checked, case by case (simplest first; the first failing case is reported):
 
 1. call it on copies of the inputs; an exception becomes ``not_implemented`` or ``exception`` (its
@@ -27,25 +32,31 @@ How a forward is checked, case by case (simplest first; the first failing case i
    wrong axis, sample variance, tanh-GELU, Pre-LN wiring, …) and keeping the one that reproduces the
    student's numbers (to ``MATCH``); failing that, by generic relations — a constant factor (named
    when it is √d_k, 1/d_k, …), the opposite sign, the transpose, a near miss; failing that, where
-   the largest error is, with the op's equation as the hint.
+   the largest error is.
 
-A backward is checked only once the forward passes (``forward_first`` otherwise). On each case it
-gets a random upstream gradient; the return value must have the documented structure
-(``wrong_count``, ``missing_gradient``, ``unexpected_gradient``, …); every gradient is compared with
-the library's backward and diagnosed as above (known mistakes: the diagonal-only softmax
-Jacobian, LayerNorm's missing mean terms, a skipped residual path, …; generic: scale, sign,
-transposition, another gradient's values ``swapped_gradients``). Then the finite-difference
-gradient check of :func:`transformer_np.model.gradcheck.check_op` runs the student's backward
-against central differences of the student's *own* forward (``gradcheck``): independent evidence
-that does not rely on the library.
+Hints before answers: every diagnosis is in words (which term, axis or shape); the corrected formula
+or code (a mistake's ``fix``, the op's equation) is shown only at the ``instructor`` level
+(``TRANSFORMER_NP_FEEDBACK=instructor``) and is always in ``Feedback.instructor_text``.
+
+A backward, when the forward passes: on each case it gets a random upstream gradient; the return
+value must have the documented structure (``wrong_count``, ``missing_gradient``,
+``unexpected_gradient``, …); every gradient is compared with the library's backward and diagnosed as
+above (known mistakes: the diagonal-only softmax Jacobian, LayerNorm's missing mean terms, a skipped
+residual path, …; generic: scale, sign, transposition, another gradient's values
+``swapped_gradients``). Then the finite-difference gradient check of
+:func:`transformer_np.model.gradcheck.check_op` runs the student's backward against central
+differences of the student's *own* forward (``gradcheck``). When the forward is wrong but recognisably
+the op (a named slip, or within ``FOLLOW_LIMIT`` of it), the backward is checked against central
+differences of that forward on every case instead — error carried forward — and a forward that is
+not the op at all gives ``forward_first``. The hidden, graded checks (:mod:`.grading`) run all this on
+more cases drawn at grading time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-import linecache
 import os
-import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,27 +67,49 @@ import numpy as np
 from ..errors import InputValueError
 from ..model.gradcheck import TOLERANCE as GRADCHECK_TOLERANCE
 from ..model.gradcheck import check_op, rel_error
-from ._exercise_specs import EXERCISES, Case, Exercise
+from ._diagnosis import (
+    MATCH,
+    TOLERANCE,
+    _generic,
+    _kind,
+    _named_shapes,
+    _shape_message,
+    _where,
+    _where_wrong,
+)
+from ._exercise_specs import EXERCISES, Case, Exercise, Mistake
 from ._exercise_specs import copy_inputs as _copy
+from ._integrity import CallWatch, allowed_objects, static_findings
 
-__all__ = ["EXERCISE_NAMES", "MATCH", "TOLERANCE", "Feedback", "Problem", "check_backward", "check_forward"]
+__all__ = ["EXERCISE_NAMES", "FEEDBACK_ENV", "FOLLOW_LIMIT", "MATCH", "TOLERANCE", "Feedback", "Problem",
+           "check_backward", "check_forward", "feedback_level"]
 
-TOLERANCE = 1e-8   # agreement with the library (tensor-level relative error; float64 round-off is ~1e-15)
-MATCH = 1e-6       # a diagnosis must reproduce the student's numbers to this relative error
+FOLLOW_LIMIT = 0.5  # a wrong forward within this relative error of the op (or a named slip) is followed
+FEEDBACK_ENV = "TRANSFORMER_NP_FEEDBACK"   # "hint" (default: diagnoses in words) or "instructor" (+ the fix)
 EXERCISE_NAMES = tuple(EXERCISES)
+_INTEGRITY = True   # refuse calls into the library (tests of the diagnoses that wrap library ops turn it off)
 _MAX_LINES = 4     # gradient problems shown in full before the rest are summarised
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 
 
 # ----------------------------------------------------------------------------- feedback objects
+def feedback_level() -> str:
+    """``"hint"`` (the default: what is wrong, in words — which term, axis or shape) or ``"instructor"``
+    (also the corrected formula or code), from the environment variable ``TRANSFORMER_NP_FEEDBACK``."""
+    level = os.environ.get(FEEDBACK_ENV, "hint").strip().lower() or "hint"
+    if level not in ("hint", "instructor"):
+        raise InputValueError(f"{FEEDBACK_ENV} must be 'hint' or 'instructor'; got {level!r}")
+    return level
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong: ``output`` (e.g. "out", "dgamma"), a machine-readable ``code`` and the text."""
+    """One thing wrong: ``output`` (e.g. "out", "dgamma"), a machine-readable ``code``, the diagnosis in
+    words (``message``) and the fix (``fix``: the corrected formula or code, shown to instructors only)."""
 
     output: str
     code: str
     message: str
+    fix: str = ""
 
 
 @dataclass
@@ -102,9 +135,18 @@ class Feedback:
 
     @property
     def text(self) -> str:
-        """The feedback as plain text: a header line, one line per distinct problem, then the notes."""
+        """The feedback as plain text at :func:`feedback_level`: a header line, one line per distinct
+        problem, then the notes. At the default level no line contains the corrected formula or code."""
+        return self.render(feedback_level() == "instructor")
+
+    @property
+    def instructor_text(self) -> str:
+        """The text with each problem's fix (the corrected formula or code): for the instructor's report."""
+        return self.render(True)
+
+    def render(self, with_fix: bool) -> str:
         lines = [f"✗ {self.function}: {self.header}"]
-        lines += _summarise(self.problems)
+        lines += _summarise(self.problems, with_fix)
         lines += [f"  {n}" for n in self.notes]
         return "\n".join(line.rstrip() for line in lines if line.strip())   # no blank line: doctest-safe
 
@@ -114,17 +156,17 @@ class Feedback:
     __str__ = __repr__
 
 
-def _summarise(problems: list[Problem]) -> list[str]:
+def _summarise(problems: list[Problem], with_fix: bool = False) -> list[str]:
     """One line per distinct message (gradients sharing a diagnosis are listed together), at most
     ``_MAX_LINES`` of them, then a count of the rest."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str, str], list[str]] = {}
     for p in problems:
-        groups.setdefault((p.code, p.message), []).append(p.output)
+        groups.setdefault((p.code, p.message, p.fix if with_fix else ""), []).append(p.output)
     lines = []
-    for (_code, message), outputs in list(groups.items())[:_MAX_LINES]:
+    for (_code, message, fix), outputs in list(groups.items())[:_MAX_LINES]:
         who = outputs[0] if len(outputs) == 1 else ", ".join(outputs[:3]) + (
             f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
-        lines.append(f"  - {who}: {message}")
+        lines.append(f"  - {who}: {message}" + (f" [fix: {fix}]" if fix else ""))
     rest = list(groups.values())[_MAX_LINES:]
     if rest:
         names = [o for outs in rest for o in outs]
@@ -151,65 +193,161 @@ def _exercise(name: str) -> Exercise:
 
 
 def check_forward(exercise: str, forward: Callable) -> Feedback | None:
-    """Check a student's forward for ``exercise`` (one of :data:`EXERCISE_NAMES`).
+    """Check a student's forward for ``exercise`` (one of :data:`EXERCISE_NAMES`) on the public cases.
 
     Returns None when it agrees with the library on every case, else a :class:`Feedback`.
     Raises :class:`~transformer_np.errors.InputValueError` only for an unknown exercise name.
     """
     ex = _exercise(exercise)
-    if not callable(forward):
-        return Feedback(ex.forward, f"expected your function {ex.signature}, got {_kind(forward)}",
-                        [Problem(ex.forward, "not_callable", "define it with def, then run its cell")])
-    cases = ex.cases()
-    for i, case in enumerate(cases):
-        problems = _forward_case(ex, forward, case)
-        if problems:
-            return Feedback(ex.forward, _case_header(i, cases), problems, _passed_note(i, cases))
-    return None
+    return run_forward(ex, forward, ex.cases())
 
 
 def check_backward(exercise: str, forward: Callable, backward: Callable) -> Feedback | None:
-    """Check a student's backward for ``exercise``, with the student's forward providing the cache.
+    """Check a student's backward for ``exercise`` on the public cases, the student's forward providing
+    the cache.
 
-    The forward must pass :func:`check_forward` first. Each case compares every gradient with
-    the library's; then the finite-difference gradient check runs the backward against the
-    student's own forward. Returns None when all pass, else a :class:`Feedback`.
+    With a correct forward, every gradient is compared with the library's, then the finite-difference
+    check runs the backward against the student's own forward. With a forward that is wrong but
+    recognisably the op (a named slip, or within :data:`FOLLOW_LIMIT` of it), the backward is checked
+    against the derivative of *that* forward instead (error carried forward): a forward slip costs
+    the forward only. Returns None when all pass, else a :class:`Feedback`.
     """
     ex = _exercise(exercise)
+    return run_backward(ex, forward, backward, ex.cases())
+
+
+def _library_use(ex: Exercise, fn: Callable) -> Problem | None:
+    """The static no-library-calls check of one graded function."""
+    if not _INTEGRITY:
+        return None
+    findings = static_findings(fn, allowed_objects(ex.allowed))
+    return None if not findings else _library_problem(getattr(fn, "__name__", "your function"), findings)
+
+
+def _library_problem(name: str, findings: list[str]) -> Problem:
+    return Problem(name, "library_call", f"{'; '.join(findings[:3])} — this question asks you to write it with "
+                   f"NumPy yourself: a graded function that calls transformer_np's ops or model, or a framework's "
+                   f"autograd (torch, jax), scores 0 for the question")
+
+
+def run_forward(ex: Exercise, forward: Callable, cases: list[Case], hidden: bool = False) -> Feedback | None:
+    """:func:`check_forward` on given cases (``hidden``: the labels say so)."""
+    if not callable(forward):
+        return Feedback(ex.forward, f"expected your function {ex.signature}, got {_kind(forward)}",
+                        [Problem(ex.forward, "not_callable", "define it with def, then run its cell")])
+    lib = _library_use(ex, forward)
+    if lib is not None:
+        return Feedback(ex.forward, "uses the library instead of computing the op", [lib])
+    for i, case in enumerate(cases):
+        problems = _forward_case(ex, forward, case)
+        if problems:
+            return Feedback(ex.forward, _case_header(i, cases, hidden), problems, _passed_note(i, cases, hidden))
+    return None
+
+
+_STRUCTURAL = {"not_implemented", "exception", "returned_none", "not_tuple", "wrong_count", "missing_gradient",
+               "unexpected_gradient", "not_array", "shape", "library_call", "not_callable", "mutated_input",
+               "nonfinite"}
+
+
+def run_backward(ex: Exercise, forward: Callable, backward: Callable, cases: list[Case],
+                 hidden: bool = False) -> Feedback | None:
+    """:func:`check_backward` on given cases."""
     if not callable(backward):
         return Feedback(ex.backward, f"expected your function {ex.backward_signature}, got {_kind(backward)}",
                         [Problem(ex.backward, "not_callable", "define it with def, then run its cell")])
-    fwd = check_forward(exercise, forward)
+    lib = _library_use(ex, backward)
+    if lib is not None:
+        return Feedback(ex.backward, "uses the library instead of computing the gradients", [lib])
+    fwd = run_forward(ex, forward, cases, hidden)
     if fwd is not None:
-        first = fwd.problems[0].message if fwd.problems else fwd.header
-        return Feedback(ex.backward, f"needs a correct {ex.forward} first (its cache feeds the backward)",
-                        [Problem(ex.forward, "forward_first", first)])
-    cases = ex.cases()
-    gc_case = next(c for c in cases if c.gradcheck)
-    structural = {"not_implemented", "exception", "returned_none", "not_tuple", "wrong_count",
-                  "missing_gradient", "unexpected_gradient", "not_array", "shape"}
+        first = fwd.problems[0] if fwd.problems else Problem(ex.forward, "forward_first", fwd.header)
+        if first.code in _STRUCTURAL or not _recognisable(ex, forward, cases, first):
+            return Feedback(ex.backward, f"needs a {ex.forward} that computes the op (or close to it) first: its "
+                            f"cache feeds the backward", [Problem(ex.forward, "forward_first", first.message)])
+        return _follow_own_forward(ex, forward, backward, cases, hidden)
+    gc_cases = [c for c in cases if c.gradcheck] or [cases[-1]]
+    gc_case = gc_cases[0]
     for i, case in enumerate(cases):
         problems = _backward_case(ex, forward, backward, case, seed=i)
         if problems:
-            notes = _passed_note(i, cases)
-            if not structural & {p.code for p in problems}:
+            notes = _passed_note(i, cases, hidden)
+            if not _STRUCTURAL & {p.code for p in problems}:
                 gc = _gradcheck(ex, forward, backward, gc_case, seed=len(cases))
                 if gc is not None:
                     problems.append(gc[0])
                     notes.append(gc[1])
-            return Feedback(ex.backward, _case_header(i, cases), problems, notes)
-    gc = _gradcheck(ex, forward, backward, gc_case, seed=len(cases))
-    if gc is not None:
-        return Feedback(ex.backward, f"agrees with the library, but the finite-difference check on case "
-                        f"\"{gc_case.label}\" fails", [gc[0]], [gc[1]])
+            return Feedback(ex.backward, _case_header(i, cases, hidden), problems, notes)
+    for gc_case in gc_cases:
+        gc = _gradcheck(ex, forward, backward, gc_case, seed=len(cases))
+        if gc is not None:
+            return Feedback(ex.backward, f"agrees with the library, but the finite-difference check on case "
+                            f"\"{gc_case.label}\" fails", [gc[0]], [gc[1]])
     return None
 
 
-def _case_header(i: int, cases: list[Case]) -> str:
-    return f"fails on case {i + 1} of {len(cases)} — {cases[i].label}"
+def _recognisable(ex: Exercise, forward: Callable, cases: list[Case], problem: Problem) -> bool:
+    """Is a wrong forward still recognisably the op, so that its backward can be followed? A named slip
+    (a known mistake, a constant factor, the sign, a transpose, a near miss) is; so is any forward within
+    ``FOLLOW_LIMIT`` relative error of the op on every case. A forward unrelated to the op (zeros, the
+    identity) is not: there would be nothing of the exercise left to differentiate."""
+    if problem.code != "wrong_values":
+        return True
+    for case in cases:
+        try:
+            out, _ = _out_and_cache(ex, _call(ex, ex.forward, ex.call, forward, _copy(case.arrays), _copy(case.static)))
+        except _Stop:
+            return False
+        want, _ = ex.reference(_copy(case.arrays), _copy(case.static))
+        if out.shape != want.shape or not np.all(np.isfinite(out)) or rel_error(out, want) > FOLLOW_LIMIT:
+            return False
+    return True
 
 
-def _passed_note(i: int, cases: list[Case]) -> list[str]:
+def _follow_own_forward(ex: Exercise, forward: Callable, backward: Callable, cases: list[Case],
+                        hidden: bool) -> Feedback | None:
+    """The forward is wrong: the backward must be the derivative of the student's own forward (finite
+    differences on every case), or the library's gradients on the same inputs."""
+    for i, case in enumerate(cases):
+        problems = _backward_case(ex, forward, backward, case, seed=i, compare=False)
+        if problems:
+            return Feedback(ex.backward, _case_header(i, cases, hidden), problems, _passed_note(i, cases, hidden))
+        if _matches_library(ex, forward, backward, case, seed=i):
+            continue
+        gc = _gradcheck(ex, forward, backward, case, seed=len(cases) + i)
+        if gc is not None:
+            return Feedback(ex.backward, _case_header(i, cases, hidden) + f" (your {ex.forward} is not the op, so "
+                            f"your backward is checked against the derivative of your own forward)", [gc[0]],
+                            _passed_note(i, cases, hidden))
+    return None
+
+
+def _matches_library(ex: Exercise, forward: Callable, backward: Callable, case: Case, seed: int) -> bool:
+    """The student's backward (fed by the student's forward) gives the library's gradients."""
+    try:
+        out, cache = _out_and_cache(ex, _call(ex, ex.forward, ex.call, forward, _copy(case.arrays),
+                                              _copy(case.static)))
+        dout = np.random.default_rng(100 + seed).standard_normal(out.shape)
+        grads = _unpack(ex, _call(ex, ex.backward, backward, dout.copy(), cache), ex.grad_order(case))
+        _, ref_cache = ex.reference(_copy(case.arrays), _copy(case.static))
+        want = ex.reference_backward(dout.copy(), ref_cache)
+        return all(np.shape(grads[k]) == want[k].shape
+                   and rel_error(_as_array(k, grads[k]), want[k], eps=_scale(want)) <= TOLERANCE for k in want)
+    except _Stop:
+        return False
+
+
+def _scale(grads: dict) -> float:
+    """The largest entry of any expected gradient: the error floor of the gradient comparisons."""
+    return max([float(np.max(np.abs(g))) for g in grads.values() if np.size(g)] + [1e-12])
+
+
+def _case_header(i: int, cases: list[Case], hidden: bool = False) -> str:
+    kind = "hidden case" if hidden else "case"
+    return f"fails on {kind} {i + 1} of {len(cases)} — {cases[i].label}"
+
+
+def _passed_note(i: int, cases: list[Case], hidden: bool = False) -> list[str]:
     if i == 0:
         return []
     return [f"(case{'s' if i > 1 else ''} 1{f'–{i}' if i > 1 else ''} passed: "
@@ -217,46 +355,34 @@ def _passed_note(i: int, cases: list[Case]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- calling student code
-def _kind(x: Any) -> str:
-    if x is None:
-        return "None"
-    if isinstance(x, np.ndarray):
-        return f"an array of shape {x.shape}"
-    if isinstance(x, tuple):
-        return f"a tuple of {len(x)}"
-    return f"a {type(x).__name__}"
-
-
-def _where(exc: BaseException) -> str:
-    """The line of the student's code that raised, or that called into the raise — never a
-    traceback into numpy or transformer_np."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    own = [f for f in frames if not (os.path.abspath(f.filename).startswith(_PACKAGE_DIR)
-                                     or os.path.abspath(f.filename).startswith(_NUMPY_DIR))]
-    if not own:
-        return ""
-    f = own[-1]
-    text = (f.line or linecache.getline(f.filename, f.lineno)).strip()
-    inside = frames[-1] is not f
-    where = f"line {f.lineno} of {f.name}" if f.name != "<module>" else f"line {f.lineno}"
-    return f" — {'in a call made at' if inside else 'at'} {where}: `{text}`" if text else f" — at {where}"
-
-
-def _call(function_name: str, fn: Callable, *args: Any) -> Any:
-    """Run student code; anything it raises becomes a ``_Stop`` with a one-line explanation.
+def _call(ex: Exercise, function_name: str, fn: Callable, *args: Any) -> Any:
+    """Run student code; anything it raises becomes a ``_Stop`` with a one-line explanation, and so does
+    a call it makes into the library or a framework (watched while it runs, see :mod:`._integrity`).
     Floating-point warnings are silenced: non-finite results are reported by the checks."""
+    watch = CallWatch(allowed_objects(ex.allowed)) if _INTEGRITY else contextlib.nullcontext()
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            return fn(*args)
-    except NotImplementedError as e:
+            with watch:
+                result = fn(*args)
+    except Exception as e:
+        if _INTEGRITY and getattr(watch, "findings", None):
+            raise _Stop(_library_problem(function_name, watch.findings)) from None
+        _raise_stop(function_name, e)
+    if _INTEGRITY and watch.findings:
+        raise _Stop(_library_problem(function_name, watch.findings))
+    return result
+
+
+def _raise_stop(function_name: str, e: Exception) -> None:
+    """A student's exception as a one-line problem."""
+    if isinstance(e, NotImplementedError):
         detail = f": {e}" if str(e) else ""
         raise _Stop(Problem(function_name, "not_implemented",
                             f"not written yet (it raised NotImplementedError{detail})")) from None
-    except Exception as e:
-        msg = str(e).splitlines()[0] if str(e) else ""
-        raise _Stop(Problem(function_name, "exception",
-                            f"raised {type(e).__name__}{': ' + msg if msg else ''}{_where(e)}")) from None
+    msg = str(e).splitlines()[0] if str(e) else ""
+    raise _Stop(Problem(function_name, "exception",
+                        f"raised {type(e).__name__}{': ' + msg if msg else ''}{_where(e)}")) from None
 
 
 def _out_and_cache(ex: Exercise, result: Any) -> tuple[np.ndarray, Any]:
@@ -326,7 +452,7 @@ def _unpack(ex: Exercise, result: Any, names: tuple[str, ...]) -> dict[str, Any]
 def _forward_case(ex: Exercise, forward: Callable, case: Case) -> list[Problem]:
     arrays, static = _copy(case.arrays), _copy(case.static)
     try:
-        out, _ = _out_and_cache(ex, _call(ex.forward, ex.call, forward, arrays, static))
+        out, _ = _out_and_cache(ex, _call(ex, ex.forward, ex.call, forward, arrays, static))
         changed = [k for k in case.arrays if not np.array_equal(arrays[k], case.arrays[k])]
         if changed:
             raise _Stop(Problem(ex.forward, "mutated_input",
@@ -340,13 +466,16 @@ def _forward_case(ex: Exercise, forward: Callable, case: Case) -> list[Problem]:
 
 
 def _compare(label: str, got: np.ndarray, want: np.ndarray, case: Case,
-             mistakes: Callable[[], list[tuple[str, str, Any]]], hint: str, ex: Exercise,
-             others: dict[str, np.ndarray] | None = None) -> Problem | None:
+             mistakes: Callable[[], list[tuple[Mistake, Any]]], hint: str, ex: Exercise,
+             others: dict[str, np.ndarray] | None = None, floor: float = 1e-12) -> Problem | None:
     """None when ``got`` matches ``want``; else the best explanation of the difference.
 
-    ``mistakes()``: (code, message, wrong_output) triples for this case, tried in order (computed
-    only when ``got`` is wrong).
+    ``mistakes()``: (mistake, wrong_output) pairs for this case, tried in order (computed only when
+    ``got`` is wrong). ``hint``: the op's equation — a fix, shown to instructors only.
     ``others``: other expected gradients, to recognise swapped outputs.
+    ``floor``: the error floor of the relative error (for gradients: the op's largest expected gradient
+    entry, as in :mod:`transformer_np.model.gradcheck` — a gradient that is 0 in exact arithmetic, such as
+    dL/db_K, is then judged against the op's scale rather than its own round-off).
     """
     if got.shape != want.shape:
         return Problem(label, "shape", _shape_message(got.shape, want.shape, _named_shapes(ex, case, label)))
@@ -354,99 +483,50 @@ def _compare(label: str, got: np.ndarray, want: np.ndarray, case: Case,
         bad = int(np.size(got) - np.count_nonzero(np.isfinite(got)))
         return Problem(label, "nonfinite", f"has {bad} NaN/inf entr{'y' if bad == 1 else 'ies'} "
                        f"(of {got.size}); {ex.nonfinite_hint}")
-    err = rel_error(got, want)
-    if err <= TOLERANCE:
+    if rel_error(got, want, eps=floor) <= TOLERANCE:
         return None
-    for code, message, wrong in mistakes():
+    err = rel_error(got, want)
+    for mistake, wrong in mistakes():
         if wrong is not None and wrong.shape == got.shape and np.all(np.isfinite(wrong)) \
                 and rel_error(wrong, want) > MATCH and rel_error(got, wrong) <= MATCH:
-            return Problem(label, code, message)
+            return Problem(label, mistake.code, mistake.message, mistake.fix or hint)
     for other, value in (others or {}).items():
         if value.shape == got.shape and rel_error(value, want) > MATCH and rel_error(got, value) <= MATCH:
             return Problem(label, "swapped_gradients", f"holds the values expected for {other} — "
                            f"the gradients are returned in the wrong order or mixed up")
     generic = _generic(got, want, case)
     if generic is not None:
-        return Problem(label, generic[0], generic[1] + (f" Hint: {hint}" if generic[0] == "scale_factor" else ""))
-    return Problem(label, "wrong_values", _where_wrong(got, want, err) + f" Hint: {hint}")
-
-
-def _named_shapes(ex: Exercise, case: Case, label: str) -> dict[str, tuple]:
-    names = {f"the input {k}": np.shape(v) for k, v in case.arrays.items()}
-    names.update(ex.named_shapes(case))
-    return names
-
-
-def _shape_message(got: tuple, want: tuple, named: dict[str, tuple]) -> str:
-    base = f"has shape {got}, expected {want}"
-    if len(got) == len(want) >= 2 and got[:-2] == want[:-2] and got[-2:] == want[-1:-3:-1]:
-        return f"{base}: the last two axes are swapped — a transpose too many or too few (e.g. K.T vs K, W.T)"
-    if len(got) > len(want) and got[len(got) - len(want):] == want:
-        return (f"{base}: it keeps the leading axes {got[:len(got) - len(want)]} — a parameter is shared by "
-                f"every batch item and position, so sum its gradient over those axes")
-    if tuple(s for s in got if s != 1) == tuple(s for s in want if s != 1):
-        return f"{base}: an axis of length 1 too many or too few (keepdims?)"
-    same = [name for name, s in named.items() if tuple(s) == got]
-    if same:
-        return f"{base}, which is the shape of {same[0]} — did you return that instead?"
-    if np.prod(got) == np.prod(want):
-        return f"{base} (the same number of entries: a reshape or transpose goes wrong)"
-    return base
-
-
-def _factor_name(c: float, dims: dict[str, int]) -> str | None:
-    for name, v in dims.items():
-        for value, text in ((v, name), (np.sqrt(v), f"√{name}"), (1 / v, f"1/{name}"), (1 / np.sqrt(v), f"1/√{name}")):
-            if abs(c - value) <= 1e-6 * abs(value):
-                return text
-    return None
-
-
-def _generic(got: np.ndarray, want: np.ndarray, case: Case) -> tuple[str, str] | None:
-    """Relations that explain ``got`` from ``want`` whatever the op: scale, sign, transpose, near miss."""
-    ww = float(np.sum(want * want))
-    if ww > 0:
-        c = float(np.sum(got * want)) / ww
-        if c != 0 and rel_error(got, c * want) <= MATCH:
-            if abs(c + 1) <= 1e-6:
-                return "sign", "has the opposite sign everywhere (yours = −expected): a minus sign too many or too few."
-            named = _factor_name(c, case.dims)
-            what = f"{named} (= {c:.6g})" if named else f"{c:.6g}"
-            return "scale_factor", f"is off by a constant factor: yours = expected × {what}."
-    if got.ndim >= 2 and got.shape[-1] == got.shape[-2] and rel_error(got, np.swapaxes(want, -1, -2)) <= MATCH:
-        return "transposed", "holds the transpose of the expected values (the last two axes swapped)."
-    err = rel_error(got, want)
-    if err < 1e-3:
-        return "near_miss", (f"is close but not exact (relative error {err:.1e}, needs ≤ {TOLERANCE:.0e}): "
-                             f"a small term is off — an approximation (tanh-GELU, ε in the wrong place), "
-                             f"float32 arithmetic, or rounding.")
-    return None
-
-
-def _where_wrong(got: np.ndarray, want: np.ndarray, err: float) -> str:
-    scale = float(np.max(np.abs(got) + np.abs(want)))
-    wrong = np.abs(got - want) > MATCH * scale
-    idx = np.unravel_index(int(np.argmax(np.abs(got - want))), got.shape)
-    at = tuple(int(i) for i in idx)
-    text = (f"has wrong values in {int(wrong.sum())} of {got.size} entries (relative error {err:.2g}); the "
-            f"largest difference is at index {at}: yours {got[idx]:.6g}, expected {want[idx]:.6g}.")
-    if got.ndim >= 2:
-        rows_wrong = np.any(wrong, axis=-1)
-        if 0 < rows_wrong.sum() < rows_wrong.size:
-            first = tuple(int(i) for i in np.argwhere(rows_wrong)[0])
-            text += f" Only {int(rows_wrong.sum())} of {rows_wrong.size} rows are wrong (the first: {first})."
-    return text
+        return Problem(label, generic[0], generic[1], hint)
+    return Problem(label, "wrong_values", _where_wrong(got, want, err), hint)
 
 
 # ----------------------------------------------------------------------------- the backward
-def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Case, seed: int) -> list[Problem]:
+def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Case, seed: int,
+                   compare: bool = True) -> list[Problem]:
+    """The student's backward on one case: its structure, then (``compare``) each gradient against the
+    library's. Without ``compare`` only the structure, shapes and finiteness are checked."""
     arrays, static = _copy(case.arrays), _copy(case.static)
     try:
-        out, cache = _out_and_cache(ex, _call(ex.forward, ex.call, forward, arrays, static))
+        out, cache = _out_and_cache(ex, _call(ex, ex.forward, ex.call, forward, arrays, static))
         dout = np.random.default_rng(100 + seed).standard_normal(out.shape)
-        grads = _unpack(ex, _call(ex.backward, backward, dout.copy(), cache), ex.grad_order(case))
+        grads = _unpack(ex, _call(ex, ex.backward, backward, dout.copy(), cache), ex.grad_order(case))
     except _Stop as stop:
         return [stop.problem]
+    if not compare:
+        problems = []
+        for name in ex.grad_order(case):
+            label = ex.grad_label(name)
+            try:
+                got = _as_array(label, grads[name])
+            except _Stop as stop:
+                problems.append(stop.problem)
+                continue
+            if got.shape != case.arrays[name].shape:
+                problems.append(Problem(label, "shape", _shape_message(got.shape, case.arrays[name].shape,
+                                                                       _named_shapes(ex, case, label))))
+            elif not np.all(np.isfinite(got)):
+                problems.append(Problem(label, "nonfinite", "has NaN/inf entries"))
+        return problems
     _, ref_cache = ex.reference(_copy(case.arrays), _copy(case.static))
     want = ex.reference_backward(dout.copy(), ref_cache)
     computed: list = []
@@ -466,10 +546,10 @@ def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Ca
             continue
         others = {ex.grad_label(k): v for k, v in want.items() if k != name}
         def per(name: str = name) -> list:
-            return [(code, msg, None if wrong is None else wrong.get(name)) for code, msg, wrong in mistakes()]
+            return [(m, None if wrong is None else wrong.get(name)) for m, wrong in mistakes()]
 
         problem = _compare(label, got, want[name], case, per, ex.backward_hints.get(name, ex.backward_hint), ex,
-                           others)
+                           others, floor=_scale(want))
         if problem is not None:
             problems.append(problem)
     return problems

@@ -1,0 +1,168 @@
+"""The autograder zips, graded where a course grades (issue 24, acceptance): no Docker engine here, so the
+steps of otter's image are run in a fresh venv instead.
+
+``scripts/build_exercises.sh`` builds the six assignments. A new venv (``python -m venv``, no system
+site-packages) gets exactly what the zip's ``environment.yml`` lists under ``pip`` — otter-grader and the
+wheel of this project shipped inside the zip (so NumPy as its only dependency) — with ``/autograder``
+mapped to the directory the zip was unpacked in, as otter's ``setup.sh`` would. That venv's ``otter run``
+then grades, with no PYTHONPATH: each solution notebook (full marks, as POINTS says), each untouched
+student notebook (0, with feedback in words), a submission whose forward calls the library (0 for that
+question, saying why) and one with a forward slip and the derivative of that slip (the backward's points).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from transformer_np.course.grading import POINTS
+
+pytestmark = [pytest.mark.slow, pytest.mark.notebooks]
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted(p.stem for p in (REPO / "exercises").glob("[0-9]*.ipynb"))
+
+
+def _run(cmd, **kw):
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
+    assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    pytest.importorskip("otter", reason="building the assignments needs otter-grader: pip install 'otter-grader>=7'")
+    out = tmp_path_factory.mktemp("built")
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    _run(["bash", str(REPO / "scripts" / "build_exercises.sh"), "-o", str(out), "--no-run-tests"], cwd=REPO,
+         env=env, timeout=900)
+    return out
+
+
+def _zip(built: Path, name: str) -> Path:
+    (path,) = (built / name / "autograder").glob(f"{name}-autograder_*.zip")
+    return path
+
+
+@pytest.fixture(scope="module")
+def venv(built, tmp_path_factory) -> Path:
+    """A fresh venv with the zip's own pip requirements installed, as otter's image would."""
+    import yaml
+
+    root = tmp_path_factory.mktemp("image")
+    source = root / "autograder" / "source"
+    with zipfile.ZipFile(_zip(built, "01_softmax")) as zf:
+        zf.extractall(source)
+    env_yml = yaml.safe_load((source / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env_yml["dependencies"] if isinstance(d, dict) and "pip" in d)
+    assert any(p.startswith("otter-grader") for p in pip) and any(p.endswith(".whl") for p in pip), pip
+    assert not any(p.split("[")[0].split("=")[0].strip() in ("torch", "jax", "transformers") for p in pip), pip
+    reqs = [p.replace("/autograder/", f"{root}/autograder/", 1) if p.startswith("/autograder/") else p for p in pip]
+    venv = root / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *reqs], timeout=1200, env=_clean_env(venv))
+    where = _run([str(venv / "bin" / "python"), "-c", "import transformer_np, numpy; print(transformer_np.__file__)"],
+                 env=_clean_env(venv), cwd=root).stdout.strip()
+    assert where.startswith(str(venv)), where                     # the wheel's copy, not this checkout
+    return venv
+
+
+def _clean_env(venv: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = str(venv / "bin") + os.pathsep + env.get("PATH", "")
+    env["VIRTUAL_ENV"] = str(venv)
+    env.pop("TRANSFORMER_NP_FEEDBACK", None)
+    return env
+
+
+def _grade(venv: Path, zip_path: Path, submission: Path, out: Path) -> dict[str, dict]:
+    out.mkdir(parents=True)
+    _run([str(venv / "bin" / "otter"), "run", "-a", str(zip_path), "-o", str(out), "--no-logo", str(submission)],
+         env=_clean_env(venv), cwd=out, timeout=600)
+    tests = json.loads((out / "results.json").read_text())["tests"]
+    return {t["name"]: t for t in tests if t.get("max_score")}
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_the_zip_gives_solutions_full_marks_and_untouched_notebooks_zero(name, built, venv, tmp_path):
+    zip_path = _zip(built, name)
+    solution = built / name / "autograder" / f"{name}.ipynb"
+    student = built / name / "student" / f"{name}.ipynb"
+    with ThreadPoolExecutor(2) as pool:              # the two gradings side by side (2 cores)
+        graded = pool.map(lambda s: _grade(venv, zip_path, s[0], tmp_path / s[1]),
+                          [(solution, "solution"), (student, "student")])
+        scores, student_scores = list(graded)
+    assert {q: t["max_score"] for q, t in scores.items()} == POINTS[name]
+    assert all(t["score"] == t["max_score"] for t in scores.values()), scores
+    scores = student_scores
+    assert all(t["score"] == 0 for t in scores.values()), scores
+    for q, t in scores.items():
+        assert "✗ " in t["output"] and "Traceback" not in t["output"], (q, t["output"])
+
+
+def _edit(nb_path: Path, out: Path, replace: list[tuple[str, str]]) -> Path:
+    nb = json.loads(nb_path.read_text())
+    for old, new in replace:
+        hits = [c for c in nb["cells"] if c["cell_type"] == "code" and old in "".join(c["source"])]
+        assert len(hits) == 1, (old, len(hits))
+        hits[0]["source"] = "".join(hits[0]["source"]).replace(old, new, 1)
+    out.write_text(json.dumps(nb))
+    return out
+
+
+def test_the_zip_gives_zero_for_calling_the_library_and_follows_a_forward_slip(built, venv, tmp_path):
+    name = "01_softmax"
+    cheat = _edit(built / name / "student" / f"{name}.ipynb", tmp_path / f"{name}.ipynb",
+                  [('"""Softmax over the last axis. x: (..., n). Returns (out, cache), out of shape (..., n)."""\n'
+                    "    ...", "import transformer_np.ops as o\n    return o.softmax_forward(x)")])
+    scores = _grade(venv, _zip(built, name), cheat, tmp_path / "cheat")
+    assert scores["q1"]["score"] == 0 and "scores 0 for the question" in scores["q1"]["output"], scores["q1"]
+
+    name = "03_attention"
+    (tmp_path / "slip").mkdir()
+    slip = _edit(built / name / "autograder" / f"{name}.ipynb", tmp_path / "slip" / f"{name}.ipynb",
+                 [("scores = Q @ K.swapaxes(-1, -2) / np.sqrt(d_k)", "scores = Q @ K.swapaxes(-1, -2)"),
+                  ("scale = 1.0 / np.sqrt(Q.shape[-1])", "scale = 1.0")])
+    scores = _grade(venv, _zip(built, name), slip, tmp_path / "slip-results")
+    assert scores["q1"]["score"] == 0 and "does not scale the scores" in scores["q1"]["output"], scores["q1"]
+    assert scores["q2"]["score"] == scores["q2"]["max_score"] == POINTS[name]["q2"], scores["q2"]
+
+
+def test_an_export_zip_is_verified_against_its_log_and_a_bare_notebook_is_not(built, venv, tmp_path, monkeypatch):
+    """What the instructors' page says about otter's "No log found…": a student's export zip (from the
+    notebook's last cell) carries the log of the student's own check runs and otter reports no
+    discrepancy; the bare .ipynb has no log and otter says so, with the same scores."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    name = "01_softmax"
+    solution = nbformat.read(built / name / "autograder" / f"{name}.ipynb", as_version=4)
+    bodies = {c.source.split("(")[0]: c.source for c in solution.cells
+              if c.cell_type == "code" and c.source.startswith("def ")}
+    student = nbformat.read(built / name / "student" / f"{name}.ipynb", as_version=4)
+    for cell in student.cells:                      # the student fills in the two functions …
+        if cell.cell_type == "code" and cell.source.startswith("def "):
+            cell.source = bodies[cell.source.split("(")[0]]
+    work = tmp_path / "alice"
+    work.mkdir()
+    nbformat.write(student, work / f"{name}.ipynb")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))     # … in an environment that has transformer_np
+    nbclient.NotebookClient(student, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(work)}}).execute()   # … and runs every cell
+    (export,) = work.glob(f"{name}_*.zip")
+    for submission, says in ((export, "No discrepancies found while verifying scores against the log."),
+                             (work / f"{name}.ipynb", "No log found with which to verify student scores.")):
+        out = tmp_path / f"graded-{submission.suffix[1:]}"
+        out.mkdir()
+        proc = _run([str(venv / "bin" / "otter"), "run", "-a", str(_zip(built, name)), "-o", str(out), "--no-logo",
+                     str(submission)], env=_clean_env(venv), cwd=out, timeout=600)
+        assert says in proc.stdout, proc.stdout[-2000:]
+        tests = json.loads((out / "results.json").read_text())["tests"]
+        assert all(t["score"] == t["max_score"] for t in tests if t.get("max_score")), tests
