@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from .._validate import all_finite, describe, mismatch_detail
-from ..errors import CheckpointError, InputTypeError, TransformerNPError
+from ..errors import CheckpointError, InputTypeError, NonFiniteError, TransformerNPError
 from ..io.jsonfile import loads_strict
 from ..model.params import param_shapes
 from .tasks import head_param_shapes
@@ -158,14 +158,26 @@ def save_checkpoint(path: str | Path, state) -> None:
 
     The previous file at ``path`` is replaced only once the new one is complete and on disk.
     On failure (e.g. ``ENOSPC``) the temporary file is removed, the previous checkpoint is kept,
-    and an ``OSError`` saying so is raised.
+    and an ``OSError`` saying so is raised. A parameter or optimiser moment with NaN/inf is
+    refused (:class:`~transformer_np.errors.NonFiniteError` naming the entry) before anything is
+    written: a checkpoint holds finite numbers only.
     """
     path = Path(path)
     arrays = _arrays(state)
+    for key, a in arrays.items():
+        if a.dtype.kind == "f" and not all_finite(a):
+            raise NonFiniteError(f"not writing the checkpoint {path}: entry {key!r} contains NaN/inf values (the run "
+                                 f"diverged); a checkpoint holds finite numbers only")
     remove_stale_temporaries(path)
     tmp = _temporary_name(path)
     try:
-        with open(tmp, "wb") as f:
+        tmp.unlink()                 # our own pid's leftover, or anything planted at the name: never written through
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise OSError(e.errno or errno.EIO, f"writing the checkpoint {path} failed ({e.strerror or e})") from None
+    try:
+        with open(tmp, "xb") as f:
             _write_npz(f, arrays)
             f.flush()
             os.fsync(f.fileno())
@@ -345,6 +357,11 @@ def _check_same_run(stored, expect, path: Path) -> None:
             raise CheckpointError(f"checkpoint {path} was written by a run with {name} = {a[name]!r}, but this run "
                                   f"asks for {name} = {b.get(name)!r} ({flag}); a resumed run keeps its settings "
                                   f"(only {', '.join(RESUMABLE_FIELDS)} may change) — use another --out for a new run")
+    if stored.schedule != "constant" and expect.steps != stored.steps:
+        raise CheckpointError(f"checkpoint {path} was written by a run whose {stored.schedule} schedule decays the "
+                              f"learning rate to 0 at step {stored.steps}; --steps {expect.steps} would restart that "
+                              f"decay from a higher learning rate, so a decaying schedule keeps its --steps on resume "
+                              f"(a constant schedule can be extended) — train longer in a new run (another --out)")
 
 
 def _schema(cfg, task, mc) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
