@@ -55,7 +55,7 @@ import numpy as np
 
 from .._compat import forward_moved as _forward_moved
 from .._validate import FLOAT_DTYPES, all_finite, as_int_array, check_int, describe, mismatch_detail
-from ..errors import ModelFolderError, TransformerNPError
+from ..errors import InputTypeError, InputValueError, ModelFolderError, ResourceLimitError, TransformerNPError
 from ..model.budget import check_memory, estimate_encoder
 from ..model.config import EncoderConfig
 from ..model.heads import token_count
@@ -370,7 +370,12 @@ def _load_weights(folder: Path, config: EncoderConfig) -> dict[str, np.ndarray]:
             raise ModelFolderError(f"{path}: tensor {name!r} contains {bad} NaN/inf values: refusing to load it")
         if a.dtype == np.float16:
             state[name] = a.astype(np.float32)
-    return params_from_hf_state_dict(state, config)
+    try:
+        return params_from_hf_state_dict(state, config)
+    except (InputValueError, InputTypeError) as e:
+        if isinstance(e, ResourceLimitError):
+            raise
+        raise ModelFolderError(f"{path} does not match {folder / 'config.json'}: {str(e).strip()}") from None
 
 
 # ----------------------------------------------------------------------------- pooling
