@@ -207,3 +207,20 @@ def test_a_huge_integer_in_config_json_is_refused_by_the_embed_command(tiny_fold
     path.write_text(path.read_text().replace('"hidden_size": 16', '"hidden_size": ' + "1" * 5000))
     line = refused_cli("embed", "--model", tiny_folder, "a sentence")
     assert f"{path}: hidden_size is an integer of 5000 digits" in line
+
+
+def test_a_huge_integer_in_a_safetensors_header_is_refused_naming_the_tensor_and_field():
+    import numpy as np
+
+    from transformer_np.io.safetensors import dumps_safetensors, loads_safetensors
+
+    raw = dumps_safetensors({"a": np.zeros(3, np.float32)})
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header["a"]["shape"] = ["BIG"]
+    text = json.dumps(header).replace('"BIG"', "7" * 5000).encode()
+    with pytest.raises(FileFormatError) as info:
+        loads_safetensors(len(text).to_bytes(8, "little") + text + raw[8 + n:])
+    msg = str(info.value)
+    assert "tensor 'a': shape must be" in msg and "an integer of 5000 digits" in msg
+    assert "set_int_max_str_digits" not in msg

@@ -58,6 +58,9 @@ class _Constant:
     def __init__(self, name: str):
         self.name = name
 
+    def __repr__(self) -> str:
+        return self.name
+
 
 class JsonScan(NamedTuple):
     """What :func:`scan_json` found: the deepest nesting and the first byte offset at which it is
@@ -177,6 +180,12 @@ def _find_constant(value) -> tuple[list, str] | None:
 def _parse_int(text: str):
     return int(text) if len(text.lstrip("-")) <= MAX_INT_DIGITS else \
         _Constant(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS} are accepted)")
+
+
+def parse_int_bounded(text: str):
+    """A ``json.loads`` parse_int: the int, or — beyond :data:`MAX_INT_DIGITS` digits — a placeholder that no
+    integer check accepts and whose repr says what it was (so a caller's "must be an integer" names the key)."""
+    return int(text) if len(text) <= MAX_INT_DIGITS else _parse_int(text)
 
 
 def _parse_float(text: str):
