@@ -190,3 +190,14 @@ def test_a_default_prompt_is_refused(tmp_path):
     _edit(folder / "config_sentence_transformers.json",
           lambda c: c.update(prompts={"query": "query: ", "document": ""}, default_prompt_name="query"))
     _refused(folder, "config_sentence_transformers.json: default_prompt_name = 'query'")
+
+
+def test_the_embed_command_uses_the_dense_width(tmp_path, capsys):
+    from transformer_np.cli import main
+
+    folder = _folder(tmp_path)
+    assert main(["embed", "--model", str(folder), "--json", "the bank", "money"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dim"] == 24 and len(out["embeddings"][0]) == 24
+    assert main(["embed", "--model", str(folder), "the bank", "money"]) == 0
+    assert "(24-d mean-pooled embeddings" in capsys.readouterr().out

@@ -222,7 +222,7 @@ class DenseModule:
         return self._fn(e @ W + b)
 
 
-def _dense_module(folder: Path, d_in: int, where: str) -> DenseModule:
+def _dense_module(folder: Path, d_in: int | None, where: str) -> DenseModule:
     """A Dense module from its folder (config.json + model.safetensors), checked against the input width."""
     pc = folder / "config.json"
     if not pc.is_file():
@@ -238,7 +238,7 @@ def _dense_module(folder: Path, d_in: int, where: str) -> DenseModule:
         v = cfg.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ModelFolderError(f"{pc}: {key} must be a positive integer, got {v!r:.60}")
-    if cfg["in_features"] != d_in:
+    if d_in is not None and cfg["in_features"] != d_in:
         raise ModelFolderError(f"{pc}: in_features is {cfg['in_features']}, but the vector it receives has {d_in} "
                                f"entries")
     if cfg["out_features"] > 1 << 16:
@@ -329,10 +329,9 @@ def _sentence_transformers_setup(folder: Path, d_model: int | None = None
                 if pc.is_file():
                     mode = _pooling_mode(pc, d_model)
             elif kind == "Dense":
-                module = _dense_module(sub, width, f"{modules}: [{i}]") if width is not None else None
-                if module is not None:
-                    dense.append(module)
-                    width = module.W.shape[1]
+                module = _dense_module(sub, width, f"{modules}: [{i}]")
+                dense.append(module)
+                width = module.W.shape[1]
     sbc = folder / "sentence_bert_config.json"
     if sbc.is_file():
         v = _read_json(sbc).get("max_seq_length")
