@@ -41,7 +41,7 @@ def run(args) -> int:
         return 0
     S = cosine_similarity_matrix(E)
     n = len(args.sentences)
-    print(f"cosine similarity ({model.config.d_model}-d {model.pooling}-pooled embeddings, {args.model})")
+    print(f"cosine similarity ({E.shape[1]}-d {model.pooling}-pooled embeddings, {args.model})")
     for i, s in enumerate(args.sentences):
         print(f"  [{i}] {s}")
     print("      " + "".join(f"{f'[{j}]':>8}" for j in range(n)))

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
 from pathlib import Path
 
+import numpy as np
+
 from ..course.plots.stability import plot_loss_curve
+from ..errors import InputValueError
 from ..training.checkpoint import read_checkpoint_config
 from ..training.loop import CHECKPOINT, CURVE_JSON, CURVE_PNG, SCHEDULES, RunConfig, train
 from ..training.tasks import TASKS
@@ -57,6 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run saved in --out from its last complete checkpoint (its settings are "
                              "used; --steps is the new total; other settings must match the checkpoint's)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run in --out even if it holds an earlier run's checkpoint, loss curve or "
+                             "plot, replacing them (without this flag, or --resume, such an --out is refused so that "
+                             "no earlier result is lost)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -69,9 +77,37 @@ def _given(args: argparse.Namespace) -> dict:
     return given
 
 
+def _plot_atomically(history: dict, path: Path, title: str) -> Path | None:
+    """The loss-curve PNG, drawn into a temporary sibling and renamed over ``path`` in one step; None without
+    matplotlib (then an older plot at ``path``, which would describe another run, is removed)."""
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        png = plot_loss_curve(history, tmp, title)
+        if png is None:
+            if path.is_file() and not path.is_symlink():
+                path.unlink()
+            return None
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _saved_step(out: Path) -> str:
+    try:
+        with np.load(out / CHECKPOINT, allow_pickle=False) as z:
+            return str(int(z["step"]))
+    except (OSError, ValueError, KeyError):
+        return "?"
+
+
 def run(args: argparse.Namespace) -> int:
     given = _given(args)
     out = Path(args.out)
+    if args.resume and args.overwrite:
+        raise InputValueError("--resume and --overwrite contradict each other: continue the run in --out, or "
+                              "replace it")
     if args.resume:
         if not (out / CHECKPOINT).is_file():
             raise ValueError(f"--resume: no checkpoint at {out / CHECKPOINT}")
@@ -79,18 +115,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg = RunConfig(**given)
     t0 = time.perf_counter()
-    state = train(cfg, out=out, resume=args.resume, progress=not args.quiet)
+    state = train(cfg, out=out, resume=args.resume, progress=not args.quiet, overwrite=args.overwrite)
     seconds = time.perf_counter() - t0
     h = state.history
     c = state.cfg
     title = (f"{c.task}, {c.layers}-layer {c.norm.capitalize()}-LN, {c.init} init, d={c.d_model}, lr {c.lr:g}, "
              f"warm-up {c.warmup}")
-    png = plot_loss_curve(h, out / CURVE_PNG, title)
+    png = _plot_atomically(h, out / CURVE_PNG, title)
     ran = state.step - state.start_step
     if state.start_step:
         msg = f"{c.task}: resumed at step {state.start_step}, ran {ran} steps to step {state.step} in {seconds:.1f}s"
         if ran == 0 and h["diverged_at"] is None:
-            msg += f" (the checkpoint is already at --steps {c.steps}; pass a larger --steps to continue)"
+            msg += (f" (the checkpoint is already at --steps {c.steps}; pass a larger --steps to continue)"
+                    if c.schedule == "constant" else f" (the checkpoint is already at --steps {c.steps}, where its "
+                    f"{c.schedule} schedule ends)")
     else:
         msg = f"{c.task}: {ran} steps in {seconds:.1f}s"
     if h["loss"]:
@@ -99,7 +137,11 @@ def run(args: argparse.Namespace) -> int:
         msg += f", eval loss {h['eval']['loss'][-1]:.4f}, eval accuracy {h['eval']['accuracy'][-1]:.3f}"
     if h["diverged_at"] is not None:
         msg += f"; DIVERGED at step {h['diverged_at']}"
+    if state.not_saved:
+        kept = f"the checkpoint of step {_saved_step(out)} is kept" if (out / CHECKPOINT).is_file() else \
+            "there is no earlier checkpoint"
+        msg += f"; {state.not_saved} ({kept})"
     print(msg)
-    wrote = ([out / CHECKPOINT] if ran else []) + [out / CURVE_JSON] + ([png] if png else [])
+    wrote = ([out / CHECKPOINT] if ran and not state.not_saved else []) + [out / CURVE_JSON] + ([png] if png else [])
     print("wrote " + ", ".join(str(w) for w in wrote))
     return 0

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from ..errors import FileFormatError
-from .jsonfile import no_duplicate_keys
+from .jsonfile import no_duplicate_keys, parse_int_bounded
 
 __all__ = ["load_safetensors", "loads_safetensors", "read_safetensors_header",
            "save_safetensors", "dumps_safetensors", "SAFETENSORS_DTYPES", "MAX_HEADER_SIZE"]
@@ -120,7 +120,7 @@ def _parse_header(raw: bytes, data_len: int, where: str) -> tuple[dict, dict]:
         raise FileFormatError(f"{where}: the header must be a JSON object starting with '{{', got {text[:20]!r}")
     try:
         header = json.loads(text, object_pairs_hook=no_duplicate_keys(FileFormatError, "the header"),
-                            parse_constant=_reject_constant)
+                            parse_constant=_reject_constant, parse_int=parse_int_bounded)
     except ValueError as e:  # json.JSONDecodeError is a ValueError
         raise FileFormatError(f"{where}: the header is not valid JSON ({e})") from None
     except RecursionError:   # e.g. {"a": [[[[… nested thousands deep

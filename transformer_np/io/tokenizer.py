@@ -29,6 +29,7 @@ state. A violation is a :class:`~transformer_np.errors.ModelFolderError` naming 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import unicodedata
@@ -190,6 +191,15 @@ def _token_text(value, key: str, where: str) -> str:
     return value
 
 
+def _positive(d: dict, key: str, default: int, where: str) -> int:
+    """d[key] (or ``default``) as an integer >= 1 (e.g. ``max_input_chars_per_word``: 0 would make every word
+    [UNK])."""
+    v = _get(d, key, int, default, where)
+    if v < 1:
+        raise ModelFolderError(f"{where}{key} must be an integer >= 1, got {v}")
+    return v
+
+
 def _get(d: dict, key: str, kind, default, where: str):
     """d[key] (or ``default``) checked to be of ``kind`` (bool is never an int here). ``where`` is the
     message prefix: "file: " or "file: model." (the key path so far)."""
@@ -314,11 +324,21 @@ class WordPieceTokenizer:
                 specials.append(content)
         post = _get(tj, "post_processor", dict, None, path + ": ") or {}
         cls_tok, sep_tok = "[CLS]", "[SEP]"
+        if post and post.get("type") not in ("TemplateProcessing", "BertProcessing"):
+            raise ModelFolderError(f"{path}: post_processor.type = {post.get('type')!r:.60} is not implemented here "
+                                   f"(TemplateProcessing or BertProcessing: [CLS] sentence [SEP]); refusing rather "
+                                   f"than adding other special tokens than the file says")
         try:
             if post.get("type") == "TemplateProcessing":
-                single = [s["SpecialToken"]["id"] for s in post.get("single", []) if "SpecialToken" in s]
-                if len(single) == 2:
-                    cls_tok, sep_tok = single
+                single = post.get("single")
+                kinds = [next(iter(s)) if isinstance(s, dict) and len(s) == 1 else None for s in single] \
+                    if isinstance(single, list) else None
+                if kinds != ["SpecialToken", "Sequence", "SpecialToken"] or single[1]["Sequence"].get("id") != "A" \
+                        or any(next(iter(s.values())).get("type_id", 0) != 0 for s in single):
+                    raise ModelFolderError(f"{path}: post_processor.single is {json.dumps(single)[:120]}; only the "
+                                           f"template [CLS] $A [SEP] (type ids 0) is implemented here — refusing "
+                                           f"rather than replacing it")
+                cls_tok, sep_tok = single[0]["SpecialToken"]["id"], single[2]["SpecialToken"]["id"]
                 for tok, spec in (post.get("special_tokens") or {}).items():
                     ids = spec.get("ids")
                     if tok in vocab and isinstance(ids, list) and ids != [vocab[tok]]:
@@ -341,7 +361,7 @@ class WordPieceTokenizer:
                        unk_token=_get(model, "unk_token", str, "[UNK]", path + ": model."),
                        cls_token=_token_text(cls_tok, "the [CLS] token", path),
                        sep_token=_token_text(sep_tok, "the [SEP] token", path), pad_token=pad,
-                       max_input_chars_per_word=_get(model, "max_input_chars_per_word", int, 100, path + ": model."),
+                       max_input_chars_per_word=_positive(model, "max_input_chars_per_word", 100, path + ": model."),
                        prefix=_get(model, "continuing_subword_prefix", str, "##", path + ": model."),
                        special_tokens=specials)
         except (InputTypeError, InputValueError) as e:

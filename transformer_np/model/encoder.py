@@ -57,7 +57,7 @@ from ..ops import plain as _plain_ops
 from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
 from ..ops.cache import FREED_MESSAGE, ParamGuard, check_not_freed, reader
 from ..ops.dropout import _dropout_backward, _dropout_forward
-from ..ops.embeddings import _embeddings_backward, _embeddings_forward
+from ..ops.embeddings import _embeddings_backward, _embeddings_forward, _raise_table_row
 from ..ops.feedforward import FFN_PARAM_NAMES
 from ..ops.masks import _padding_mask, combine_masks, validate_attention_mask
 from .config import EncoderConfig
@@ -194,7 +194,7 @@ def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: n
     """
     if not isinstance(config, EncoderConfig):
         raise InputTypeError(f"config must be an EncoderConfig, got {describe(config)}")
-    as_float_array(x, "x", ndim=3, finite=False)
+    as_float_array(x, "x", ndim=3)
     if x.shape[-1] != config.d_model:
         raise InputValueError(f"x must have shape (B, n, d_model) = (*, *, {config.d_model}), got shape {x.shape}")
     _check_layer_params(p, config, x.dtype)
@@ -203,9 +203,25 @@ def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: n
         check_attention_mask(mask, (B, config.n_heads, n, n), x.dtype)
     _check_dropout_rng(config, training, rng)
     _check_paths(fast, store_attention)
+    guard = ParamGuard(p, layer_param_shapes(config), label="p")
+    _check_finite_params(p, guard, "p")
     out, cache = _layer_forward(x, p, config, mask, training, rng, fast, store_attention)
-    cache["guard"] = ParamGuard(p, layer_param_shapes(config), label="p")
+    cache["guard"] = guard
     return out, cache
+
+
+def _check_finite_params(params: dict, guard: ParamGuard, label: str = "params") -> None:
+    """Refuse a parameter holding NaN/inf, naming it — at almost no cost: the guard's fingerprints (rᵀA with
+    positive r, or a copy of a vector) are finite whenever the parameter is, so only a parameter whose
+    fingerprint is not finite (NaN/inf inside, or a sum that overflowed) is scanned in full."""
+    for name, fp in guard.prints.items():
+        if not all_finite(fp) and not all_finite(params[name]):
+            a = params[name]
+            bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+            first = np.unravel_index(int(np.argmin(np.isfinite(a))), a.shape)
+            raise NonFiniteError(f"{label}[{name!r}] must contain only finite values, got {bad} NaN/inf entries "
+                                 f"(the first at index {tuple(int(i) for i in first)}: {a[first]}); the weights are "
+                                 f"corrupt or came from a diverged run")
 
 
 def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
@@ -327,12 +343,20 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
     names = list(param_shapes(config))
     guard = ParamGuard(params, [k for k in names if k not in LOOKUP_TABLES],
                        identity_only=[k for k in names if k in LOOKUP_TABLES])
+    _check_finite_params(params, guard)
     cache: dict = {"kind": "encoder", "config": config, "from_ids": input_ids is not None, "fast": fast,
                    "guard": guard}
     if input_ids is not None:
-        e, cache["embeddings"] = _embeddings_forward(sub_params(params, "embeddings."), x, token_type_ids,
-                                                     config.positional, float(config.layer_norm_eps),
-                                                     config.embedding_layer_norm)
+        emb = sub_params(params, "embeddings.")
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                e, cache["embeddings"] = _embeddings_forward(emb, x, token_type_ids, config.positional,
+                                                             float(config.layer_norm_eps), config.embedding_layer_norm)
+        except NonFiniteError:
+            _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
+            raise
+        if not all_finite(e):   # lookup tables are checked on the rows read, here, not in full at every call
+            _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
         H, cache["emb_drop"] = _dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
     else:
         H = x                                                                       # H^(0) = inputs_embeds

@@ -79,7 +79,7 @@ def activation_forward(z: np.ndarray, activation: str = "gelu") -> tuple[np.ndar
     Returns ``(a, cache)``; the cache holds f'(z) (same shape and dtype as z).
     """
     check_choice(activation, "activation", ACTIVATIONS)
-    as_float_array(z, "z", finite=False)
+    as_float_array(z, "z")
     return _activation_forward(z, activation)
 
 

@@ -38,8 +38,18 @@ import math
 
 import numpy as np
 
-from .._validate import as_float_array, check_bool, check_cache, check_dout, check_float, check_int, check_rng, describe
-from ..errors import InputTypeError, InputValueError
+from .._validate import (
+    all_finite,
+    as_float_array,
+    check_bool,
+    check_cache,
+    check_dout,
+    check_float,
+    check_int,
+    check_rng,
+    describe,
+)
+from ..errors import InputTypeError, InputValueError, NonFiniteError
 from .cache import check_not_freed, release
 from .dropout import _dropout_backward, _dropout_forward
 from .linear import _linear_backward, _linear_forward
@@ -118,8 +128,13 @@ def _mha_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, dict]:
 
 # ----------------------------------------------------------------------------- checks
 def check_attention_mask(mask, score_shape: tuple, dtype, name: str = "mask") -> None:
-    """An additive mask of the scores' dtype that broadcasts to ``score_shape`` without enlarging it."""
+    """An additive mask of the scores' dtype that broadcasts to ``score_shape`` without enlarging it.
+
+    −inf is allowed (a blocked position: exp(−inf) = 0); NaN and +inf are refused (NonFiniteError)."""
     as_float_array(mask, name, dtype=dtype, finite=False)
+    if not all_finite(mask) and (np.isnan(mask).any() or np.isposinf(mask).any()):
+        raise NonFiniteError(f"{name} must hold finite numbers or -inf (a blocked position), got "
+                             f"{int(np.isnan(mask).sum())} NaN and {int(np.isposinf(mask).sum())} +inf entries")
     try:
         ok = np.broadcast_shapes(mask.shape, score_shape) == tuple(score_shape)
     except ValueError:
@@ -144,16 +159,19 @@ def _check_mha_params(p: dict, d: int, dtype) -> None:
         if name not in p:
             raise InputValueError(f"params is missing the multi-head attention parameter {name!r}")
         shape = (d, d) if name.startswith("W") else (d,)
-        as_float_array(p[name], name, dtype=dtype, finite=False)
+        as_float_array(p[name], name, dtype=dtype)
         if p[name].shape != shape:
             raise InputValueError(f"{name} must have shape {shape} for d_model = {d}, got shape {p[name].shape}")
 
 
 def check_mha_args(x, p, n_heads, mask, dropout_p, training, rng) -> None:
     """Everything :func:`mha_forward` needs, checked once (the encoder layer uses it too)."""
-    as_float_array(x, "x", ndim=3, finite=False)
+    as_float_array(x, "x", ndim=3)
     check_int(n_heads, "n_heads", minimum=1)
     B, n, d = x.shape
+    if n == 0 or d == 0:
+        raise InputValueError(f"x must have at least one position and d_model >= 1 (shape (B, n >= 1, d >= 1)), "
+                              f"got shape {x.shape}")
     if d % n_heads:
         raise InputValueError(f"d_model = {d} must be divisible by n_heads = {n_heads}")
     check_dropout_args(dropout_p, training, rng)
@@ -181,9 +199,9 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
         Q Kᵀ/√d_k + mask, ``"weights"`` A = softmax(S), ``"A_drop"`` (A after dropout; A itself
         at eval), and ``"Q"``, ``"K"``, ``"V"``, ``"scale"`` (1/√d_k), ``"dropout"``.
     """
-    as_float_array(Q, "Q", finite=False)
-    as_float_array(K, "K", dtype=Q.dtype, finite=False)
-    as_float_array(V, "V", dtype=Q.dtype, finite=False)
+    as_float_array(Q, "Q")
+    as_float_array(K, "K", dtype=Q.dtype)
+    as_float_array(V, "V", dtype=Q.dtype)
     if Q.ndim < 2 or K.ndim != Q.ndim or V.ndim != Q.ndim:
         raise InputValueError(f"Q, K, V must have the same rank >= 2, got shapes {Q.shape}, {K.shape}, {V.shape}")
     if K.shape[:-2] != Q.shape[:-2] or V.shape[:-2] != Q.shape[:-2]:
@@ -193,6 +211,9 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
         raise InputValueError(f"K must have last dimension d_k = {Q.shape[-1]} like Q, got shape {K.shape}")
     if V.shape[-2] != K.shape[-2]:
         raise InputValueError(f"V must have n_k = {K.shape[-2]} rows like K, got shape {V.shape}")
+    if K.shape[-2] == 0 or Q.shape[-1] == 0:
+        raise InputValueError(f"K must have at least one row (a softmax over zero keys is undefined) and d_k >= 1 "
+                              f"(the scores divide by √d_k), got Q of shape {Q.shape} and K of shape {K.shape}")
     if mask is not None:
         check_attention_mask(mask, Q.shape[:-1] + (K.shape[-2],), Q.dtype)
     check_dropout_args(dropout_p, training, rng)

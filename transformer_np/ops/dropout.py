@@ -37,7 +37,7 @@ def _dropout_backward(dout: np.ndarray, cache: dict) -> np.ndarray:
 def dropout_forward(x: np.ndarray, p: float, training: bool,
                     rng: np.random.Generator | None = None) -> tuple[np.ndarray, dict]:
     """Returns ``(out, cache)``. ``rng`` is required when ``training`` and ``p > 0``."""
-    as_float_array(x, "x", finite=False)
+    as_float_array(x, "x")
     check_float(p, "p (dropout probability)", 0.0, 1.0, max_inclusive=False)
     check_bool(training, "training")
     if training and p > 0.0:

@@ -20,16 +20,18 @@ from __future__ import annotations
 import numpy as np
 
 from .._validate import (
+    all_finite,
     as_float_array,
     as_int_array,
     check_bool,
     check_cache,
     check_choice,
     check_dout,
+    check_float_dtype,
     check_int,
     describe,
 )
-from ..errors import InputTypeError, InputValueError
+from ..errors import InputTypeError, InputValueError, NonFiniteError
 from .layernorm import _layernorm_backward, _layernorm_forward, check_layernorm_args
 
 __all__ = ["embedding_forward", "embedding_backward", "sinusoidal_positional_encoding",
@@ -90,10 +92,29 @@ def _check_ids(ids, table: np.ndarray, name: str) -> np.ndarray:
     return ids
 
 
+def nonfinite_row(table: np.ndarray, ids: np.ndarray) -> int | None:
+    """The first row of ``table`` that ``ids`` looks up and that holds NaN/inf, or None."""
+    used = np.unique(ids)
+    bad = ~np.isfinite(table[used]).all(axis=-1)
+    return int(used[np.argmax(bad)]) if bad.any() else None
+
+
+def _refuse_row(table_name: str, row: int, ids_name: str) -> NonFiniteError:
+    return NonFiniteError(f"{table_name} must contain only finite values in the rows {ids_name} looks up, got NaN/inf "
+                          f"in row {row}")
+
+
 def embedding_forward(ids: np.ndarray, table: np.ndarray, name: str = "ids") -> tuple[np.ndarray, dict]:
-    """Lookup ``table[ids]``: ids (...) integer, table (V, d) → (..., d)."""
+    """Lookup ``table[ids]``: ids (...) integer, table (V, d) → (..., d).
+
+    A lookup table is checked on the rows it reads (the output), not in full: a NaN row that ``ids`` looks up is
+    a NonFiniteError naming the table and the row."""
     as_float_array(table, "table", ndim=2, finite=False)
-    return _embedding_forward(_check_ids(ids, table, name), table)
+    ids = _check_ids(ids, table, name)
+    out, cache = _embedding_forward(ids, table)
+    if not all_finite(out):
+        raise _refuse_row("table", nonfinite_row(table, ids), name)
+    return out, cache
 
 
 def embedding_backward(dout: np.ndarray, cache: dict) -> np.ndarray:
@@ -104,16 +125,24 @@ def embedding_backward(dout: np.ndarray, cache: dict) -> np.ndarray:
 
 
 def sinusoidal_positional_encoding(n: int, d_model: int, dtype=np.float64) -> np.ndarray:
-    """The fixed (n, d_model) encoding of "Attention Is All You Need" (works for odd d_model)."""
+    """The fixed (n, d_model) encoding of "Attention Is All You Need" (works for odd d_model).
+
+    The memory it needs (the float64 table, the angles and the result in ``dtype``) is checked before anything
+    is allocated: a size beyond the limit of :mod:`transformer_np.model.budget` is a ResourceLimitError."""
     check_int(n, "n", minimum=0)
     check_int(d_model, "d_model", minimum=1)
+    dt = check_float_dtype(dtype)
+    # budget.py depends only on _validate and errors (no model code), so this import adds no cycle
+    from ..model.budget import MemoryEstimate, check_memory
+    check_memory(MemoryEstimate({"positional encoding": n * d_model * (8 + 8 + dt.itemsize) + n * 8}),
+                 f"sinusoidal_positional_encoding({n}, {d_model})")
     pos = np.arange(n, dtype=np.float64)[:, None]                    # (n, 1)
     k2 = np.arange(0, d_model, 2, dtype=np.float64)[None, :]         # (1, ceil(d/2))
     angle = pos / np.power(10000.0, k2 / d_model)                    # (n, ceil(d/2))
     pe = np.zeros((n, d_model), dtype=np.float64)
     pe[:, 0::2] = np.sin(angle)
     pe[:, 1::2] = np.cos(angle[:, : d_model // 2])
-    return pe.astype(dtype)
+    return pe.astype(dt)
 
 
 def embeddings_forward(p: dict, input_ids: np.ndarray, token_type_ids: np.ndarray | None,
@@ -149,7 +178,32 @@ def embeddings_forward(p: dict, input_ids: np.ndarray, token_type_ids: np.ndarra
     if use_layer_norm:
         check_layernorm_args(np.empty((0, word.shape[1]), word.dtype), p.get("ln.gamma"), p.get("ln.beta"), eps,
                              ("the embeddings", "p['ln.gamma']", "p['ln.beta']", "eps"))
-    return _embeddings_forward(p, ids, token_type_ids, positional, float(eps), use_layer_norm)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = _embeddings_forward(p, ids, token_type_ids, positional, float(eps), use_layer_norm)
+        if all_finite(out[0]):
+            return out
+    except NonFiniteError:
+        pass
+    _raise_table_row(p, ids, token_type_ids, positional)
+    raise NonFiniteError(f"the embedding block overflowed {word.dtype}: its output is not finite although every "
+                         f"row it read was; rescale the tables or use float64")
+
+
+def _raise_table_row(p: dict, ids: np.ndarray, token_type_ids, positional: str, label: str = "p[{key!r}]") -> None:
+    """Raise NonFiniteError naming the first lookup table with a NaN/inf row among those the input reads
+    (``label`` formats the table's name from ``key``)."""
+    B, n = ids.shape
+    reads = [("word", ids, "input_ids")]
+    if positional == "learned":
+        reads.append(("position", np.arange(n), "the positions"))
+    if "token_type" in p:
+        reads.append(("token_type", np.zeros(1, np.int64) if token_type_ids is None else token_type_ids,
+                      "token_type_ids"))
+    for key, used, what in reads:
+        row = nonfinite_row(p[key], used)
+        if row is not None:
+            raise _refuse_row(label.format(key=key), row, what)
 
 
 def embeddings_backward(dx: np.ndarray, cache: dict) -> dict:

@@ -179,9 +179,10 @@ def erf(x: np.ndarray) -> np.ndarray:
     """erf(x) = 2/√π ∫₀ˣ exp(−t²) dt, elementwise, for a float32/float64 array.
 
     Shape and dtype are preserved; relative error < 1e-15 in float64 (Cody's ranges), absolute
-    error < 2e-7 in float32 (the float32 coefficient set; see the module doc).
+    error < 2e-7 in float32 (the float32 coefficient set; see the module doc). Like every public op, NaN
+    and ±inf are refused (NonFiniteError naming x); the kernel ``_erf`` maps ±inf to ±1 and NaN to NaN.
     """
-    x = as_float_array(np.asarray(x) if not isinstance(x, np.ndarray) else x, "x", finite=False)
+    x = as_float_array(np.asarray(x) if not isinstance(x, np.ndarray) else x, "x")
     return _erf(x)
 
 

@@ -50,7 +50,7 @@ def _ffn_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, dict]:
 # ----------------------------------------------------------------------------- the public API
 def check_ffn_args(z, p, activation) -> None:
     """Everything :func:`ffn_forward` needs, checked once (the encoder layer uses it too)."""
-    as_float_array(z, "z", finite=False)
+    as_float_array(z, "z")
     check_choice(activation, "activation", ACTIVATIONS)
     if not isinstance(p, dict):
         raise InputTypeError(f"p must be a dict of the feed-forward parameters {FFN_PARAM_NAMES}, got {describe(p)}")
@@ -59,14 +59,14 @@ def check_ffn_args(z, p, activation) -> None:
             raise InputValueError(f"params is missing the feed-forward parameter {name!r}")
     check_linear_args(z, p["W_1"], p["b_1"], ("z", "W_1", "b_1"))           # W_1 (d, d_ff), b_1 (d_ff,)
     W_2, b_2, d_ff, d = p["W_2"], p["b_2"], p["W_1"].shape[1], z.shape[-1]
-    as_float_array(W_2, "W_2", ndim=2, dtype=z.dtype, finite=False)
+    as_float_array(W_2, "W_2", ndim=2, dtype=z.dtype)
     if W_2.shape[0] != d_ff:
         raise InputValueError(f"W_2 must have d_ff = {d_ff} rows (W_1 has shape {p['W_1'].shape}), "
                               f"got shape {W_2.shape}")
     if W_2.shape[1] != d:
         raise InputValueError(f"the feed-forward output must have the input's shape {z.shape} so the residual "
                               f"type-checks; W_2 maps to width {W_2.shape[1]}")
-    as_float_array(b_2, "b_2", ndim=1, dtype=z.dtype, finite=False)
+    as_float_array(b_2, "b_2", ndim=1, dtype=z.dtype)
     if b_2.shape != (d,):
         raise InputValueError(f"b_2 must have shape ({d},) to match W_2 {W_2.shape}, got shape {b_2.shape}")
 

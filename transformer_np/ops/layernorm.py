@@ -15,9 +15,10 @@ so
 The two means are over the feature axis; the sums over every other axis (batch and
 positions share γ and β). A constant row (σ² = 0) gives x̂ = 0 and r = 1/√ε: finite.
 
-One numerical guard: if (x − μ)² overflows (or x holds NaN/inf), σ² is not finite, r would be
-0 and y = β — finite and silently wrong — so a non-finite σ² raises
-:class:`~transformer_np.errors.NonFiniteError` (one pass over the (…, 1) variances only).
+The public function refuses NaN/±inf in x, γ and β, naming the argument (as every public op does).
+One numerical guard remains: if (x − μ)² overflows, σ² is not finite, r would be 0 and y = β —
+finite and silently wrong — so a non-finite σ² raises :class:`~transformer_np.errors.NonFiniteError`
+(one pass over the (…, 1) variances only).
 
 This module is the plain path; :mod:`transformer_np.ops.fast` computes the same in fewer
 temporary arrays for the encoder stack.
@@ -70,10 +71,13 @@ def _layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.nda
 # ----------------------------------------------------------------------------- the public API
 def check_layernorm_args(x, gamma, beta, eps, names=("x", "gamma", "beta", "eps")) -> None:
     nx, ng, nb, ne = names
-    as_float_array(x, nx, finite=False)
+    as_float_array(x, nx)
     d = x.shape[-1] if x.ndim else 0
+    if d == 0:
+        raise InputValueError(f"{nx} must have a non-empty last axis (the features normalised over), got shape "
+                              f"{x.shape}")
     for name, p in ((ng, gamma), (nb, beta)):
-        as_float_array(p, name, ndim=1, dtype=x.dtype, finite=False)
+        as_float_array(p, name, ndim=1, dtype=x.dtype)
         if p.shape != (d,):
             raise InputValueError(f"{name} must have shape ({d},) to match {nx} of shape {x.shape}, "
                                   f"got shape {p.shape}")

@@ -47,13 +47,13 @@ def _linear_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarra
 def check_linear_args(x, W, b, names=("x", "W", "b")) -> None:
     """x (..., d_in) and W (d_in, d_out) of one float dtype; b None or (d_out,)."""
     nx, nW, nb = names
-    as_float_array(x, nx, finite=False)
-    as_float_array(W, nW, ndim=2, dtype=x.dtype, finite=False)
+    as_float_array(x, nx)
+    as_float_array(W, nW, ndim=2, dtype=x.dtype)
     if x.ndim < 1 or x.shape[-1] != W.shape[0]:
         raise InputValueError(f"{nx} must have last dimension d_in = {W.shape[0]} ({nW} has shape {W.shape}), "
                               f"got {nx} of shape {x.shape}")
     if b is not None:
-        as_float_array(b, nb, ndim=1, dtype=x.dtype, finite=False)
+        as_float_array(b, nb, ndim=1, dtype=x.dtype)
         if b.shape[0] != W.shape[1]:
             raise InputValueError(f"{nb} must have shape ({W.shape[1]},) to match {nW} {W.shape}, "
                                   f"got shape {b.shape}")

@@ -27,8 +27,8 @@ def _residual_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, np.nd
 
 def residual_forward(x: np.ndarray, fx: np.ndarray) -> tuple[np.ndarray, dict]:
     """out = x + fx. Both must have the same shape: a residual never broadcasts."""
-    as_float_array(x, "x", finite=False)
-    as_float_array(fx, "fx", dtype=x.dtype, finite=False)
+    as_float_array(x, "x")
+    as_float_array(fx, "fx", dtype=x.dtype)
     if x.shape != fx.shape:
         raise InputValueError(f"residual: the sublayer output fx must have the shape of its input x "
                               f"{x.shape} (d_model must stay constant through the stack), got shape {fx.shape}")

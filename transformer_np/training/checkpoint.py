@@ -26,6 +26,12 @@ Reading (:func:`load_checkpoint`) never assigns anything before the whole file h
    moments must be finite, the optimiser state is validated in full, and ``step`` and ``history``
    must agree with each other and with the config.
 
+Nothing is decompressed beyond what the schema allows: each zip entry's declared size must match
+its ``.npy`` header, the ``history`` text may be at most as long as a history of ``step`` steps of
+this config can be (:func:`_history_limits`, also its JSON token count), and text entries are
+decoded in 1 MiB chunks while the bytes are counted — so a 1 MB file whose ``history`` unpacks to
+1 GiB is refused in milliseconds, before anything is allocated.
+
 Only then is the :class:`~transformer_np.training.loop.TrainState` built from the arrays. Every
 failure is a :class:`~transformer_np.errors.CheckpointError` (a ``ValueError``) naming the file
 and the entry.
@@ -40,8 +46,10 @@ writing (SIGKILL) leaves one behind, which the next save or run in that director
 
 from __future__ import annotations
 
+import codecs
 import errno
 import json
+import math
 import os
 import re
 import zipfile
@@ -50,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from .._validate import all_finite, describe, mismatch_detail
-from ..errors import CheckpointError, InputTypeError, TransformerNPError
+from ..errors import CheckpointError, InputTypeError, NonFiniteError, TransformerNPError
 from ..io.jsonfile import loads_strict
 from ..model.params import param_shapes
 from .tasks import head_param_shapes
@@ -61,8 +69,15 @@ __all__ = ["CHECKPOINT", "save_checkpoint", "load_checkpoint", "read_checkpoint_
 CHECKPOINT = "checkpoint.npz"
 RESUMABLE_FIELDS = ("steps", "eval_every")     # what a resumed run may change
 MAX_CONFIG_CHARS = 1 << 20                       # the config JSON (a few hundred characters in practice)
-MAX_HISTORY_CHARS = 1 << 28                      # the history JSON (~100 characters per step)
+# The history JSON, as json.dumps writes it, is bounded by the step count and the config: per step at most
+# one int and three floats (loss, lr, gradient norm) and one evaluation (an int, two floats); per recorded
+# step one list of `layers` floats. A float is at most 24 characters (-2.2250738585072014e-308), an int 20,
+# each with a ", " separator. _history_limits turns that into characters and tokens.
+_CHARS_PER_STEP = 4 * 26 + 3 * 26
+_CHARS_PER_NUMBER = 26
+_HISTORY_SLACK = 1024
 MAX_NPY_HEADER = 10_000
+_TEXT_CHUNK = 1 << 20                             # bytes per read of a text entry
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _OPTIM_SLOTS = ("exp_avg", "exp_avg_sq")
 _HISTORY_PER_STEP = ("step", "loss", "lr", "grad_norm")
@@ -143,14 +158,26 @@ def save_checkpoint(path: str | Path, state) -> None:
 
     The previous file at ``path`` is replaced only once the new one is complete and on disk.
     On failure (e.g. ``ENOSPC``) the temporary file is removed, the previous checkpoint is kept,
-    and an ``OSError`` saying so is raised.
+    and an ``OSError`` saying so is raised. A parameter or optimiser moment with NaN/inf is
+    refused (:class:`~transformer_np.errors.NonFiniteError` naming the entry) before anything is
+    written: a checkpoint holds finite numbers only.
     """
     path = Path(path)
     arrays = _arrays(state)
+    for key, a in arrays.items():
+        if a.dtype.kind == "f" and not all_finite(a):
+            raise NonFiniteError(f"not writing the checkpoint {path}: entry {key!r} contains NaN/inf values (the run "
+                                 f"diverged); a checkpoint holds finite numbers only")
     remove_stale_temporaries(path)
     tmp = _temporary_name(path)
     try:
-        with open(tmp, "wb") as f:
+        tmp.unlink()                 # our own pid's leftover, or anything planted at the name: never written through
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise OSError(e.errno or errno.EIO, f"writing the checkpoint {path} failed ({e.strerror or e})") from None
+    try:
+        with open(tmp, "xb") as f:
             _write_npz(f, arrays)
             f.flush()
             os.fsync(f.fileno())
@@ -169,6 +196,16 @@ def save_checkpoint(path: str | Path, state) -> None:
 
 
 # ----------------------------------------------------------------------------- reading: the archive
+def _npy_header(f) -> tuple[tuple, bool, np.dtype]:
+    """(shape, fortran_order, dtype) of the .npy stream ``f``, positioned at its start; leaves ``f`` at the data."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f, MAX_NPY_HEADER)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(f, MAX_NPY_HEADER)
+    raise ValueError(f"unsupported .npy version {version}")
+
+
 class _Archive:
     """An open ``.npz`` with validated member headers: key -> (shape, dtype, ZipInfo)."""
 
@@ -221,13 +258,7 @@ class _Archive:
         if key not in self.headers:
             try:
                 with self.zf.open(self.members[key]) as f:
-                    version = np.lib.format.read_magic(f)
-                    if version == (1, 0):
-                        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f, MAX_NPY_HEADER)
-                    elif version == (2, 0):
-                        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f, MAX_NPY_HEADER)
-                    else:
-                        raise ValueError(f"unsupported .npy version {version}")
+                    shape, fortran, dtype = _npy_header(f)
             except (ValueError, NotImplementedError, zipfile.BadZipFile, EOFError, OSError) as e:
                 raise self._damaged(key, e) from None
             if dtype.hasobject:
@@ -238,6 +269,8 @@ class _Archive:
 
     def read(self, key: str) -> np.ndarray:
         """The member's array (its header already checked against the schema); CRC verified."""
+        shape, dtype = self.header(key)
+        self.check_declared_size(key, math.prod(shape) * dtype.itemsize)
         try:
             with self.zf.open(self.members[key]) as f:
                 a = np.lib.format.read_array(f, allow_pickle=False, max_header_size=MAX_NPY_HEADER)
@@ -248,14 +281,47 @@ class _Archive:
         return a
 
     def read_text(self, key: str, max_chars: int) -> str:
+        """A 0-d unicode member as a str, at most ``max_chars`` characters, read in bounded chunks.
+
+        The ``.npy`` header's itemsize is checked against ``max_chars`` and the zip entry's declared size
+        against the header before anything is decompressed; then the bytes are counted while they are
+        decompressed (a member that inflates to more than its header says is damaged), so a small file
+        whose entry unpacks to gigabytes is refused without allocating them."""
         shape, dtype = self.header(key)
         if shape != () or dtype.kind != "U":
             raise CheckpointError(f"checkpoint {self.path}: entry {key!r} must be a JSON string (a 0-d unicode "
                                   f"array), found shape {shape} dtype {dtype}")
         if dtype.itemsize // 4 > max_chars:
             raise CheckpointError(f"checkpoint {self.path}: entry {key!r} is {dtype.itemsize // 4} characters "
-                                  f"long, more than the {max_chars} accepted")
-        return str(self.read(key))
+                                  f"long, more than the {max_chars} accepted here")
+        self.check_declared_size(key, dtype.itemsize)
+        codec = "utf-32-be" if dtype.byteorder == ">" else "utf-32-le"
+        decoder = codecs.getincrementaldecoder(codec)()
+        parts, left = [], dtype.itemsize
+        try:
+            with self.zf.open(self.members[key]) as f:
+                _npy_header(f)
+                while left:
+                    chunk = f.read(min(_TEXT_CHUNK, left))
+                    if not chunk:
+                        raise EOFError(f"the data end after {dtype.itemsize - left} of {dtype.itemsize} bytes")
+                    left -= len(chunk)
+                    parts.append(decoder.decode(chunk))
+                parts.append(decoder.decode(b"", final=True))
+                if f.read(1):
+                    raise ValueError("trailing bytes after the array (the entry inflates to more than its header "
+                                     "says)")
+        except (ValueError, NotImplementedError, zipfile.BadZipFile, EOFError, OSError, UnicodeDecodeError) as e:
+            raise self._damaged(key, e) from None
+        return "".join(parts).rstrip("\x00")
+
+    def check_declared_size(self, key: str, data_bytes: int) -> None:
+        """The zip entry's declared (uncompressed) size must be what its .npy header implies: the header plus
+        ``data_bytes``. Checked before the data are read; the reading counts the bytes again."""
+        declared = self.members[key].file_size
+        if declared > data_bytes + MAX_NPY_HEADER + 16:
+            raise CheckpointError(f"checkpoint {self.path}: entry {key!r} declares {declared} bytes uncompressed, but "
+                                  f"its header describes {data_bytes} bytes of data: refused before decompressing")
 
 
 # ----------------------------------------------------------------------------- reading: config and schema
@@ -291,6 +357,11 @@ def _check_same_run(stored, expect, path: Path) -> None:
             raise CheckpointError(f"checkpoint {path} was written by a run with {name} = {a[name]!r}, but this run "
                                   f"asks for {name} = {b.get(name)!r} ({flag}); a resumed run keeps its settings "
                                   f"(only {', '.join(RESUMABLE_FIELDS)} may change) — use another --out for a new run")
+    if stored.schedule != "constant" and expect.steps != stored.steps:
+        raise CheckpointError(f"checkpoint {path} was written by a run whose {stored.schedule} schedule decays the "
+                              f"learning rate to 0 at step {stored.steps}; --steps {expect.steps} would restart that "
+                              f"decay from a higher learning rate, so a decaying schedule keeps its --steps on resume "
+                              f"(a constant schedule can be extended) — train longer in a new run (another --out)")
 
 
 def _schema(cfg, task, mc) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -377,6 +448,14 @@ def _check_history(h, step: int, cfg, path: Path) -> dict:
     return h
 
 
+def _history_limits(step: int, cfg) -> tuple[int, int]:
+    """(characters, JSON tokens) the history of a run at ``step`` can need at most (see _CHARS_PER_STEP)."""
+    rows = min(step, cfg.grad_norm_steps)
+    chars = step * _CHARS_PER_STEP + rows * (cfg.layers + 1) * _CHARS_PER_NUMBER + _HISTORY_SLACK
+    tokens = 7 * step + rows * (cfg.layers + 1) + 64
+    return chars, tokens
+
+
 def load_checkpoint(path: str | Path, expect=None):
     """Rebuild a :class:`~transformer_np.training.loop.TrainState` from :func:`save_checkpoint`'s
     file, exactly — after checking all of it (see the module docstring).
@@ -413,9 +492,10 @@ def load_checkpoint(path: str | Path, expect=None):
         if not 0 <= t <= step:
             raise CheckpointError(f"checkpoint {path}: entry 'optim/t': expected 0 … {step} (optimiser steps "
                                   f"cannot exceed training steps), found {t}")
-        history = loads_strict(archive.read_text("history", MAX_HISTORY_CHARS),
+        max_chars, max_tokens = _history_limits(step, cfg)   # from the config, before decompressing
+        history = loads_strict(archive.read_text("history", max_chars),
                                f"checkpoint {path}: entry 'history'", kind=dict, error=CheckpointError,
-                               allow_constants=True)
+                               allow_constants=True, max_tokens=max_tokens)
         _check_history(history, step, cfg, path)
         params = {}
         for name in pshapes:

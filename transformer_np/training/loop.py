@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from .._compat import forward_moved as _forward_moved
-from .._validate import check_choice, check_float, check_int, describe
+from .._files import write_atomic
+from .._validate import all_finite, check_choice, check_float, check_int, describe
 from ..errors import InputTypeError, InputValueError, NonFiniteError
 from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
@@ -55,7 +57,8 @@ from .tasks import (
 )
 
 __all__ = ["RunConfig", "TrainState", "build", "train_step", "evaluate", "train", "layer_grad_norms",
-           "estimate_run", "save_checkpoint", "load_checkpoint", "save_loss_curve"]
+           "estimate_run", "save_checkpoint", "load_checkpoint", "save_loss_curve", "OUTPUTS", "existing_outputs",
+           "check_fresh_out", "nonfinite_parameter"]
 
 SCHEDULES = ("constant", "linear", "cosine")
 CHECKPOINT = "checkpoint.npz"                   # the same name as checkpoint.CHECKPOINT
@@ -153,6 +156,7 @@ class TrainState:
     history: dict = field(default_factory=dict)
     eval_batches: list = field(default_factory=list)
     start_step: int = 0          # the step this process started from (> 0 after a resume)
+    not_saved: str | None = None  # why the last checkpoint was not written (a parameter stopped being finite)
 
 
 def _schedule(cfg: RunConfig):
@@ -271,7 +275,8 @@ def train_step(state: TrainState) -> float:
         norm = clip_grad_norm(grads, cfg.clip)
     else:
         norm = math.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in grads.values()))
-    lr = state.opt.step(grads)
+    with np.errstate(over="ignore", invalid="ignore"):    # an update that overflows: the next step diverges
+        lr = state.opt.step(grads)
     h["step"].append(t)
     h["loss"].append(float(loss))
     h["lr"].append(float(lr))
@@ -319,19 +324,55 @@ class _Progress:
             self.stream.flush()
 
 
+OUTPUTS = (CHECKPOINT, CURVE_JSON, CURVE_PNG)     # what a run writes into --out
+
+
+def existing_outputs(out: str | Path) -> list[Path]:
+    """The files of an earlier run in ``out`` (checkpoint, loss curve, plot), in that order."""
+    return [Path(out) / n for n in OUTPUTS if os.path.lexists(Path(out) / n)]
+
+
+def check_fresh_out(out: str | Path, resume: bool, overwrite: bool) -> None:
+    """Refuse a new run into a folder holding an earlier run's results, unless it resumes or overwrites them."""
+    found = existing_outputs(out) if not (resume or overwrite) else []
+    if found:
+        raise InputValueError(f"out: {found[0]} already exists (an earlier run's results are in {out}); pass "
+                              f"--resume to continue that run, --overwrite to replace it, or choose another --out")
+
+
+def nonfinite_parameter(state: TrainState) -> str | None:
+    """The name of the first parameter (or optimiser entry ``optim/<key>``) holding NaN/inf, or None."""
+    for name, a in state.params.items():
+        if not all_finite(a):
+            return name
+    for key, a in state.opt.state_dict().items():
+        if np.asarray(a).dtype.kind == "f" and not all_finite(np.asarray(a)):
+            return "optim/" + key
+    return None
+
+
 def train(cfg: RunConfig | None = None, out: str | Path | None = None, resume: bool = False,
-          progress: bool = False, state: TrainState | None = None) -> TrainState:
+          progress: bool = False, state: TrainState | None = None, overwrite: bool = False) -> TrainState:
     """Run (or continue) training to ``cfg.steps`` total steps.
 
     ``out``: directory for the checkpoint and loss curve (None = keep everything in memory).
     ``resume``: continue from ``out/checkpoint.npz``. When ``cfg`` is given it must equal the
     checkpoint's config except ``steps`` and ``eval_every`` (the new total and evaluation period;
     the learning-rate schedule follows the new total) — anything else is a CheckpointError naming
-    the field. ``state.start_step`` is the step the run continued from, so ``state.step −
+    the field; a decaying schedule (linear, cosine) keeps its ``steps``, because a new total would
+    restart its decay. ``state.start_step`` is the step the run continued from, so ``state.step −
     state.start_step`` steps ran here. Stale temporary files of an interrupted save are removed.
     Stops early (``history["diverged_at"]``) when the loss becomes non-finite.
+
+    A new run (no ``resume``) refuses an ``out`` that holds an earlier run's checkpoint, loss curve or
+    plot unless ``overwrite`` (InputValueError naming the file). Every file is written atomically
+    (a temporary sibling renamed over the target). A checkpoint is never written with a non-finite
+    parameter: when the run diverges that far, the previous checkpoint is kept and
+    ``state.not_saved`` says which parameter stopped being finite.
     """
     outdir = Path(out) if out is not None else None
+    if outdir is not None and state is None:
+        check_fresh_out(outdir, resume, overwrite)
     if state is None:
         if resume:
             if outdir is None:
@@ -358,7 +399,13 @@ def train(cfg: RunConfig | None = None, out: str | Path | None = None, resume: b
                 h["eval"][k].append(v)
             extra = extra or f" | eval loss {el:.4f} acc {ea:.3f}"
             if outdir is not None:
-                save_checkpoint(outdir / CHECKPOINT, state)
+                bad = nonfinite_parameter(state)
+                if bad is None:
+                    save_checkpoint(outdir / CHECKPOINT, state)
+                    state.not_saved = None
+                else:
+                    state.not_saved = (f"parameter {bad!r} is not finite at step {state.step}, so no checkpoint "
+                                       f"was written for it")
         bar.update(state.step, loss, h["lr"][-1], extra)
     bar.close()
     if outdir is not None:
@@ -368,8 +415,8 @@ def train(cfg: RunConfig | None = None, out: str | Path | None = None, resume: b
 
 # ----------------------------------------------------------------------------- loss curve
 def save_loss_curve(path: str | Path, state: TrainState) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump({"config": state.cfg.to_dict(), **state.history}, f, indent=1)
+    """The config and history as JSON, written atomically (a reader sees the old file or the new one)."""
+    write_atomic(path, json.dumps({"config": state.cfg.to_dict(), **state.history}, indent=1))
 
 
 # Checkpoints live in transformer_np.training.checkpoint (imported here, at the end, because it builds
