@@ -30,8 +30,8 @@ import numpy as np
 
 from ..errors import InputValueError
 from ..ops.activations import ACTIVATIONS
-from .format import load_worksheet, quantity_shape
-from .names import LIMITS, PARAM_NAMES, is_per_token
+from .format import LIMITS, load_worksheet, quantity_shape
+from .names import PARAM_NAMES, is_per_token
 from .steps import DH_KEY, H0_KEY, build_steps, evaluate
 from .tomlio import toml_value
 
