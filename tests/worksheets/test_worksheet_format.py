@@ -179,7 +179,7 @@ def test_file_problems(tmp_path):
     with pytest.raises(WorksheetError, match="not UTF-8"):
         check(_write(tmp_path, b"\xff\xfe[setup]", mode="b"))
     big = _write(tmp_path, "# " + "x" * (1 << 20) + "\n" + GOOD, "big.toml")
-    with pytest.raises(WorksheetError, match="more than the 1048576 bytes a worksheet file may have"):
+    with pytest.raises(WorksheetError, match="bytes a worksheet file may have"):
         check(big)
 
 

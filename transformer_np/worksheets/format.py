@@ -58,10 +58,11 @@ __all__ = ["Answer", "Worksheet", "load_worksheet", "quantity_shape", "LIMITS", 
 
 _SQUARE = ("W_Q", "W_K", "W_V", "W_O")
 
-# The biggest sheet a person would work by hand, with room to spare: 8 tokens of width 16 (2 … 16 heads), a
-# feed-forward layer of 64, four layers. Every dimension is checked before a number is read, and a sheet this
-# size is marked in well under 2 s (docs/guide/worksheets.md, "Limits").
-LIMITS = {"tokens": 8, "d_model": 16, "d_ff": 64, "layers": 4, "decimals": 8}
+# The biggest sheet a person would work by hand, with room to spare: 8 tokens of width 8 (1 … 8 heads), a
+# feed-forward layer of 32, two layers (the article's example is 3 tokens, width 4, d_ff 16, two layers). Every
+# dimension is checked before a number is read; a sheet this size with every quantity answered, forward and
+# backward, is about 13,000 numbers (docs/guide/worksheets.md, "Limits").
+LIMITS = {"tokens": 8, "d_model": 8, "d_ff": 32, "layers": 2, "decimals": 8}
 MAX_ABS = 1e6          # every number of a worksheet (input, weights, answers): a hand calculation stays far below
 MAX_TOKEN_CHARS = 32   # a token is a word
 MAX_SEED = 2 ** 63 - 1
@@ -267,6 +268,19 @@ def _entry(x, where: str, path: str) -> float:
     return float(x)
 
 
+def _plain_numbers(v: list, ndim: int) -> np.ndarray | None:
+    """The common case quickly: plain ints and floats, all finite and within ±MAX_ABS; None sends the value to
+    the entry-by-entry path, which finds the first bad entry and names it."""
+    rows = v if ndim == 2 else [v]
+    if not all(type(x) is float or type(x) is int for r in rows for x in r):     # bool is not int here
+        return None
+    try:
+        a = np.array(v, dtype=np.float64)
+    except OverflowError:
+        return None
+    return a if np.all(np.abs(a) <= MAX_ABS) else None           # NaN fails the comparison too
+
+
 def _shaped(v, where: str, shape: tuple[int, ...]) -> np.ndarray:
     """A nested list of exactly ``shape`` (1-D or 2-D) as a float array: the lengths are checked level by level
     before any number is read, so a huge or deeply nested value is refused after looking at its first levels."""
@@ -281,6 +295,9 @@ def _shaped(v, where: str, shape: tuple[int, ...]) -> np.ndarray:
                                      not any(isinstance(x, list) for x in r) for r in v))
     if not ok:
         _fail(where, f"expected shape {shape}, got {_outline(v)}")
+    fast = _plain_numbers(v, len(shape))
+    if fast is not None:
+        return fast
     if len(shape) == 1:
         return np.array([_entry(x, where, f"[{i}]") for i, x in enumerate(v)], dtype=np.float64)
     return np.array([[_entry(x, where, f"[{i}][{j}]") for j, x in enumerate(r)] for i, r in enumerate(v)],

@@ -201,10 +201,10 @@ class Report:
                 elif answers and v == "missing":
                     L += [""] + self._detail(s)
         L.append("")
-        L.append(f"MARKS: {_fmt_mark(self.marks['awarded'])} / {_fmt_mark(self.marks['available'])}"
-                 + ("" if ws.has_marks else " (no [marks] table: 1 mark per answered quantity)")
-                 + (" — error carried forward: a step that follows from your own earlier answers earns its marks"
-                    if c["follows"] else ""))
+        L += textwrap.wrap(f"MARKS: {_fmt_mark(self.marks['awarded'])} / {_fmt_mark(self.marks['available'])}"
+                           + ("" if ws.has_marks else " (no [marks] table: 1 mark per answered quantity)")
+                           + ("; error carried forward: a step that follows from your own earlier answers earns its "
+                              "marks" if c["follows"] else ""), 110, subsequent_indent="  ")
         if self.answered == 0:
             L.append("No answers given: the correct values above are the answer key.")
         elif self.first_mistake is None:
@@ -224,9 +224,10 @@ class Report:
     def _no_answers(self) -> list[str]:
         """What a sheet without answers says: that, and every quantity that can be answered, per layer."""
         ws, m = self.worksheet, self.marking
-        L = [f"No answers given: nothing to mark. Fill in [answers.layer1] … [answers.layer{ws.layers}] with any of "
-             f"these quantities, rounded to {ws.decimals} decimals (a full matrix, or rows keyed by token), and run "
-             f"check again:"]
+        tables = "[answers.layer1]" if ws.layers == 1 else f"[answers.layer1] … [answers.layer{ws.layers}]"
+        L = textwrap.wrap(f"No answers given: nothing to mark. Fill in {tables} with any of these quantities, "
+                          f"rounded to {ws.decimals} decimals (a full matrix, or rows keyed by token), and run check "
+                          f"again:", 110)
         sections: dict[tuple[int, str], list] = {}
         for s in m.steps:
             sections.setdefault((s.layer, "backward" if s.backward else "forward"), []).append(s.name)
