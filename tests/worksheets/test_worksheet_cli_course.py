@@ -296,3 +296,25 @@ def test_worksheet_new_generates_the_corners_of_the_limits(kwargs):
 def test_worksheet_new_refuses_more_tokens_than_distinct_rows():
     with pytest.raises(ValueError, match="needs d_model >= 4"):
         new_worksheet(tokens=8, d_model=2)
+
+
+def test_the_table_never_shows_wrong_within_its_tolerance():
+    """The table's error and tolerance are taken at one entry, so they agree with the verdict: a step outside
+    its tolerance is never printed with an error below it, and a correct one never above."""
+    from transformer_np.worksheets.report import _shown_error
+
+    plants = [{}, {(1, "attention_weights"): lambda v: sh.softmax_rows(v[(1, "scores")], axis=0)},
+              {(1, "scores"): lambda v: v[(1, "Q")] @ v[(1, "K")].T}]
+    checked = 0
+    for seed in range(4):
+        for plant in plants:
+            raw, _ = sh.student(sh.problem(norm=("post", "pre")[seed % 2], seed=seed, backward=seed % 2 == 0),
+                                plant=plant, written=None if seed % 3 else {(1, "Q"), (1, "scores"), (1, "H")})
+            r = check(raw)
+            for key, v in r.marking.verdict.items():
+                if v == "missing":
+                    continue
+                err, tol = _shown_error(r.marking, key)
+                assert (err <= tol + 1e-9) == (v == "correct"), (seed, key, v, err, tol)
+                checked += 1
+    assert checked > 100

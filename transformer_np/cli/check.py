@@ -154,10 +154,12 @@ def _summary(rows: list[dict], reports: dict) -> dict:
     wrong = Counter(f"layer {s['layer']} {s['name']}" for rep in reports.values() for s in rep.steps
                     if s["verdict"] == "wrong")
     totals = [r["total"] for r in marked]
+    shares = [r["total"] / r["out_of"] for r in marked if r["out_of"]]
     # most common first; ties in the order of the steps' first appearance (Counter keeps insertion order)
     return {"sheets": len(rows), "marked": len(marked), "unreadable": len(rows) - len(marked),
             "no_answers": sum(1 for rep in reports.values() if rep.answered == 0),
             "mean_total": (sum(totals) / len(totals)) if totals else None,
+            "mean_share": (sum(shares) / len(shares)) if shares else None,     # of each sheet's own out_of
             "out_of": sorted({r["out_of"] for r in marked}),
             "first_mistakes": [{"step": k[0], "diagnosis": k[1], "sheets": n} for k, n in first.most_common()],
             "steps_wrong": [{"step": k, "sheets": n} for k, n in wrong.most_common()]}
@@ -179,7 +181,8 @@ def _class_text(rows: list[dict], summary: dict, csv_path: str | None) -> list[s
           + (f", {s['unreadable']} unreadable" if s["unreadable"] else "")
           + (f", {s['no_answers']} with no answers" if s["no_answers"] else "")
           + (f"; mean mark {s['mean_total']:.2f}" + (f" / {s['out_of'][0]:g}" if len(s["out_of"]) == 1 else "")
-             if s["mean_total"] is not None else "") + "."]
+             if s["mean_total"] is not None else "")
+          + (f" ({100 * s['mean_share']:.0f}% of the marks available)" if s["mean_share"] is not None else "") + "."]
     if s["first_mistakes"]:
         L.append("Most common first mistakes:")
         L += [f"  {m['sheets']:3d} × {m['step']} — {m['diagnosis']}" for m in s["first_mistakes"][:8]]

@@ -41,6 +41,24 @@ def _mark(x):
     return int(x) if float(x).is_integer() else float(x)
 
 
+def _shown_error(m: Marking, key) -> tuple[float, float]:
+    """The (error, tolerance) pair the table shows for an answered step, taken at one entry so that the two can
+    be compared: the given entry that exceeds its tolerance (against the correct value) by the most. A step
+    marked ``correct`` from the student's own correct answers (rule 2 of :mod:`.marking`) that is outside the
+    tolerance of the true value shows the comparison that made it correct: with the value recomputed from
+    those answers."""
+    a = m.given(key)
+    ref, tol = m.truth[key], np.broadcast_to(m.tol[key], np.shape(m.truth[key]))
+    err = np.abs(a.value - ref)
+    if m.verdict[key] == "correct" and np.any((err > tol)[a.mask]):
+        ref, tol = m.own[key], np.broadcast_to(m.own_tol[key], np.shape(m.own[key]))
+        err = np.abs(a.value - ref)
+    with np.errstate(invalid="ignore"):
+        over = np.where(a.mask, err - tol, -np.inf)
+    k = np.unravel_index(int(np.argmax(over)), over.shape) if over.ndim else ()
+    return float(err[k]), float(tol[k])
+
+
 def _fmt_mark(x) -> str:
     return "-" if x is None else f"{_mark(x):g}"
 
@@ -177,19 +195,16 @@ class Report:
                                     and by_key[s.key]["out_of"] is not None]
             if answered or unanswered_questions:
                 w = max([len(s.name) for s in answered + unanswered_questions] + [len("quantity")]) + 2
-                L.append(f"  {'quantity'.ljust(w)}{'verdict':9s}{'max error':>10s}{'tolerance':>11s}{'marks':>9s}")
+                L.append(f"  {'quantity'.ljust(w)}{'verdict':9s}{'error':>10s}{'tolerance':>11s}{'marks':>9s}")
                 for s in answered + unanswered_questions:
                     v = m.verdict[s.key]
                     marks = self._marks_cell(by_key[s.key])
                     if v == "missing":
                         L.append(f"  {s.name.ljust(w)}{'missing':9s}{'':10s}{'':11s}{marks:>9s}")
                         continue
-                    a = m.given(s.key)
-                    t = m.tol if v == "correct" and m.error[s.key] <= float(np.max(m.tol[s.key][a.mask])) \
-                        else m.own_tol
-                    tol = float(np.max(t[s.key][a.mask]))
+                    err, tol = _shown_error(m, s.key)
                     L.append(f"  {s.name.ljust(w)}{(v.upper() if v == 'wrong' else v):9s}"
-                             f"{m.error[s.key]:10.{dec + 1}f}{tol:11.{dec + 1}f}{marks:>9s}")
+                             f"{err:10.{dec + 1}f}{tol:11.{dec + 1}f}{marks:>9s}")
             missing = [s.name for s in steps if m.verdict[s.key] == "missing" and s not in unanswered_questions]
             if missing:
                 L += textwrap.wrap("not answered: " + ", ".join(missing), 110, initial_indent="  ",
