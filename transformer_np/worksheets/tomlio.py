@@ -62,10 +62,10 @@ MAX_KEYS = 2_000         # key = value lines (the largest sheet: ~200)
 MAX_TABLES = 64          # [table] headers (setup, input, layers, answers, marks: about a dozen)
 
 _SPECIAL = re.compile(r"""["'#\[\]{},\n]""")
-_KEY = re.compile(r"[ \t]*+([A-Za-z0-9_\-.\"' \t]+?)[ \t]*=")
+_KEY = re.compile(r"[ \t]*+([A-Za-z0-9_\-.\"']++)[ \t]*+=")      # possessive: no backtracking on long lines
 _BASIC = re.compile(r'"(?:[^"\\\n]|\\.)*+(?:"|$)', re.MULTILINE)
 _LITERAL = re.compile(r"'[^'\n]*+(?:'|$)", re.MULTILINE)
-_HEADER = re.compile(r"\[\[?[ \t]*([^\]\n]*?)[ \t]*\]")
+_HEADER = re.compile(r"\[\[?([^\]\n]*+)\]")
 _LONG_INT = re.compile(r"(?<![\w.])[+\-]?[0-9][0-9_]{%d,}" % MAX_NUMBER_CHARS)   # noqa: UP031
 
 
@@ -120,7 +120,7 @@ def scan_toml(text: str, source: str) -> None:
             if depth == 0 and key is None and c == "[":          # a table header
                 h = _HEADER.match(text, at)
                 if h is not None:
-                    table, pos = h.group(1), h.end()
+                    table, pos = h.group(1).strip(), h.end()
                     tables += 1
                     if tables > MAX_TABLES:
                         _refuse(text, source, at, f"more than {MAX_TABLES} [tables]; a worksheet has about a dozen",
@@ -141,7 +141,11 @@ def scan_toml(text: str, source: str) -> None:
                 end = n if end < 0 else end + 3
             else:
                 s = (_BASIC if c == '"' else _LITERAL).match(text, at)
-                end = s.end()
+                if s is not None:
+                    end = s.end()
+                else:                           # e.g. a backslash before the end of the line: to the line's end
+                    end = text.find("\n", at)
+                    end = n if end < 0 else end
             if end - at > MAX_STRING_CHARS + 2:
                 _refuse(text, source, at, f"a string of {end - at - 2} characters; a worksheet's strings are words "
                                           f"(at most {MAX_STRING_CHARS})", table, key)
@@ -151,10 +155,10 @@ def scan_toml(text: str, source: str) -> None:
 def _refuse(text: str, source: str, at: int, what: str, table: str | None = None, key: str | None = None):
     if table is None:                           # find the table and key of position ``at`` (rare: errors only)
         before = text[:at]
-        heads = list(re.finditer(r"^[ \t]*\[\[?[ \t]*([^\]\n]*?)[ \t]*\]", before, re.MULTILINE))
-        table = heads[-1].group(1) if heads else ""
+        heads = list(re.finditer(r"^[ \t]*+\[\[?([^\]\n]*+)\]", before, re.MULTILINE))
+        table = heads[-1].group(1).strip() if heads else ""
         start = heads[-1].end() if heads else 0
-        keys = list(re.finditer(r"^[ \t]*([A-Za-z0-9_\-.\"']+)[ \t]*=", before[start:], re.MULTILINE))
+        keys = list(re.finditer(r"^[ \t]*+([A-Za-z0-9_\-.\"']++)[ \t]*+=", before[start:], re.MULTILINE))
         key = keys[-1].group(1) if keys else None
         here = _KEY.match(text, text.rfind("\n", 0, at) + 1)        # a key on the line of ``at`` itself
         if here is not None:
