@@ -86,6 +86,11 @@ def test_a_huge_integer_literal_is_refused_with_its_key(tmp_path, digits):
     _refused(path, path, "[input].dH", f"an integer of {digits} characters")     # not OverflowError / int advice
 
 
+def test_a_two_million_entry_file_is_refused_unread(tmp_path):
+    path = _write(tmp_path, GOOD + "dH = [" + "0," * 2_000_000 + "0]\n")
+    _refused(path, path, f"more than the {MAX_FILE_BYTES} bytes")
+
+
 def test_too_many_entries_are_refused_while_scanning(tmp_path):
     rows = (MAX_ENTRIES + 100) // 100
     path = _write(tmp_path, GOOD + "dH = [\n" + ("0, " * 100 + "\n") * rows + "0]\n")

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import sys
+import textwrap
 from collections import Counter
 
 EPILOG = """\
@@ -45,10 +46,10 @@ CSV_COLUMNS = ("file", "total", "out_of", "first_mistake", "diagnosis", "correct
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.description = ("Mark hand calculations written as worksheets: every step is computed with the library's "
-                          "own ops, each answer marked correct / follows / wrong / missing, marks awarded with error "
-                          "carried forward, and the first mistake diagnosed. Several sheets or a folder: a class "
-                          "gradebook.")
+    parser.description = textwrap.fill(
+        "Mark hand calculations written as worksheets: every step is computed with the library's own ops, each "
+        "answer marked correct / follows / wrong / missing, marks awarded with error carried forward, and the first "
+        "mistake diagnosed. Several sheets or a folder: a class gradebook.", 80)   # raw formatter: wrapped here
     parser.epilog = EPILOG
     parser.add_argument("paths", metavar="DIR_OR_FILE", nargs="+",
                         help="worksheets (TOML) or folders of them; 'example' is the article's 'the cat sat' "
