@@ -79,13 +79,13 @@ def test_cli_check_on_the_example():
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(tr.__file__))))
     p = subprocess.run([sys.executable, "-m", "transformer_np", "check", example_path(), "--json"],
                        capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 1, p.stderr          # the article's numbers have two wrong steps: exit status 1
     d = json.loads(p.stdout)
     assert d["first_mistake"]["diagnosis"] == "arithmetic"
     assert sum(s["verdict"] in ("wrong", "follows") for s in d["steps"]) == 4
     p = subprocess.run([sys.executable, "-m", "transformer_np", "check", "example"], capture_output=True, text=True,
                        env=env, timeout=300)
-    assert p.returncode == 0 and "FIRST MISTAKE: layer 1, attention_weights — arithmetic" in p.stdout
+    assert p.returncode == 1 and "FIRST MISTAKE: layer 1, attention_weights — arithmetic" in p.stdout
 
 
 def test_the_example_ships_as_package_data():

@@ -13,6 +13,7 @@ import sheet_helpers as sh
 
 from transformer_np.errors import FileFormatError, InputTypeError, WorksheetError
 from transformer_np.worksheets import check, load_worksheet
+from transformer_np.worksheets.format import LIMITS
 
 GOOD = """[setup]
 tokens = ["the", "cat", "sat"]
@@ -91,10 +92,12 @@ BAD = [
     ({"answers": {"layer1": {"Q": [[float("inf")] * 4] * 3}}}, ["[answers.layer1].Q", "non-finite"]),
     ({"setup__eps": float("inf")}, ["[setup].eps", "positive finite"]),
     ({"setup__eps": 0}, ["[setup].eps", "positive finite"]),
-    ({"setup__d_model": 65}, ["[setup].d_model", "[1, 64]", "hand calculation", "65"]),
-    ({"setup__tokens": [f"t{i}" for i in range(17)]}, ["[setup].tokens", "at most 16", "17"]),
-    ({"setup__layers": 5}, ["[setup].layers", "[1, 4]", "5"]),
-    ({"setup__d_ff": 257}, ["[setup].d_ff", "[1, 256]"]),
+    ({"setup__d_model": LIMITS["d_model"] + 1},
+     ["[setup].d_model", f"[1, {LIMITS['d_model']}]", "hand calculation", f"{LIMITS['d_model'] + 1}"]),
+    ({"setup__tokens": [f"t{i}" for i in range(LIMITS["tokens"] + 1)]},
+     ["[setup].tokens", f"at most {LIMITS['tokens']}", f"{LIMITS['tokens'] + 1}"]),
+    ({"setup__layers": LIMITS["layers"] + 1}, ["[setup].layers", f"[1, {LIMITS['layers']}]"]),
+    ({"setup__d_ff": LIMITS["d_ff"] + 1}, ["[setup].d_ff", f"[1, {LIMITS['d_ff']}]"]),
     ({"setup__decimals": 9}, ["[setup].decimals", "[0, 8]"]),
     ({"setup__seed": -1}, ["[setup].seed", ">= 0"]),
     ({"setup__d_model": 4.0}, ["[setup].d_model", "must be an integer", "4.0"]),
@@ -177,7 +180,7 @@ def test_file_problems(tmp_path):
     with pytest.raises(WorksheetError, match="not UTF-8"):
         check(_write(tmp_path, b"\xff\xfe[setup]", mode="b"))
     big = _write(tmp_path, "# " + "x" * (1 << 20) + "\n" + GOOD, "big.toml")
-    with pytest.raises(WorksheetError, match="not a hand-calculation worksheet"):
+    with pytest.raises(WorksheetError, match="bytes a worksheet file may have"):
         check(big)
 
 

@@ -142,9 +142,9 @@ def test_json_contract(capsys):
                         plant={(1, "residual"): lambda vals: vals[(1, "attention_output")]},
                         written={(1, "Q"), (1, "residual"), (1, "layer_norm2"), (1, "H"), (1, "d_H0")})
     d = check(raw).to_dict()
-    assert list(d) == ["steps", "first_mistake"]
+    assert list(d) == ["steps", "first_mistake", "marks", "counts"]
     for s in d["steps"]:
-        assert list(s) == ["layer", "name", "verdict", "given", "expected", "max_abs_error"]
+        assert list(s) == ["layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of"]
         assert s["verdict"] in ("correct", "follows", "wrong", "missing")
         assert (s["given"] is None) == (s["verdict"] == "missing") == (s["max_abs_error"] is None)
     assert list(d["first_mistake"]) == ["layer", "name", "diagnosis", "explanation"]

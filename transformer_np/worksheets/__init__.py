@@ -12,7 +12,8 @@ for hand calculation (:mod:`.generate`).
     >>> report.first_mistake["diagnosis"]
     'arithmetic'
 
-Command line: ``transformer-np check FILE [--json]`` and ``transformer-np worksheet new``.
+Command line: ``transformer-np check DIR_OR_FILE... [--json] [--answers] [--csv GRADEBOOK]`` and
+``transformer-np worksheet new``.
 """
 
 from __future__ import annotations
@@ -47,16 +48,31 @@ def check(worksheet) -> Report:
 
     Returns:
         a :class:`Report`: ``report.to_dict()`` is ``{"steps": [{"layer", "name", "verdict", "given",
-        "expected", "max_abs_error"}, …], "first_mistake": {"layer", "name", "diagnosis",
-        "explanation"} or None}``; ``print(report)`` shows the text report.
+        "expected", "max_abs_error", "marks", "out_of"}, …], "first_mistake": {"layer", "name", "diagnosis",
+        "explanation"} or None, "marks": {"awarded", "available"}, "counts": {…}}``; ``print(report)``
+        shows the text report.
 
     Raises:
         WorksheetError: (a ``ValueError``) the worksheet is malformed — the message names the file,
             section, key, what was expected and what was given.
     """
+    import numpy as np
+
+    from ..errors import InputValueError, WorksheetError
     from .marking import mark_worksheet
 
-    return Report(mark_worksheet(load_worksheet(worksheet)))
+    ws = load_worksheet(worksheet)
+    try:
+        m = mark_worksheet(ws)
+    except WorksheetError:
+        raise
+    except InputValueError as e:          # an op refusing a value the sheet led to: name the file
+        raise WorksheetError(f"{ws.source}: {e}") from None
+    for s in m.steps:                     # the bounds on a sheet's numbers keep every value finite; say so if not
+        if not np.all(np.isfinite(m.truth[s.key])):
+            raise WorksheetError(f"{ws.source}: layer {s.layer}, {s.name}: the correct value is not finite; the "
+                                 f"sheet's numbers are too large to check")
+    return Report(m)
 
 
 def new_worksheet(*args, **kwargs):

@@ -27,7 +27,15 @@ r"""The worksheet format: a TOML file (or the same structure as a dict), validat
 
 Defaults are used only for keys that are absent; a key that is present is used as given or refused
 with a :class:`~transformer_np.errors.WorksheetError` that names it. Sizes are bounded (see
-``names.LIMITS``): a worksheet is for hand calculation.
+``LIMITS`` below; every number within ±``MAX_ABS``): a worksheet is for hand calculation.
+
+An optional ``[marks]`` table is the mark scheme (see :meth:`Worksheet.mark_of`)::
+
+    [marks]
+    attention_weights = 2      # this quantity, in every layer that has it
+    default = 1                # any other quantity (default 1)
+    [marks.layer2]
+    H = 3                      # layer 2's H only
 """
 
 from __future__ import annotations
@@ -43,12 +51,23 @@ from ..errors import WorksheetError
 from ..model.config import EncoderConfig
 from ..model.params import init_params, layer_prefix
 from ..ops.activations import ACTIVATIONS
-from .names import LIBRARY_PARAM, LIMITS, PARAM_NAMES, SETUP_KEYS, answer_names, is_per_token
+from .names import LIBRARY_PARAM, PARAM_NAMES, SETUP_KEYS, answer_names, is_per_token
 from .tomlio import read_toml
 
-__all__ = ["Answer", "Worksheet", "load_worksheet", "quantity_shape"]
+__all__ = ["Answer", "Worksheet", "load_worksheet", "quantity_shape", "LIMITS", "MAX_ABS", "MAX_MARK"]
 
 _SQUARE = ("W_Q", "W_K", "W_V", "W_O")
+
+# The biggest sheet a person would work by hand, with room to spare: 8 tokens of width 8 (1 … 8 heads), a
+# feed-forward layer of 32, two layers (the article's example is 3 tokens, width 4, d_ff 16, two layers). Every
+# dimension is checked before a number is read; a sheet this size with every quantity answered, forward and
+# backward, is about 13,000 numbers (docs/guide/worksheets.md, "Limits").
+LIMITS = {"tokens": 8, "d_model": 8, "d_ff": 32, "layers": 2, "decimals": 8}
+MAX_ABS = 1e6          # every number of a worksheet (input, weights, answers): a hand calculation stays far below
+MAX_TOKEN_CHARS = 32   # a token is a word
+MAX_SEED = 2 ** 63 - 1
+MAX_MARK = 1000        # marks of one quantity
+_MAX_LEN = 256         # _outline reads at most this many entries per level
 
 
 @dataclass
@@ -84,6 +103,23 @@ class Worksheet:
     answers: dict[tuple[int, str], Answer] = field(default_factory=dict)   # (layer, name) -> Answer
     given_params: list[set[str]] = field(default_factory=list)             # names given in [layerℓ]
     source: str = "<dict>"
+    marks: dict[tuple[int, str], float] = field(default_factory=dict)      # (layer, name) -> marks, from [marks]
+    mark_names: dict[str, float] = field(default_factory=dict)             # name -> marks in every layer
+    mark_default: float = 1.0
+    has_marks: bool = False                                                # the sheet has a [marks] table
+
+    def mark_of(self, key: tuple[int, str]) -> float:
+        """The marks of quantity ``key = (layer, name)``: ``[marks.layerℓ].name``, else ``[marks].name``, else
+        ``[marks].default`` (1 when not given)."""
+        if key in self.marks:
+            return self.marks[key]
+        return self.mark_names.get(key[1], self.mark_default)
+
+    def questions(self, keys) -> list[tuple[int, str]]:
+        """The quantities (of ``keys``, the sheet's steps in order) that are marked: those answered and those the
+        mark scheme names with marks > 0 (a question left unanswered earns 0 of its marks)."""
+        named = {k for k in keys if k in self.marks or k[1] in self.mark_names}
+        return [k for k in keys if (k in self.answers or k in named) and self.mark_of(k) > 0]
 
     @property
     def n(self) -> int:
@@ -182,9 +218,10 @@ def _int(table, key, where, default, lo, hi=None):
     if isinstance(v, bool) or not isinstance(v, int):
         _fail(f"{where}.{key}", f"must be an integer, got {_kind(v)}")
     if v < lo or (hi is not None and v > hi):
-        rng = f"in [{lo}, {hi}]" if hi is not None else f">= {lo}"
-        why = " (a worksheet is for hand calculation)" if hi is not None and v > hi else ""
-        _fail(f"{where}.{key}", f"must be {rng}{why}, got {v}")
+        rng = f"in [{lo}, {hi}]" if hi is not None and hi < MAX_SEED else f">= {lo}" if v < lo else f"<= {hi}"
+        why = " (a worksheet is for hand calculation)" if hi is not None and v > hi and key != "seed" else ""
+        shown = f"an integer of {v.bit_length()} bits" if v.bit_length() > 64 else f"{v}"
+        _fail(f"{where}.{key}", f"must be {rng}{why}, got {shown}")
     return v
 
 
@@ -199,36 +236,72 @@ def _choice(table, key, where, default, choices):
     return v
 
 
-def _numbers(v, where: str):
-    """A nested list of finite numbers as a float array (shape checked by the caller)."""
-    def walk(x, path):
-        if isinstance(x, bool) or isinstance(x, (str, dict)) or x is None:
-            _fail(where, f"expected numbers, got {_kind(x)}{path}")
-        if isinstance(x, (int, float)):
-            if not math.isfinite(x):
-                _fail(where, f"non-finite number {x!r}{path} (NaN and infinity are not allowed)")
-            return float(x)
-        if isinstance(x, list):
-            return [walk(y, f"{path}[{i}]") for i, y in enumerate(x)]
-        _fail(where, f"expected numbers, got {_kind(x)}{path}")
-    data = walk(v, "")
+def _outline(v) -> str:
+    """What an array-like value looks like, in a few words, without reading more than two levels of it."""
+    if not isinstance(v, list):
+        return _kind(v)
+    if len(v) > _MAX_LEN:
+        return f"an array of {len(v)} entries"
+    rows = [x for x in v if isinstance(x, list)]
+    if not rows:
+        return f"shape ({len(v)},)"
+    if len(rows) < len(v):
+        return "rows of different lengths (a ragged array)"
+    lengths = [len(r) for r in rows]
+    if any(isinstance(x, list) for r in rows if len(r) <= _MAX_LEN for x in r) or max(lengths) > _MAX_LEN:
+        return "arrays nested deeper than a matrix" if max(lengths) <= _MAX_LEN else \
+            f"a row of {max(lengths)} entries"
+    if len(set(lengths)) > 1:
+        return f"rows of lengths {lengths}"
+    return f"shape ({len(v)}, {lengths[0]})"
+
+
+def _entry(x, where: str, path: str) -> float:
+    """One finite number of a worksheet, |x| <= MAX_ABS (checked on the integer itself: no float overflow)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        _fail(where, f"expected numbers, got {_kind(x) if not isinstance(x, list) else 'an array'}{path}")
+    if isinstance(x, float) and not math.isfinite(x):
+        _fail(where, f"non-finite number {x!r}{path} (NaN and infinity are not allowed)")
+    if abs(x) > MAX_ABS:
+        shown = f"an integer of {x.bit_length()} bits" if isinstance(x, int) and x.bit_length() > 64 else f"{x!r}"
+        _fail(where, f"{shown}{path} is beyond ±{MAX_ABS:g} (a worksheet is for hand calculation)")
+    return float(x)
+
+
+def _plain_numbers(v: list, ndim: int) -> np.ndarray | None:
+    """The common case quickly: plain ints and floats, all finite and within ±MAX_ABS; None sends the value to
+    the entry-by-entry path, which finds the first bad entry and names it."""
+    rows = v if ndim == 2 else [v]
+    if not all(type(x) is float or type(x) is int for r in rows for x in r):     # bool is not int here
+        return None
     try:
-        a = np.array(data, dtype=np.float64)
-    except ValueError:
-        _fail(where, "rows of different lengths (a ragged array)")
-    if a.dtype == object:
-        _fail(where, "rows of different lengths (a ragged array)")
-    return a
+        a = np.array(v, dtype=np.float64)
+    except OverflowError:
+        return None
+    return a if np.all(np.abs(a) <= MAX_ABS) else None           # NaN fails the comparison too
 
 
 def _shaped(v, where: str, shape: tuple[int, ...]) -> np.ndarray:
-    if isinstance(v, list) and len(shape) == 2 and all(isinstance(r, list) for r in v) and \
-            len({len(r) for r in v}) > 1:
-        _fail(where, f"expected shape {shape}, got rows of lengths {[len(r) for r in v]}")
-    a = _numbers(v, where)
-    if a.shape != shape:
-        _fail(where, f"expected shape {shape}, got shape {a.shape}")
-    return a
+    """A nested list of exactly ``shape`` (1-D or 2-D) as a float array: the lengths are checked level by level
+    before any number is read, so a huge or deeply nested value is refused after looking at its first levels."""
+    if not shape:                        # one number (a row of a per-token statistic, e.g. layer_norm_mean)
+        if isinstance(v, list):
+            _fail(where, f"expected one number, got {_outline(v)}")
+        return np.array(_entry(v, where, ""), dtype=np.float64)
+    if not isinstance(v, list):
+        _fail(where, f"expected an array of shape {shape}, got {_kind(v)}")
+    ok = len(v) == shape[0] and (all(not isinstance(x, list) for x in v) if len(shape) == 1 else
+                                 all(isinstance(r, list) and len(r) == shape[1] and
+                                     not any(isinstance(x, list) for x in r) for r in v))
+    if not ok:
+        _fail(where, f"expected shape {shape}, got {_outline(v)}")
+    fast = _plain_numbers(v, len(shape))
+    if fast is not None:
+        return fast
+    if len(shape) == 1:
+        return np.array([_entry(x, where, f"[{i}]") for i, x in enumerate(v)], dtype=np.float64)
+    return np.array([[_entry(x, where, f"[{i}][{j}]") for j, x in enumerate(r)] for i, r in enumerate(v)],
+                    dtype=np.float64).reshape(shape)
 
 
 def _rows(v, where: str, shape: tuple[int, ...], tokens: tuple[str, ...], per_token: bool, partial: bool):
@@ -264,23 +337,30 @@ def _setup(raw: dict, where: str = "[setup]") -> dict:
     if "tokens" not in s:
         _fail(where, "tokens is required, e.g. tokens = [\"the\", \"cat\", \"sat\"]")
     tokens = s["tokens"]
-    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t for t in tokens):
+    if not isinstance(tokens, list) or not tokens:
         _fail(f"{where}.tokens", f"must be a non-empty array of non-empty strings, got {_kind(tokens)}")
     if len(tokens) > LIMITS["tokens"]:
         _fail(f"{where}.tokens", f"at most {LIMITS['tokens']} tokens (a worksheet is for hand calculation), "
                                  f"got {len(tokens)}")
-    out = {"tokens": tuple(tokens)}
+    if not all(isinstance(t, str) and t for t in tokens):
+        _fail(f"{where}.tokens", f"must be a non-empty array of non-empty strings, got {_kind(tokens)}")
+    long = next((t for t in tokens if len(t) > MAX_TOKEN_CHARS), None)
+    if long is not None:
+        _fail(f"{where}.tokens", f"a token is a word of at most {MAX_TOKEN_CHARS} characters, got one of {len(long)}")
+    out = {"tokens": tuple(str(t) for t in tokens)}      # str(): a NumPy string would print as np.str_('…')
     out["d_model"] = _int(s, "d_model", where, None, 1, LIMITS["d_model"])
     out["n_heads"] = _int(s, "n_heads", where, 1, 1, LIMITS["d_model"])
     out["d_ff"] = _int(s, "d_ff", where, None, 1, LIMITS["d_ff"])
     out["layers"] = _int(s, "layers", where, 1, 1, LIMITS["layers"])
     out["decimals"] = _int(s, "decimals", where, 2, 0, LIMITS["decimals"])
-    out["seed"] = _int(s, "seed", where, 0, 0)
+    out["seed"] = _int(s, "seed", where, 0, 0, MAX_SEED)
     out["norm"] = _choice(s, "norm", where, "post", ("post", "pre"))
     out["activation"] = _choice(s, "activation", where, "gelu", ACTIVATIONS)
     eps = s.get("eps", 1e-12)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-        _fail(f"{where}.eps", f"must be a positive finite number, got {_kind(eps)}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps <= 1 or not math.isfinite(eps):
+        shown = f"an integer of {eps.bit_length()} bits" if isinstance(eps, int) and eps.bit_length() > 64 \
+            else _kind(eps)
+        _fail(f"{where}.eps", f"must be a positive finite number at most 1, got {shown}")
     out["eps"] = float(eps)
     return out
 
@@ -370,7 +450,7 @@ def _parse(raw) -> Worksheet:
         _fail("the worksheet", "the [input] section (with H0) is required")
     setup = _setup(raw["setup"])
     L = setup["layers"]
-    sections = ["setup", "input", "answers"] + [f"layer{l + 1}" for l in range(L)]
+    sections = ["setup", "input", "answers", "marks"] + [f"layer{l + 1}" for l in range(L)]
     for k in raw:
         if k not in sections:
             if k.startswith("layer") and k[5:].isdigit():
@@ -406,7 +486,42 @@ def _parse(raw) -> Worksheet:
                    activation=setup["activation"], eps=setup["eps"], layers=L, decimals=setup["decimals"],
                    seed=setup["seed"], H0=H0, dH=dH, params=params, given_params=given)
     ws.answers = _answers(raw.get("answers", {}), ws)
+    if "marks" in raw:
+        _marks(raw["marks"], ws)
     return ws
+
+
+def _mark(v, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_MARK or \
+            (isinstance(v, float) and not math.isfinite(v)):
+        _fail(where, f"marks must be a number in [0, {MAX_MARK}], got {_kind(v)}")
+    return float(v)
+
+
+def _marks(raw, ws: Worksheet) -> None:
+    """The mark scheme: ``[marks]`` name = marks (every layer), default = marks, ``[marks.layerℓ]`` name = marks."""
+    t = _table(raw, "[marks]")
+    layers = [f"layer{l + 1}" for l in range(ws.layers)]
+    every = set()
+    for layer in range(1, ws.layers + 1):
+        every.update(answer_names(ws.norm, ws.n_heads, layer, ws.backward))
+    ws.has_marks = True
+    for key, v in t.items():
+        if key == "default":
+            ws.mark_default = _mark(v, "[marks].default")
+        elif key in layers:
+            layer = int(key[5:])
+            valid = answer_names(ws.norm, ws.n_heads, layer, ws.backward)
+            for name, m in _table(v, f"[marks.{key}]").items():
+                if name not in valid:
+                    _fail(f"[marks.{key}]", _suggest(name, valid, "quantity"))
+                ws.marks[(layer, name)] = _mark(m, f"[marks.{key}].{name}")
+        elif key in every:
+            ws.mark_names[key] = _mark(v, f"[marks].{key}")
+        elif key.startswith("layer") and key[5:].isdigit():
+            _fail(f"[marks.{key}]", f"the worksheet has setup.layers = {ws.layers}")
+        else:
+            _fail("[marks]", _suggest(key, ["default"] + layers + sorted(every), "quantity"))
 
 
 def load_worksheet(source) -> Worksheet:

@@ -8,11 +8,16 @@ numbers are chosen to be worked by hand:
   0 — so Q, K, V are columns of the attention's input, and in layer 1 of a Post-LN sheet the scores
   are integers / √d_k (for d_k = 1, 4, 9, 16: multiples of 1/√d_k); every score of layer 1 lies in
   [−2, 2] (later layers [−3, 3]; both at least [−√d_k, √d_k]) and not all are equal, so the softmax
-  needs e^x for a few small x;
-* W_1, W_2: entries in {−1, −0.5, 0, 0.5, 1}, b_1 in {−0.5, 0, 0.5}, γ = 1, β = 0;
+  needs e^x for a few small x — when ten draws of a layer miss that bound (many heads of width 1 on
+  normalised inputs rarely meet it) the bound widens by 1, so every size within the limits is generated
+  in seconds;
+* W_1, W_2: entries in {−1, −0.5, 0, 0.5, 1}, b_1 in {−0.5, 0, 0.5} (after ten failed draws of a layer
+  {−0.75, −0.25, 0.25, 0.75}, off the half-grid, so that a pre-activation is not exactly 0), γ = 1, β = 0;
   with ReLU (the default activation here) no pre-activation lies within 0.05 of the kink (on a
   sheet with more than 64 pre-activations per layer: none exactly at it);
-* every LayerNorm input row has variance ≥ 0.05 (no near-constant row), and (with ``--backward``)
+* no two tokens leave a layer with the same row (the next layer's scores would all tie), so
+  ``tokens`` ≤ 2^d_model − 2 (the distinct non-constant rows of zeros and ones);
+* every LayerNorm input row has variance ≥ 0.15 (no near-constant row), and (with ``--backward``)
   the upstream gradient dH has entries in {−1, 0, 1}.
 
 A layer whose numbers break a condition is redrawn from the same seeded stream (deterministically).
@@ -30,8 +35,8 @@ import numpy as np
 
 from ..errors import InputValueError
 from ..ops.activations import ACTIVATIONS
-from .format import load_worksheet, quantity_shape
-from .names import LIMITS, PARAM_NAMES, is_per_token
+from .format import LIMITS, load_worksheet, quantity_shape
+from .names import PARAM_NAMES, is_per_token
 from .steps import DH_KEY, H0_KEY, build_steps, evaluate
 from .tomlio import toml_value
 
@@ -42,6 +47,7 @@ WORDS = ("the", "cat", "sat", "on", "a", "mat", "dog", "ran", "big", "red", "sun
          "fish", "swam", "old", "tree", "grew", "tall")
 _MAX_DRAWS = 500      # draws of H0 (each followed by up to _LAYER_DRAWS draws per layer)
 _LAYER_DRAWS = 50
+_WIDEN_EVERY = 10     # after this many draws of a layer fail, its score bound widens by 1 (many heads of width 1)
 MIN_VARIANCE = 0.15    # LayerNorm inputs with a smaller variance make 1/σ (and the rounding it amplifies) large
 
 
@@ -62,46 +68,52 @@ def _check_args(tokens, d_model, heads, norm, layers, d_ff, activation, decimals
         raise InputValueError(f"seed must be a non-negative integer, got {seed!r}")
     if d_model % heads:
         raise InputValueError(f"d_model = {d_model} must be divisible by heads = {heads}")
+    if tokens > 2 ** d_model - 2:
+        raise InputValueError(f"tokens = {tokens} needs d_model >= {int(np.ceil(np.log2(tokens + 2)))}: the rows of "
+                              f"H0 are distinct, non-constant patterns of zeros and ones, and d_model = {d_model} "
+                              f"has only {2 ** d_model - 2}")
     if norm not in ("post", "pre"):
         raise InputValueError(f"norm must be 'post' or 'pre', got {norm!r}")
     if activation not in ACTIVATIONS:
         raise InputValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
 
 
-def _draw_layer(rng, d: int, f: int) -> dict:
+def _draw_layer(rng, d: int, f: int, off_grid: bool = False) -> dict:
     def select():                                 # column c of x W is column r(c) of x
         return np.eye(d)[rng.integers(0, d, size=d)].T.copy()
     return {"W_Q": select(), "b_Q": np.zeros(d), "W_K": select(), "b_K": np.zeros(d),
             "W_V": np.eye(d)[rng.permutation(d)], "b_V": np.zeros(d), "W_O": np.eye(d), "b_O": np.zeros(d),
             "gamma1": np.ones(d), "beta1": np.zeros(d),
-            "W_1": rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0], size=(d, f)), "b_1": rng.choice([-0.5, 0.0, 0.5], size=f),
+            "W_1": rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0], size=(d, f)),
+            "b_1": rng.choice([-0.75, -0.25, 0.25, 0.75] if off_grid else [-0.5, 0.0, 0.5], size=f),
             "W_2": rng.choice([-1.0, -0.5, 0.0, 0.5, 1.0], size=(f, d)), "b_2": np.zeros(d),
             "gamma2": np.ones(d), "beta2": np.zeros(d)}
 
 
-def _layer_ok(raw: dict, layer: int, activation: str) -> bool:
-    """Are the numbers of layer ``layer`` (1-based) of the problem so far hand-friendly?"""
-    sub = {**raw, "setup": {**raw["setup"], "layers": layer}, "input": {"H0": raw["input"]["H0"]}}
-    sub = {k: v for k, v in sub.items() if not (k.startswith("layer") and int(k[5:]) > layer)}
+def _layer_ok(raw: dict, layer: int, activation: str, H_in: np.ndarray, widen: int = 0) -> np.ndarray | None:
+    """Are the numbers of layer ``layer`` (1-based) of the problem so far hand-friendly? ``H_in`` is the layer's
+    input H^(layer-1) (the steps of a layer depend on nothing else): only this one layer is computed."""
+    sub = {"setup": {**raw["setup"], "layers": 1}, "input": {"H0": H_in.tolist()}, "layer1": raw[f"layer{layer}"]}
     ws = load_worksheet(sub)
     steps = build_steps(ws)
     v = evaluate(steps, {H0_KEY: ws.H0})
+    out = v[(1, "H")]
+    if len({tuple(np.round(r, 9)) for r in out}) < len(out):    # two tokens alike: the next layer's scores tie
+        return None
     for s in steps:
-        if s.layer != layer:
-            continue
         x = v[s.key]
         base = s.name.split("_head")[0]
         if not np.all(np.isfinite(x)):
-            return False
-        bound = max(2.0 if layer == 1 else 3.0, np.sqrt(ws.d_k))
+            return None
+        bound = max(2.0 if layer == 1 else 3.0, np.sqrt(ws.d_k)) + widen
         if base == "scores" and (np.abs(x).max() > bound + 1e-9 or np.ptp(x) == 0):
-            return False
+            return None
         if base.endswith("_var") and x.min() < MIN_VARIANCE:
-            return False
+            return None
         kink = 0.05 if x.size <= 64 else 1e-9      # a hand-sized sheet keeps clear of ReLU's kink
         if base == "ffn_hidden" and activation == "relu" and np.abs(x).min() < kink:
-            return False
-    return True
+            return None
+    return out
 
 
 def new_worksheet(tokens: int = 3, d_model: int = 4, heads: int = 1, norm: str = "post", backward: bool = False,
@@ -133,10 +145,14 @@ def new_worksheet(tokens: int = 3, d_model: int = 4, heads: int = 1, norm: str =
                          "activation": activation, "eps": 1e-12, "layers": layers, "decimals": decimals,
                          "seed": int(seed)},
                "input": {"H0": H0.tolist()}}
+        H_in = H0
         for l in range(1, layers + 1):
-            for _ in range(_LAYER_DRAWS):
-                raw[f"layer{l}"] = {k: v.tolist() for k, v in _draw_layer(rng, d_model, f).items()}
-                if _layer_ok(raw, l, activation):
+            for attempt in range(_LAYER_DRAWS):
+                raw[f"layer{l}"] = {k: v.tolist() for k, v in
+                                    _draw_layer(rng, d_model, f, attempt >= _WIDEN_EVERY).items()}
+                H_out = _layer_ok(raw, l, activation, H_in, attempt // _WIDEN_EVERY)
+                if H_out is not None:
+                    H_in = H_out
                     break
             else:
                 break
@@ -311,18 +327,23 @@ def key_markdown(raw: dict) -> str:
 def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: bool = False) -> list[str]:
     """Write ``<stem>.toml``, ``<stem>_student.md``, ``<stem>_key.md`` and ``<stem>_key.toml`` into ``out``.
 
-    ``stem`` defaults to ``worksheet_seed<seed>``. Existing files are not overwritten unless ``force``.
-    Returns the four paths.
+    ``stem`` defaults to ``worksheet_seed<seed>``; it is a file name, not a path (no folder, no ``..``), and a
+    symbolic link at any of the four targets is refused, not followed. Existing files are not overwritten unless
+    ``force``; nothing is written unless all four can be. Each file is written atomically (a temporary sibling,
+    then one rename), so a reader never sees half a file. Returns the four paths.
     """
-    stem = stem or f"worksheet_seed{raw['setup'].get('seed', 0)}"
-    os.makedirs(out, exist_ok=True)
-    paths = [os.path.join(out, stem + suffix) for suffix in (".toml", "_student.md", "_key.md", "_key.toml")]
+    from .._files import confined_path, write_atomic
+
+    stem = f"worksheet_seed{raw['setup'].get('seed', 0)}" if stem is None else stem
+    confined_path(out, stem, argument="--name")                                     # the name as given
+    names = [stem + suffix for suffix in (".toml", "_student.md", "_key.md", "_key.toml")]
+    targets = [confined_path(out, name, argument="--name") for name in names]       # refuses ../x, /x, symlinks
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InputValueError(f"--out: {out} exists and is not a folder")
     if not force:
-        existing = [p for p in paths if os.path.exists(p)]
+        existing = [t for t in targets if os.path.lexists(t)]
         if existing:
             raise InputValueError(f"{existing[0]} already exists (use --force / force=True to overwrite)")
     texts = [to_toml(raw), student_markdown(raw), key_markdown(raw), to_toml(raw, answers=answer_key(raw))]
-    for p, text in zip(paths, texts):
-        with open(p, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    return paths
+    os.makedirs(out, exist_ok=True)
+    return [os.fspath(write_atomic(t, text, error=InputValueError)) for t, text in zip(targets, texts)]

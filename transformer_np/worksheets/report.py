@@ -34,16 +34,51 @@ def format_table(rows: list[tuple[str, str, np.ndarray]], cols: list[str], dec: 
     return out
 
 
+def _mark(x):
+    """Marks as JSON numbers: an int when whole (2, not 2.0)."""
+    if x is None:
+        return None
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def _shown_error(m: Marking, key) -> tuple[float, float]:
+    """The (error, tolerance) pair the table shows for an answered step, taken at one entry so that the two can
+    be compared: the given entry that exceeds its tolerance (against the correct value) by the most. A step
+    marked ``correct`` from the student's own correct answers (rule 2 of :mod:`.marking`) that is outside the
+    tolerance of the true value shows the comparison that made it correct: with the value recomputed from
+    those answers."""
+    a = m.given(key)
+    ref, tol = m.truth[key], np.broadcast_to(m.tol[key], np.shape(m.truth[key]))
+    err = np.abs(a.value - ref)
+    if m.verdict[key] == "correct" and np.any((err > tol)[a.mask]):
+        ref, tol = m.own[key], np.broadcast_to(m.own_tol[key], np.shape(m.own[key]))
+        err = np.abs(a.value - ref)
+    with np.errstate(invalid="ignore"):
+        over = np.where(a.mask, err - tol, -np.inf)
+    k = np.unravel_index(int(np.argmax(over)), over.shape) if over.ndim else ()
+    return float(err[k]), float(tol[k])
+
+
+def _fmt_mark(x) -> str:
+    return "-" if x is None else f"{_mark(x):g}"
+
+
 class Report:
     """What ``check`` found. ``to_dict()`` is the JSON contract::
 
-        {"steps": [{"layer", "name", "verdict", "given", "expected", "max_abs_error"}, …],
-         "first_mistake": {"layer", "name", "diagnosis", "explanation"} or None}
+        {"steps": [{"layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of"}, …],
+         "first_mistake": {"layer", "name", "diagnosis", "explanation"} or None,
+         "marks": {"awarded", "available"},
+         "counts": {"correct", "follows", "wrong", "missing"}}
 
     ``given`` is the student's answer as written (a nested list, or ``{token: row}`` for a table of
-    rows) or None; ``expected`` the correct value (full precision, nested lists); ``max_abs_error``
-    the largest |given − expected| over the given entries (None when missing). ``str(report)`` is the
-    text report (see :meth:`format`).
+    rows) or None; ``expected`` the correct value (full precision, nested lists) of an answered step —
+    None for a step not answered unless ``to_dict(answers=True)`` (an instructor's key);
+    ``max_abs_error`` the largest |given − expected| over the given entries (None when missing).
+    ``marks`` / ``out_of``: the marks awarded and available for a marked quantity (None for one that is
+    not: see :meth:`~.format.Worksheet.questions`), with error carried forward — ``correct`` and
+    ``follows`` earn the quantity's marks, ``wrong`` and an unanswered question none.
+    ``str(report)`` is the text report (see :meth:`format`).
     """
 
     def __init__(self, marking: Marking):
@@ -51,11 +86,20 @@ class Report:
         self.worksheet = marking.worksheet
         m = marking
         self.steps = []
+        ws = self.worksheet
+        questions = set(ws.questions([s.key for s in m.steps]))
+        awarded = available = 0.0
         for s in m.steps:
             a = m.given(s.key)
-            self.steps.append({"layer": s.layer, "name": s.name, "verdict": m.verdict[s.key],
+            v = m.verdict[s.key]
+            out_of = ws.mark_of(s.key) if s.key in questions else None
+            got = None if out_of is None else (out_of if v in ("correct", "follows") else 0.0)
+            if out_of is not None:
+                awarded, available = awarded + got, available + out_of
+            self.steps.append({"layer": s.layer, "name": s.name, "verdict": v,
                                "given": None if a is None else a.raw, "expected": m.truth[s.key].tolist(),
-                               "max_abs_error": m.error[s.key]})
+                               "max_abs_error": m.error[s.key], "marks": _mark(got), "out_of": _mark(out_of)})
+        self.marks = {"awarded": _mark(awarded), "available": _mark(available)}
         first = next((s for s in m.steps if m.verdict[s.key] == "wrong"), None)
         self.first_mistake = None
         self._at = None
@@ -66,12 +110,31 @@ class Report:
                                   "explanation": d["explanation"]}
 
     # ------------------------------------------------------------------ access
-    def to_dict(self) -> dict:
-        """The JSON-ready result (see the class docstring)."""
-        return {"steps": self.steps, "first_mistake": self.first_mistake}
+    def to_dict(self, answers: bool = False) -> dict:
+        """The JSON-ready result (see the class docstring); ``answers=True`` keeps the expected value of every
+        step, answered or not (an instructor's key)."""
+        steps = [s if answers or s["verdict"] != "missing" else {**s, "expected": None} for s in self.steps]
+        return {"steps": steps, "first_mistake": self.first_mistake, "marks": dict(self.marks),
+                "counts": self.counts()}
 
-    def to_json(self, **kwargs) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
+    def to_json(self, answers: bool = False, **kwargs) -> str:
+        """``to_dict(answers)`` as strict JSON: a non-finite number is an error here, never ``NaN`` in the text."""
+        try:
+            return json.dumps(self.to_dict(answers), allow_nan=False, **kwargs)
+        except ValueError:
+            from ..errors import WorksheetError
+            raise WorksheetError(f"{self.worksheet.source}: a computed value is not finite; "
+                                 f"the sheet's numbers are too large to check") from None
+
+    @property
+    def answered(self) -> int:
+        """How many quantities the student answered."""
+        return sum(s["verdict"] != "missing" for s in self.steps)
+
+    @property
+    def exit_status(self) -> int:
+        """The command line's status for this sheet: 1 if any answer is ``wrong``, else 0."""
+        return 1 if any(s["verdict"] == "wrong" for s in self.steps) else 0
 
     def verdict(self, name: str, layer: int = 1) -> str:
         """The verdict of quantity ``name`` of ``layer`` (1-based)."""
@@ -95,16 +158,20 @@ class Report:
         fm = self.first_mistake
         first = f", first mistake {fm['name']} (layer {fm['layer']}): {fm['diagnosis']}" if fm else ""
         return (f"<worksheet report: {c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, "
-                f"{c['missing']} missing{first}>")
+                f"{c['missing']} missing, marks {_fmt_mark(self.marks['awarded'])} / "
+                f"{_fmt_mark(self.marks['available'])}{first}>")
 
     def __str__(self) -> str:
         return self.format()
 
     # ------------------------------------------------------------------ text
-    def format(self, full: bool = False, key: bool = False) -> str:
-        """The text report: a table of verdicts per layer, your rows next to the correct ones (rounded as
-        the worksheet rounds) for every answer that is not correct (``full``: for every answer), the first
-        mistake and its explanation. ``key=True`` also prints the correct value of every step."""
+    def format(self, full: bool = False, answers: bool = False, key: bool | None = None) -> str:
+        """The text report: a table of verdicts (and marks) per layer, your rows next to the correct ones (rounded
+        as the worksheet rounds) for every answer that is not correct (``full``: for every answer), the marks and
+        the first mistake with its explanation. ``answers=True`` (an instructor's key; ``key`` is its older
+        name) also prints the correct value of every step not answered. A sheet with no answers says so and
+        lists the quantities that can be answered."""
+        answers = answers or bool(key)
         ws, m = self.worksheet, self.marking
         dec = ws.decimals
         heads = f"{ws.n_heads} head{'s' if ws.n_heads > 1 else ''} (d_k {ws.d_k})"
@@ -113,26 +180,32 @@ class Report:
              f"d_ff {ws.d_ff}, {ws.norm.capitalize()}-LN, {ws.activation}, {ws.layers} layer"
              f"{'s' if ws.layers > 1 else ''}, eps {ws.eps:g}",
              f"Answers to {dec} decimals: tolerance = {m.u:g} (half a unit in the last place) plus the rounding "
-             f"carried in from each step's inputs.",
-             f"{c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, {c['missing']} not answered."]
+             f"carried in from each step's inputs."]
+        if self.answered == 0 and not answers:
+            return "\n".join(L + [""] + self._no_answers())
+        L.append(f"{c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, {c['missing']} not answered.")
+        by_key = {(st["layer"], st["name"]): st for st in self.steps}
         sections: dict[tuple[int, str], list] = {}
         for s in m.steps:
             sections.setdefault((s.layer, "backward" if s.backward else "forward"), []).append(s)
         for (layer, part), steps in sections.items():
             L += ["", f"LAYER {layer} — {part}"]
             answered = [s for s in steps if m.verdict[s.key] != "missing"]
-            if answered:
-                w = max(len(s.name) for s in answered) + 2
-                L.append(f"  {'quantity'.ljust(w)}{'verdict':9s}{'max error':>10s}{'tolerance':>11s}")
-                for s in answered:
+            unanswered_questions = [s for s in steps if m.verdict[s.key] == "missing"
+                                    and by_key[s.key]["out_of"] is not None]
+            if answered or unanswered_questions:
+                w = max([len(s.name) for s in answered + unanswered_questions] + [len("quantity")]) + 2
+                L.append(f"  {'quantity'.ljust(w)}{'verdict':9s}{'error':>10s}{'tolerance':>11s}{'marks':>9s}")
+                for s in answered + unanswered_questions:
                     v = m.verdict[s.key]
-                    a = m.given(s.key)
-                    t = m.tol if v == "correct" and m.error[s.key] <= float(np.max(m.tol[s.key][a.mask])) \
-                        else m.own_tol
-                    tol = float(np.max(t[s.key][a.mask]))
+                    marks = self._marks_cell(by_key[s.key])
+                    if v == "missing":
+                        L.append(f"  {s.name.ljust(w)}{'missing':9s}{'':10s}{'':11s}{marks:>9s}")
+                        continue
+                    err, tol = _shown_error(m, s.key)
                     L.append(f"  {s.name.ljust(w)}{(v.upper() if v == 'wrong' else v):9s}"
-                             f"{m.error[s.key]:10.{dec + 1}f}{tol:11.{dec + 1}f}")
-            missing = [s.name for s in steps if m.verdict[s.key] == "missing"]
+                             f"{err:10.{dec + 1}f}{tol:11.{dec + 1}f}{marks:>9s}")
+            missing = [s.name for s in steps if m.verdict[s.key] == "missing" and s not in unanswered_questions]
             if missing:
                 L += textwrap.wrap("not answered: " + ", ".join(missing), 110, initial_indent="  ",
                                    subsequent_indent="    ")
@@ -140,16 +213,43 @@ class Report:
                 v = m.verdict[s.key]
                 if v != "missing" and (full or v != "correct"):
                     L += [""] + self._detail(s)
-                elif key and v == "missing":
+                elif answers and v == "missing":
                     L += [""] + self._detail(s)
         L.append("")
-        if self.first_mistake is None:
+        L += textwrap.wrap(f"MARKS: {_fmt_mark(self.marks['awarded'])} / {_fmt_mark(self.marks['available'])}"
+                           + ("" if ws.has_marks else " (no [marks] table: 1 mark per answered quantity)")
+                           + ("; error carried forward: a step that follows from your own earlier answers earns its "
+                              "marks" if c["follows"] else ""), 110, subsequent_indent="  ")
+        if self.answered == 0:
+            L.append("No answers given: the correct values above are the answer key.")
+        elif self.first_mistake is None:
             L.append("No mistake: every answer is correct or follows from your own earlier answers.")
         else:
             fm = self.first_mistake
             L.append(f"FIRST MISTAKE: layer {fm['layer']}, {fm['name']} — {fm['diagnosis']}")
             L += textwrap.wrap(fm["explanation"], 110, initial_indent="  ", subsequent_indent="  ")
         return "\n".join(L)
+
+    @staticmethod
+    def _marks_cell(step: dict) -> str:
+        if step["out_of"] is None:
+            return ""
+        return f"{_fmt_mark(step['marks'])}/{_fmt_mark(step['out_of'])}"
+
+    def _no_answers(self) -> list[str]:
+        """What a sheet without answers says: that, and every quantity that can be answered, per layer."""
+        ws, m = self.worksheet, self.marking
+        tables = "[answers.layer1]" if ws.layers == 1 else f"[answers.layer1] … [answers.layer{ws.layers}]"
+        L = textwrap.wrap(f"No answers given: nothing to mark. Fill in {tables} with any of these quantities, "
+                          f"rounded to {ws.decimals} decimals (a full matrix, or rows keyed by token), and run check "
+                          f"again:", 110)
+        sections: dict[tuple[int, str], list] = {}
+        for s in m.steps:
+            sections.setdefault((s.layer, "backward" if s.backward else "forward"), []).append(s.name)
+        for (layer, part), names in sections.items():
+            L += textwrap.wrap(f"[answers.layer{layer}] {part}: " + ", ".join(names), 110, initial_indent="  ",
+                               subsequent_indent="    ")
+        return L
 
     def _detail(self, s) -> list[str]:
         ws, m = self.worksheet, self.marking
