@@ -39,7 +39,7 @@ reaching that layer's output from layer ℓ + 1; of the last layer it is ``[inpu
 
 from __future__ import annotations
 
-__all__ = ["SETUP_KEYS", "PARAM_NAMES", "LIBRARY_PARAM", "VERDICTS", "DIAGNOSES", "LIMITS",
+__all__ = ["SETUP_KEYS", "PARAM_NAMES", "LIBRARY_PARAM", "VERDICTS", "DIAGNOSES",
            "head_names", "forward_names", "backward_names", "answer_names", "is_per_token"]
 
 # [setup] keys and their defaults (None = required or derived; see format.py)
@@ -80,7 +80,6 @@ DIAGNOSES = {
 }
 
 # A worksheet is for hand calculation: sizes beyond these are refused.
-LIMITS = {"tokens": 16, "d_model": 64, "d_ff": 256, "layers": 4, "decimals": 8}
 
 
 def head_names(base: str, n_heads: int) -> list[str]:

@@ -43,20 +43,13 @@ def _mark(x):
 
 def _shown_error(m: Marking, key) -> tuple[float, float]:
     """The (error, tolerance) pair the table shows for an answered step, taken at one entry so that the two can
-    be compared: the given entry that exceeds its tolerance (against the correct value) by the most. A step
-    marked ``correct`` from the student's own correct answers (rule 2 of :mod:`.marking`) that is outside the
-    tolerance of the true value shows the comparison that made it correct: with the value recomputed from
-    those answers."""
-    a = m.given(key)
-    ref, tol = m.truth[key], np.broadcast_to(m.tol[key], np.shape(m.truth[key]))
-    err = np.abs(a.value - ref)
-    if m.verdict[key] == "correct" and np.any((err > tol)[a.mask]):
-        ref, tol = m.own[key], np.broadcast_to(m.own_tol[key], np.shape(m.own[key]))
-        err = np.abs(a.value - ref)
-    with np.errstate(invalid="ignore"):
-        over = np.where(a.mask, err - tol, -np.inf)
-    k = np.unravel_index(int(np.argmax(over)), over.shape) if over.ndim else ()
-    return float(err[k]), float(tol[k])
+    be compared: the entry that decided the verdict, against the reference and the band the verdict used
+    (:meth:`.marking.Marking.decisive`) — so a ``wrong`` row's error is always above its tolerance and a
+    ``correct``/``follows`` row's within it."""
+    found = m.decisive(key)
+    if found is None:                      # not answered, or nothing to compare: the band alone, no error
+        return float("nan"), float(np.max(np.asarray(m.tol[key])))
+    return found
 
 
 def _fmt_mark(x) -> str:
@@ -179,8 +172,9 @@ class Report:
         L = [f"Worksheet {os.path.basename(ws.source)}: tokens {', '.join(ws.tokens)}; d_model {ws.d_model}, {heads}, "
              f"d_ff {ws.d_ff}, {ws.norm.capitalize()}-LN, {ws.activation}, {ws.layers} layer"
              f"{'s' if ws.layers > 1 else ''}, eps {ws.eps:g}",
-             f"Answers to {dec} decimals: tolerance = {m.u:g} (half a unit in the last place) plus the rounding "
-             f"carried in from each step's inputs."]
+             f"Answers to {dec} decimals: tolerance = {m.u:g} (half a unit in the last place) plus the band honest "
+             f"rounding of every earlier number can reach; error and tolerance are shown at the entry that decided "
+             f"the verdict, against the true value (or your own earlier numbers, for 'follows')."]
         if self.answered == 0 and not answers:
             return "\n".join(L + [""] + self._no_answers())
         L.append(f"{c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, {c['missing']} not answered.")
