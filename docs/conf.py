@@ -94,13 +94,15 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",        # numpy/Google docstring sections
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",     # MathJax 3 copied into _static: the math renders without a network
     "sphinx.ext.viewcode",
     "plaintext_docstrings",       # docs/_ext: |x| and indented formulas in docstrings, shown as written
 ]
 
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints"]
 templates_path = ["_templates"]
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]   # code blocks scroll within the column
 suppress_warnings = []
 
 # ----------------------------------------------------------------------------- MyST / MyST-NB
@@ -131,6 +133,11 @@ html_theme_options = {
     "navigation_with_keys": False,
     "footer_start": ["copyright"],
     "footer_end": [],
+    # the top bar holds one line at 1280 px: two pages, then "More", and the search as an icon (Ctrl+K);
+    # the left sidebar lists every page (html_sidebars below)
+    "header_links_before_dropdown": 2,
+    "navbar_persistent": ["search-button"],
 }
+html_sidebars = {"**": ["site-nav"]}   # docs/_templates/site-nav.html: the whole table of contents
 html_show_sourcelink = False
 os.environ.setdefault("MPLBACKEND", "Agg")
