@@ -169,3 +169,23 @@ def test_bench_help_is_plain_text_and_every_flag_explained():
 def test_max_rounds_below_rounds_exits_2():
     proc = _run_cli("--quick", "--rounds", "5", "--max-rounds", "3")
     assert proc.returncode == 2 and "--max-rounds" in proc.stderr
+
+
+def test_minilm_profile_parts_add_up_on_a_few_sentences():
+    """The profile's parts (tokenisation, embeddings, layers, pooling, other) add up to each side's total,
+    every timed part ran (> 0), and the throughput ratio is the two sides' sentences/s."""
+    pytest.importorskip("torch", reason="the profile compares against PyTorch")
+    pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers")
+    from transformer_np.perf.profile import PARTS, format_minilm_profile, minilm_profile
+    doc = minilm_profile(n_sentences=40, rounds=1, threads=1, clock="cpu")
+    for side in ("numpy", "sentence_transformers"):
+        d = doc[side]
+        assert sum(d[f"{k}_s"] for k in PARTS) == pytest.approx(d["total_s"], abs=5e-4)   # 4-digit rounding
+        assert all(d[f"{k}_s"] > 0 for k in ("tokenisation", "layers"))
+        assert d["sentences_per_s"] == pytest.approx(40 / d["total_s"], rel=0.01)
+    assert doc["throughput_ratio"] == pytest.approx(
+        doc["numpy"]["sentences_per_s"] / doc["sentence_transformers"]["sentences_per_s"], rel=0.01)
+    table = format_minilm_profile(doc)
+    assert "| layers |" in table and "transformer_np." not in table
+    with pytest.raises(ValueError, match="threads=1"):
+        minilm_profile(n_sentences=4, rounds=1, threads=2, clock="cpu")

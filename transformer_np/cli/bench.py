@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--busy-study", action="store_true",
                         help="instead of the table: thread count 1/2 x 0/1/2 busy-loop processes (started and "
                              "stopped by the command) on --shape (default bert-base), float32 fwd+bwd; a few minutes")
+    parser.add_argument("--profile", choices=("minilm",), default=None,
+                        help="instead of the table: where MiniLM's encode spends its time (tokenisation, "
+                             "embeddings, the six layers, pooling), next to sentence-transformers on the same "
+                             "sentences; with --threads and --clock as for the table, --rounds (default 3)")
     parser.add_argument("--minilm", action="store_true",
                         help="also the MiniLM encode throughput vs sentence-transformers (on by default "
                              "for the full run, off with --quick)")
@@ -69,6 +73,15 @@ def run(args) -> int:
         raise ValueError(f"--max-rounds must be at least --rounds ({rounds}), got {args.max_rounds}")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if args.clock == "cpu" and args.threads != 1:
+        raise ValueError(f"--clock cpu needs --threads 1 (CPU time of several threads counts their waiting), "
+                         f"got --threads {args.threads}")
+    if args.profile == "minilm":
+        from ..perf.profile import format_minilm_profile, minilm_profile
+        doc = minilm_profile(rounds=args.rounds or 3, threads=args.threads, clock=args.clock,
+                             log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
+        print(json.dumps({"minilm_profile": doc}, indent=1) if args.json else format_minilm_profile(doc))
+        return 0
     shapes = [parse_shape(s) for s in (args.shape or (["bert-base"] if args.quick else list(SHAPES)))]
     if args.busy_study:
         shapes = [parse_shape(s) for s in (args.shape or ["bert-base"])]
