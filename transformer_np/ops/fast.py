@@ -17,6 +17,12 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
   cache instead of streaming the whole (…, n_q, n_k) array (128 MiB at n = 2048) through memory.
   Each row of A is the softmax of its own row of S, so the blocks are independent. Only A is
   kept (S is overwritten by A in place): the plain cache's ``"scores"`` is not stored.
+* **Fewer passes over the scores** (round 4, :func:`attention_forward`): the max subtraction is
+  skipped for blocks whose rows a Cauchy–Schwarz bound proves safe from overflow and underflow
+  (:func:`_no_max_rows`), 1/√d_k goes onto Q where that is exact (:func:`_folds`: √d_k a power
+  of two), each block's rows of O = A V are computed while the block is in cache, and without a
+  stored A the normalisation is deferred to the (n, d_v) result (O = exp(S − m) V / ℓ) and the
+  backward works on the unnormalised block, every 1/ℓ applied to an (n, d) array.
 * **Recomputed attention** (``store_attention=False``): no A kept at all; the row maxima and sums
   of the softmax are, and the backward rebuilds each block of A with the forward's operations
   (the FlashAttention trade: one more Q Kᵀ product and exp per block for O(n) memory per block).

@@ -18,6 +18,13 @@ How it is timed. After one warm-up call of each, the two run interleaved, A B A 
 This machine's speed drifts from call to call (other jobs share its cores); a drift slower
 than one round hits both sides of that round alike and cancels in its ratio.
 
+The NumPy limit (:mod:`transformer_np.perf.limit`): each round also runs, third, the work NumPy
+cannot avoid for the row — every matrix product of the layer as one ``np.matmul`` call, plus one
+cache-blocked ``np.exp`` pass over the B·h·n² scores — and the row reports its median time
+(``limit_s``) and the median of the per-round limit/NumPy ratios (``limit_fraction``). A row whose
+per-round ratios spread by more than :data:`UNSTEADY_SPREAD` is run again with fresh rounds until
+steady or until its round budget is spent (``steady``, ``attempts``, ``rounds_run``).
+
 GFLOP/s = :func:`transformer_np.model.flops.layer_flops` ``["total"]`` (matrix products only, the
 same count as the complexity plot) / NumPy's median time. ``peak_fraction`` divides it by
 this machine's measured matmul peak: the best of a few large square ``np.matmul`` calls in
@@ -40,12 +47,9 @@ too (``numpy_default_rss_bytes``). The timed ``fwd+bwd`` rows use the default ba
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -347,200 +351,6 @@ def busy_warnings(doc: dict) -> list[str]:
                       if "rounds_run" in worst else "")
                    + "; rerun with more --rounds on a quieter machine before trusting them.")
     return out
-
-
-_SPIN = "import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.time() < end:\n    pass\n"
-
-_BUSY_CHILD = r"""
-import json, os, statistics, sys, time
-import numpy as np, torch
-from transformer_np.perf.bench import build_pair, OtherLoad, other_load
-dims, dtype, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
-threads, rounds = int(sys.argv[4]), int(sys.argv[5])
-torch.set_num_threads(threads)
-np_call, torch_call, _ = build_pair(tuple(dims), dtype, mode)
-tick = os.sysconf("SC_CLK_TCK")
-
-def cpu():   # CPU seconds of each thread of this process
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            f = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
-            out[tid] = (int(f[11]) + int(f[12])) / tick
-        except OSError:
-            pass
-    return out
-
-def timed(fn):
-    c0, t0 = cpu(), time.perf_counter()
-    fn()
-    t1, c1 = time.perf_counter(), cpu()
-    return t1 - t0, sum(c1[k] - c0.get(k, 0.0) for k in c1)
-
-np_call(); torch_call()
-before = other_load(0.5)   # while this process sleeps: the rounds of a small shape are too short to sample
-rows = []
-with OtherLoad() as others:
-    for _ in range(rounds):
-        rows.append(timed(np_call) + timed(torch_call))
-ratios = [a / c for a, _, c, _ in rows]
-print(json.dumps({"numpy_ms": 1e3 * statistics.median(r[0] for r in rows),
-                  "torch_ms": 1e3 * statistics.median(r[2] for r in rows),
-                  "ratio_vs_torch": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-                  "numpy_cpu_s_per_call": statistics.median(r[1] for r in rows),
-                  "torch_cpu_s_per_call": statistics.median(r[3] for r in rows),
-                  "other_load_cores": others.cores, "other_load_cores_before": before}))
-"""
-
-
-def busy_study(dims=SHAPES["bert-base"], dtype: str = "float32", mode: str = "fwd+bwd", threads=(1, 2),
-               spinners=(0, 1, 2), rounds: int = 5, spin_seconds: float = 600.0, log=None) -> list[dict]:
-    """Thread count × background load, measured: the data behind :func:`recommended_threads`.
-
-    For every (threads, k) cell, k busy-loop processes are started, each in its own session (so the
-    scheduler treats them as another user's jobs, as on a shared JupyterHub node), each stopping by
-    itself after ``spin_seconds`` and killed by its pid when the cell is done; then a fresh process with
-    OpenBLAS and torch limited to ``threads`` runs the layer pair interleaved for ``rounds`` rounds.
-    Each row: median times and ratio, the per-round range of the ratio, the CPU seconds per call
-    (all threads of the process: work *and* the busy-waiting of threads waiting for each other), and the
-    cores used by other processes (spinners included) during the rounds and in 0.5 s just before them.
-    Linux only (reads /proc)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = []
-    for t in threads:
-        for k in spinners:
-            procs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(spin_seconds)], start_new_session=True)
-                     for _ in range(k)]
-            try:
-                env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t),
-                           PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-                proc = subprocess.run([sys.executable, "-c", _BUSY_CHILD, json.dumps(list(dims)), dtype, mode,
-                                       str(t), str(rounds)], capture_output=True, text=True, env=env,
-                                      timeout=spin_seconds, check=False)
-            finally:
-                for p in procs:
-                    p.kill()
-                    p.wait()
-            if proc.returncode != 0:
-                raise RuntimeError(f"busy study cell (threads={t}, spinners={k}) failed: "
-                                   f"{proc.stderr.strip().splitlines()[-1:]}")
-            row = {"threads": t, "spinners": k, **json.loads(proc.stdout.strip().splitlines()[-1])}
-            out.append(row)
-            if log:
-                log(f"threads {t} spinners {k}: numpy {row['numpy_ms']:.0f} ms ({row['numpy_cpu_s_per_call']:.2f} "
-                    f"CPU s), torch {row['torch_ms']:.0f} ms ({row['torch_cpu_s_per_call']:.2f} CPU s), ratio "
-                    f"{row['ratio_vs_torch']:.2f} ({row['ratio_min']:.2f}–{row['ratio_max']:.2f}), others "
-                    f"{_fmt_cores(row['other_load_cores'])} cores")
-    return out
-
-
-def format_busy_study(rows: list[dict]) -> str:
-    """The busy-machine table of docs/guide/performance.md."""
-    lines = ["| threads | busy loops | other processes (cores) | NumPy ms | torch ms | NumPy/torch (rounds) | "
-             "NumPy CPU s/call | torch CPU s/call |", "|---:|---:|---:|---:|---:|---|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['threads']} | {r['spinners']} | {_fmt_cores(r['other_load_cores'])} | {r['numpy_ms']:.0f} "
-                     f"| {r['torch_ms']:.0f} | {r['ratio_vs_torch']:.2f}× ({r['ratio_min']:.2f}–{r['ratio_max']:.2f}) "
-                     f"| {r['numpy_cpu_s_per_call']:.2f} | {r['torch_cpu_s_per_call']:.2f} |")
-    return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- memory
-_CHILD = r"""
-import ctypes, gc, json, sys, numpy as np, torch
-from transformer_np.perf.bench import build_pair
-side, dims, dtype, threads = sys.argv[1], tuple(json.loads(sys.argv[2])), sys.argv[3], int(sys.argv[4])
-torch.set_num_threads(threads)
-np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd", free_cache=(side != "numpy-default"),
-                                   store_attention=(side != "numpy-recompute"))
-np.ones((64, 64)) @ np.ones((64, 64)); torch.ones(64, 64) @ torch.ones(64, 64)   # start both thread pools
-
-def status(key):   # VmRSS / VmHWM of /proc/self/status, in bytes
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return 1024 * int(line.split()[1])
-
-(np_call if side.startswith("numpy") else torch_call)()   # warm-up: one-time inits (autograd engine) excluded
-gc.collect()
-ctypes.CDLL("libc.so.6").malloc_trim(0)        # hand freed heap back to the OS: the peak must be new pages
-if side == "numpy-tracemalloc":
-    import tracemalloc
-    tracemalloc.start()
-    out = np_call()
-    print(json.dumps({"peak_bytes": tracemalloc.get_traced_memory()[1]}))
-else:
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")                             # reset the high-water mark VmHWM to the current RSS
-    before = status("VmRSS")
-    out = torch_call() if side == "torch" else np_call()
-    print(json.dumps({"peak_bytes": status("VmHWM") - before}))
-"""
-
-
-def torch_saved_nbytes(dims, dtype: str) -> int:
-    """Bytes of the tensors torch's autograd saves for backward in one forward of the layer
-    (distinct storages, read with ``saved_tensors_hooks``; parameters excluded) — torch's
-    counterpart of our cache."""
-    torch = _import_torch()
-    B, n, d, h, f = dims
-    layer = torch.nn.TransformerEncoderLayer(d, h, f, dropout=0.0, activation="gelu", batch_first=True,
-                                             dtype={"float32": torch.float32, "float64": torch.float64}[dtype])
-    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
-    seen: dict = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in params:
-            seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    x = torch.zeros((B, n, d), dtype=layer.linear1.weight.dtype, requires_grad=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        layer(x)
-    return int(sum(seen.values()))
-
-
-def measure_memory(dims, dtype: str, threads: int, recompute: bool = False) -> dict:
-    """Peak memory of one fwd+bwd, each side in a fresh process (see the module docstring);
-    ``recompute`` adds the NumPy side with ``store_attention=False``."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
-               OPENBLAS_NUM_THREADS=str(threads))
-    out = {}
-    sides = ("numpy", "torch", "numpy-tracemalloc", "numpy-default") + (("numpy-recompute",) if recompute else ())
-    for side in sides:
-        proc = subprocess.run([sys.executable, "-c", _CHILD, side, json.dumps(list(dims)), dtype, str(threads)],
-                              capture_output=True, text=True, env=env, timeout=600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"memory measurement ({side}) failed: {proc.stderr.strip().splitlines()[-1:]}")
-        out[side] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_bytes"]
-    return {"numpy_rss_bytes": out["numpy"], "torch_rss_bytes": out["torch"],
-            "numpy_tracemalloc_bytes": out["numpy-tracemalloc"],
-            "numpy_default_rss_bytes": out["numpy-default"],
-            "numpy_recompute_rss_bytes": out.get("numpy-recompute"),
-            "ratio_vs_torch": out["numpy"] / out["torch"] if out["torch"] else None,
-            "ratio_vs_torch_recompute": out["numpy-recompute"] / out["torch"]
-            if out["torch"] and "numpy-recompute" in out else None,
-            "method": "VmHWM after minus VmRSS before one fwd+bwd, in a fresh process per side, after "
-                      "malloc_trim(0) and a high-water-mark reset (clear_refs 5); NumPy backward with "
-                      "free_cache=True (numpy_default_rss_bytes: the default backward; numpy_recompute_rss_bytes: "
-                      "free_cache=True and store_attention=False, the attention matrix recomputed by row blocks "
-                      "like torch's fused attention does); tracemalloc peak of NumPy's allocations as a cross-check"}
-
-
-def cache_report(dims, dtype: str) -> dict:
-    """What the NumPy layer's cache keeps (bytes per entry, see :func:`transformer_np.perf.memory.cache_nbytes`)."""
-    from ..model.config import EncoderConfig
-    from ..model.encoder import encoder_layer_forward
-    from ..model.params import init_params, sub_params
-    from .memory import cache_nbytes
-
-    B, n, d, h, f = dims
-    config = EncoderConfig(n_layers=1, d_model=d, n_heads=h, d_ff=f, dropout=0.0, layer_norm_eps=1e-5)
-    p = sub_params(init_params(config, seed=0, dtype=dtype), "layers.0.")
-    x = np.random.default_rng(0).standard_normal((B, n, d)).astype(dtype)
-    _, cache = encoder_layer_forward(x, p, config)
-    return cache_nbytes(cache)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -863,3 +673,8 @@ __getattr__ = _forward_moved(__name__, {
     "run": "transformer_np.cli.bench",
 })
 
+
+# Split by role (round 4): the busy study and the memory measurement live in their own modules;
+# their names stay importable from here.
+from .busy import busy_study, format_busy_study  # noqa: E402
+from .memory_bench import cache_report, measure_memory, torch_saved_nbytes  # noqa: E402
