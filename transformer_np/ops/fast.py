@@ -199,6 +199,9 @@ def _softmax_backward_inplace(ds: np.ndarray, s: np.ndarray) -> np.ndarray:
 # memory — for n = 2048 that array is 128 MiB. Measured (round 3, long shape, 1 thread, attention
 # fwd / bwd): unblocked 328 / 406 ms, 2**18: 211 / 263, 2**20: 219 / 226, 2**21: 208 / 297 ms;
 # smaller blocks lose to the per-GEMM overhead (bert-base: 1.5 M scores, 2 blocks, within 2 ms of one).
+# Re-measured in round 4 with the fewer-pass softmax (CPU time, 1 thread, loaded machine, 2**17–2**20):
+# 2**20 best at n = 2048 (fwd 158 / 89 ms stored / recomputed, 2**18: 180 / 112); at n = 512 all within
+# the noise forward, the backward 8.9 ms at 2**17–2**18 against 10.6 at 2**20: kept.
 _BLOCK_SCORES = 1 << 20
 
 
