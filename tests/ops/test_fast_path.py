@@ -515,3 +515,184 @@ def test_set_num_threads_checks_its_argument(monkeypatch):
             fast.set_num_threads(bad)
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     assert fast.get_num_threads() == 1                       # follows OpenBLAS's setting by default
+
+
+# ----------------------------------------------------------------------------- fewer passes (round 4)
+# The fast attention skips the max subtraction where a bound proves exp cannot overflow or underflow
+# (fast._no_max_rows), folds 1/√d_k into Q where that is exact (d_k a power of 4), and defers the
+# normalisation of the recomputing path to the (n, d_v) product. Here: the skip is really taken, the
+# bound is sound, and the results agree with the plain path on long rows, padded rows, float32 near
+# exp's overflow, huge logits and n = 1. Tolerance where the skip changes the rounding: the
+# reduction rule c·eps·√k (k = n_k, the softmax's and A V's sum length) plus eps·max|s| (exp turns an
+# absolute error of its argument into a relative one, and exp(s) vs exp(s − m) round s differently).
+def _reduction_tol(dtype, k: int, max_logit: float = 0.0, c: float = 4.0) -> float:
+    eps = float(np.finfo(dtype).eps)
+    return c * eps * (np.sqrt(k) + max_logit)
+
+
+def _bound_limits(dtype, n_k: int, vmax: float) -> tuple[float, float]:
+    """The documented thresholds of fast._no_max_rows, recomputed here from their definition."""
+    fi = np.finfo(dtype)
+    hi = np.log(float(fi.max)) - np.log(n_k) - np.log(max(1.0, vmax)) - 1.0
+    lo = -np.log(float(fi.tiny)) - np.log(1.0 / float(fi.eps)) - np.log(n_k) - 1.0
+    return hi, lo
+
+
+def _against_plain(Q, K, V, dO, mask, dtype, rtol):
+    """Fast (stored and recomputed A) against plain: O, A (rows summing to 1) and the gradients."""
+    Op, cp = plain.attention_forward(Q, K, V, mask)
+    gp = dict(zip("QKV", plain.attention_backward(dO, cp)))
+    floor = max(float(np.linalg.norm(np.asarray(g, dtype=np.float64))) for g in gp.values())
+    for store in (True, False):
+        Of, cf = fast.attention_forward(Q, K, V, mask, store_attention=store)
+        A = fast.attention_weights(cf)
+        assert np.all(np.isfinite(Of)) and np.all(np.isfinite(A)), store
+        assert Of.dtype == A.dtype == dtype
+        np.testing.assert_allclose(A.sum(axis=-1, dtype=np.float64), 1.0, rtol=_reduction_tol(dtype, A.shape[-1]))
+        assert rel(Of, Op) <= rtol, ("O", store, rel(Of, Op), rtol)
+        assert rel(A, cp["weights"]) <= rtol, ("A", store, rel(A, cp["weights"]), rtol)
+        gf = dict(zip("QKV", fast.attention_backward(dO, cf)))
+        for k in "QKV":
+            assert np.all(np.isfinite(gf[k]))
+            assert rel(gf[k], gp[k], floor) <= rtol, (k, store, rel(gf[k], gp[k], floor), rtol)
+    return cp["weights"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "full"])
+def test_long_rows_skip_the_max_and_agree_with_plain(dtype, mask_kind):
+    r = _rng(21)
+    B, h, n, d_k = 2, 2, 256, 16                               # 2·2·256² scores: past _SKIP_MIN_SCORES
+    Q, K, V, dO = (r.standard_normal((B, h, n, d_k)).astype(dtype) for _ in range(4))
+    mask = _mask(mask_kind, B, n, n, dtype, r)
+    safe = fast._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
+    assert safe is not None and safe.all()                     # the skip is taken for every row
+    _against_plain(Q, K, V, dO, mask, dtype, TOL[np.dtype(dtype)])
+
+
+def test_short_or_few_rows_keep_the_plain_arithmetic():
+    r = _rng(22)
+    Q, K, V = (r.standard_normal((1, 1, 8, 4)) for _ in range(3))   # 64 scores: too few to pay for the bound
+    assert fast._no_max_rows(Q, K, V, None, 2.0) is None
+    Q, K, V = (r.standard_normal((4, 4, 64, 64)) for _ in range(3))  # rows of 64 < 2·d_v keys
+    assert fast._no_max_rows(Q, K, V, None, 8.0) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fully_padded_rows_keep_the_max_and_stay_uniform(dtype):
+    """Batch 0 has every key masked (finfo.min): without the max subtraction each exp would be 0 and the
+    row sum 0 (NaN). Those rows fail the bound and keep the plain path's result (uniform rows); batch 1
+    (no padding) skips."""
+    r = _rng(23)
+    B, h, n, d_k = 2, 2, 192, 16
+    Q, K, V, dO = (r.standard_normal((B, h, n, d_k)).astype(dtype) for _ in range(4))
+    mask = np.zeros((B, 1, 1, n), dtype=dtype)
+    mask[0] = np.finfo(dtype).min
+    safe = fast._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
+    assert not safe[0].any() and safe[1].all()
+    with np.errstate(divide="ignore", invalid="ignore"):       # what skipping would have done: 0/0
+        naive = np.exp(Q[0, 0] @ K[0, 0].T / np.sqrt(d_k) + mask[0, 0])
+        assert np.all(naive.sum(axis=-1) == 0)
+    A = _against_plain(Q, K, V, dO, mask, dtype, TOL[np.dtype(dtype)])
+    np.testing.assert_allclose(A[0], 1.0 / n, rtol=_reduction_tol(dtype, n))
+
+
+def test_float32_near_exp_overflow_and_underflow():
+    """Rows whose scores reach ±b for b from 10 to 120 (q parallel or antiparallel to every key): the
+    skip is taken exactly where the documented thresholds allow (b ≤ hi, b ≤ lo), and every row — the
+    ones where exp(s) itself would overflow to inf (b > 88.7) or underflow to 0 (b > 103) — stays
+    finite and agrees with the plain path."""
+    dtype, n, d_k = np.float32, 256, 16
+    u = np.zeros(d_k)
+    u[0] = 1.0
+    K = np.tile(u, (1, 2, n, 1)) * 4.0                         # ‖k_j‖ = 4 for every key, all along u
+    K[..., 1] = np.linspace(-0.5, 0.5, n)                      # not all equal: A is not uniform
+    b_target = np.linspace(10.0, 120.0, n)                     # per query row: b = ‖q‖ max‖k‖ / √d_k
+    sign = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)          # even rows: max +b; odd rows: all near −b
+    Q = np.zeros((1, 2, n, d_k))
+    Q[..., 0] = sign * b_target * np.sqrt(d_k) / np.linalg.norm(K[0, 0], axis=-1).max()
+    Q, K = Q.astype(dtype), K.astype(dtype)
+    r = _rng(24)
+    V = (0.5 * r.uniform(-1, 1, (1, 2, n, d_k))).astype(dtype)
+    dO = r.standard_normal((1, 2, n, d_k)).astype(dtype)
+    safe = fast._no_max_rows(Q, K, V, None, np.sqrt(d_k))[0, 0, :, 0]
+    hi, lo = _bound_limits(dtype, n, float(np.abs(V).max()))
+    q64, k64 = Q.astype(np.float64), K.astype(np.float64)
+    b = np.linalg.norm(q64[0, 0], axis=-1) * np.linalg.norm(k64[0, 0], axis=-1).max() / np.sqrt(d_k)
+    clear = (b < min(hi, lo) - 1e-3) | (b > min(hi, lo) + 1e-3)   # away from the threshold's rounding
+    np.testing.assert_array_equal(safe[clear], (b <= min(hi, lo))[clear])   # exact: booleans
+    assert safe.any() and not safe.all()
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.exp(q64[0, 0, -2] @ k64[0, 0].T / np.sqrt(d_k)).astype(dtype)).any()   # would overflow
+    assert np.exp((q64[0, 0, -1] @ k64[0, 0].T / np.sqrt(d_k)).astype(dtype)).sum() == 0          # would underflow
+    s_max = float(np.abs(q64 @ k64.swapaxes(-1, -2)).max() / np.sqrt(d_k))
+    _against_plain(Q, K, V, dO, None, dtype, _reduction_tol(dtype, n, s_max))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_huge_logits_keep_the_max(dtype):
+    r = _rng(25)
+    Q, K, V, dO = (r.standard_normal((1, 2, 128, 16)) for _ in range(4))
+    Q *= 1e3                                                    # |s| up to ~1e4: far past exp's range
+    Q, K, V, dO = (a.astype(dtype) for a in (Q, K, V, dO))
+    assert not fast._no_max_rows(Q, K, V, None, 4.0).any()
+    s_max = float(np.abs(Q.astype(np.float64) @ K.astype(np.float64).swapaxes(-1, -2)).max() / 4)
+    _against_plain(Q, K, V, dO, None, dtype, _reduction_tol(dtype, 128, s_max))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("store", [True, False])
+def test_one_key_gives_weight_one_exactly(dtype, store):
+    r = _rng(26)
+    Q, K, V = (r.standard_normal((2, 3, 1, 4)).astype(dtype) for _ in range(3))
+    O, c = fast.attention_forward(Q, K, V, store_attention=store)
+    # exact: a single key's softmax is exp(s − s)/exp(0) = 1/1, and 1·v = v
+    np.testing.assert_array_equal(fast.attention_weights(c), np.ones((2, 3, 1, 1), dtype=dtype))
+    np.testing.assert_array_equal(O, V)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 2), st.integers(64, 200), st.sampled_from([4, 16]), st.floats(0.01, 40.0),
+       st.sampled_from(["none", "padding", "full", "positive", "neg_inf"]), DTYPES, st.integers(0, 2**16))
+def test_the_bound_is_sound(B, n, d_k, scale, mask_kind, dtype, seed):
+    """Wherever a row is declared safe, its true largest value (in float64) lies in [−lo, hi], and the fast
+    result is finite wherever the plain one is."""
+    r = _rng(seed)
+    Q = (scale * r.standard_normal((B, 2, n, d_k))).astype(dtype)
+    K = (scale * r.standard_normal((B, 2, n, d_k))).astype(dtype)
+    V = r.standard_normal((B, 2, n, d_k)).astype(dtype)
+    if mask_kind == "positive":                                 # any additive mask: also positive entries
+        mask = r.uniform(-5, 5, (B, 1, n, n)).astype(dtype)
+    elif mask_kind == "neg_inf":
+        mask = np.where(r.random((B, 1, 1, n)) < 0.5, -np.inf, 0.0).astype(dtype)
+    else:
+        mask = _mask(mask_kind, B, n, n, dtype, r)
+    safe = fast._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
+    if safe is None:
+        return
+    hi, lo = _bound_limits(dtype, n, float(np.abs(V).max()))
+    S = Q.astype(np.float64) @ K.astype(np.float64).swapaxes(-1, -2) / np.sqrt(d_k)
+    if mask is not None:
+        S = S + mask.astype(np.float64)
+    row_max = S.max(axis=-1, keepdims=True)
+    ok = (row_max <= hi) & (row_max >= -lo)
+    assert np.all(ok[np.broadcast_to(safe, ok.shape)])
+    with np.errstate(all="ignore"):
+        Op, _ = plain.attention_forward(Q, K, V, mask)
+        for store in (True, False):
+            Of, _ = fast.attention_forward(Q, K, V, mask, store_attention=store)
+            assert np.all(np.isfinite(Of)[np.isfinite(Op)])
+
+
+@pytest.mark.parametrize("d_k, folds", [(1, True), (4, True), (16, True), (64, True), (2, False), (32, False),
+                                        (12, False)])
+def test_scale_folds_into_q_only_when_exact(d_k, folds):
+    """1/√d_k is folded into Q only when √d_k is a power of two; then the scores are the plain path's
+    bit for bit (dividing by a power of two only changes the exponent)."""
+    assert fast._folds(np.sqrt(d_k)) is folds
+    if folds:
+        r = _rng(27)
+        Q, K = r.standard_normal((2, 5, d_k)), r.standard_normal((2, 7, d_k))
+        S = fast._block_scores(Q, K.swapaxes(-1, -2), np.sqrt(d_k), slice(0, 5), np.empty((2, 5, 7)))
+        # exact: (Q / 2^e) Kᵀ = (Q Kᵀ) / 2^e in binary floating point (no subnormals here)
+        np.testing.assert_array_equal(S, (Q @ K.swapaxes(-1, -2)) / np.sqrt(d_k))

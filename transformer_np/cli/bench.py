@@ -1,4 +1,9 @@
-"""The ``bench`` command: speed and memory against PyTorch (see :mod:`transformer_np.perf.bench`)."""
+"""Time one encoder layer in NumPy against PyTorch's (same weights, same threads), with the NumPy limit of each row.
+
+Each row prints NumPy's time, torch's, their ratio, and the NumPy limit: the time of the work NumPy
+cannot avoid for that layer (its matrix products, one call each, and one exp pass over the attention
+scores), measured in the same rounds. The method is described in docs/guide/performance.md.
+"""
 
 from __future__ import annotations
 
@@ -23,25 +28,38 @@ from ..perf.bench import (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="only bert-base float32, 5 rounds, no memory or MiniLM runs (under a minute)")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    parser.add_argument("--json", action="store_true",
+                        help="print the results as JSON instead of a table (no progress lines; warnings on stderr)")
     parser.add_argument("--shape", action="append", default=None, metavar="NAME|B,n,d,h,d_ff",
                         help=f"shape(s) to run: {', '.join(SHAPES)} or a custom 'B,n,d,h,d_ff' (repeatable)")
-    parser.add_argument("--dtype", action="append", choices=DTYPES, default=None, help="dtype(s) (repeatable)")
+    parser.add_argument("--dtype", action="append", choices=DTYPES, default=None,
+                        help="floating-point type(s) to run, float32 or float64 (repeatable; default both, "
+                             "float32 with --quick)")
     parser.add_argument("--rounds", type=int, default=None,
                         help="interleaved rounds after warm-up (default 7; 5 with --quick)")
     parser.add_argument("--threads", type=int, default=None,
                         help="threads for both sides (default: OpenBLAS's, or 1 when other processes "
                              "keep the machine busy at the start: see the warning)")
-    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--max-rounds", type=int, default=None,
+                        help="round budget of a row whose per-round ratios spread by more than 30%% of their "
+                             "median: it is run again with fresh rounds until steady or this many rounds are "
+                             "spent (default: 3 x --rounds)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement (it starts "
+                                                                     "fresh processes)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="time by the wall clock (default) or by the process's CPU time; cpu needs "
                              "--threads 1 and is the steadier measure on a busy machine")
     parser.add_argument("--recompute", action="store_true",
-                        help="also time the NumPy layer with store_attention=False (A recomputed by row blocks "
-                             "in the backward); on by default for the full run, off with --quick")
+                        help="also time the NumPy layer without stored attention weights (store_attention=False: "
+                             "recomputed block by block in the backward); on by default for the full run, off "
+                             "with --quick")
     parser.add_argument("--busy-study", action="store_true",
                         help="instead of the table: thread count 1/2 x 0/1/2 busy-loop processes (started and "
                              "stopped by the command) on --shape (default bert-base), float32 fwd+bwd; a few minutes")
+    parser.add_argument("--profile", choices=("minilm",), default=None,
+                        help="instead of the table: where MiniLM's encode spends its time (tokenisation, "
+                             "embeddings, the six layers, pooling), next to sentence-transformers on the same "
+                             "sentences; with --threads and --clock as for the table, --rounds (default 3)")
     parser.add_argument("--minilm", action="store_true",
                         help="also the MiniLM encode throughput vs sentence-transformers (on by default "
                              "for the full run, off with --quick)")
@@ -51,8 +69,19 @@ def run(args) -> int:
     rounds = args.rounds if args.rounds is not None else (5 if args.quick else 7)
     if rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {rounds}")
+    if args.max_rounds is not None and args.max_rounds < rounds:
+        raise ValueError(f"--max-rounds must be at least --rounds ({rounds}), got {args.max_rounds}")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if args.clock == "cpu" and args.threads != 1:
+        raise ValueError(f"--clock cpu needs --threads 1 (CPU time of several threads counts their waiting), "
+                         f"got --threads {args.threads}")
+    if args.profile == "minilm":
+        from ..perf.profile import format_minilm_profile, minilm_profile
+        doc = minilm_profile(rounds=args.rounds or 3, threads=args.threads, clock=args.clock,
+                             log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
+        print(json.dumps({"minilm_profile": doc}, indent=1) if args.json else format_minilm_profile(doc))
+        return 0
     shapes = [parse_shape(s) for s in (args.shape or (["bert-base"] if args.quick else list(SHAPES)))]
     if args.busy_study:
         shapes = [parse_shape(s) for s in (args.shape or ["bert-base"])]
@@ -69,8 +98,11 @@ def run(args) -> int:
     if args.clock == "cpu" and args.threads != 1:
         raise ValueError(f"--clock cpu needs --threads 1 (CPU time of several threads counts their waiting), "
                          f"got --threads {args.threads}")
-    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log, recompute, args.clock)
+    doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log, recompute, args.clock,
+                        args.max_rounds)
     if args.minilm or not (args.quick or args.shape or args.dtype):
+        if log:
+            log("MiniLM encode against sentence-transformers …")
         try:
             doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"], clock=args.clock)
         except ImportError as e:

@@ -77,12 +77,25 @@ def _is_punctuation(c: str) -> bool:
     return unicodedata.category(c).startswith("P")
 
 
+# ASCII text, the common case, takes two C-level string calls instead of per-character Python: among
+# ASCII characters the controls are 0–31 and 127 (\t \n \r count as whitespace and become spaces, the
+# rest — \x0b and \x0c included, Unicode category Cc — are removed), there are no CJK ideographs and
+# no accents (NFD leaves ASCII unchanged), and str.lower() is the per-character lowering.
+_ASCII_CLEAN = {cp: (" " if chr(cp) in "\t\n\r" else None) for cp in (*range(32), 127)}
+_ASCII_PUNCT = "!-/:-@\\[-`{-~"                                   # the four ranges of _is_punctuation
+_ASCII_WORDS = re.compile(f"[^\t\n\x0b\x0c\r {_ASCII_PUNCT}]+|[{_ASCII_PUNCT}]")
+
+
 def basic_normalize(text: str, lowercase: bool = True, strip_accents: bool | None = None,
                     clean_text: bool = True, handle_chinese_chars: bool = True) -> str:
     """BERT's normaliser (step 2 of the module docstring). ``strip_accents=None`` follows
     ``lowercase``, as in BERT."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if text.isascii():                                     # the same result by two C-level calls
+        if clean_text:
+            text = text.translate(_ASCII_CLEAN)
+        return text.lower() if lowercase else text
     if clean_text:
         text = "".join(" " if _is_whitespace(c) else c for c in text
                        if not (c == "\x00" or c == "\ufffd" or _is_control(c)))
@@ -99,6 +112,8 @@ def pre_tokenize(text: str) -> list[str]:
     """Split normalised text into words: on whitespace, and around every punctuation mark."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if text.isascii():                                     # whitespace / punctuation among ASCII: a regex
+        return _ASCII_WORDS.findall(text)
     words, cur = [], []
     for c in text:
         if _is_whitespace(c):
@@ -387,10 +402,26 @@ class WordPieceTokenizer:
                 continue
             norm = basic_normalize(chunk, self.lowercase, self.strip_accents, self.clean_text,
                                    self.handle_chinese_chars)
+            pieces = self._word_pieces()
             for word in pre_tokenize(norm):
-                tokens.extend(wordpiece(word, self.vocab, self.unk_token, self.prefix,
-                                        self.max_input_chars_per_word))
+                got = pieces.get(word)
+                if got is None:
+                    got = pieces[word] = tuple(wordpiece(word, self.vocab, self.unk_token, self.prefix,
+                                                         self.max_input_chars_per_word))
+                tokens.extend(got)
         return tokens
+
+    _WORD_CACHE_SIZE = 1 << 16       # words remembered by tokenize (the dict is emptied when full)
+
+    def _word_pieces(self) -> dict:
+        """The word → WordPiece pieces cache of :meth:`tokenize`: a word is segmented once, not on every
+        call. Keyed on what segmentation reads (the vocab object and size, [UNK], the prefix, the word
+        length limit): replacing any of them starts a new cache."""
+        key = (id(self.vocab), len(self.vocab), self.unk_token, self.prefix, self.max_input_chars_per_word)
+        cache = getattr(self, "_pieces", None)
+        if cache is None or cache[0] != key or len(cache[1]) >= self._WORD_CACHE_SIZE:
+            cache = self._pieces = (key, {})
+        return cache[1]
 
     def convert_tokens_to_ids(self, tokens: list[str]) -> list[int]:
         unk = self.vocab[self.unk_token]

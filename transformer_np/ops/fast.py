@@ -17,6 +17,12 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
   cache instead of streaming the whole (…, n_q, n_k) array (128 MiB at n = 2048) through memory.
   Each row of A is the softmax of its own row of S, so the blocks are independent. Only A is
   kept (S is overwritten by A in place): the plain cache's ``"scores"`` is not stored.
+* **Fewer passes over the scores** (round 4, :func:`attention_forward`): the max subtraction is
+  skipped for blocks whose rows a Cauchy–Schwarz bound proves safe from overflow and underflow
+  (:func:`_no_max_rows`), 1/√d_k goes onto Q where that is exact (:func:`_folds`: √d_k a power
+  of two), each block's rows of O = A V are computed while the block is in cache, and without a
+  stored A the normalisation is deferred to the (n, d_v) result (O = exp(S − m) V / ℓ) and the
+  backward works on the unnormalised block, every 1/ℓ applied to an (n, d) array.
 * **Recomputed attention** (``store_attention=False``): no A kept at all; the row maxima and sums
   of the softmax are, and the backward rebuilds each block of A with the forward's operations
   (the FlashAttention trade: one more Q Kᵀ product and exp per block for O(n) memory per block).
@@ -187,12 +193,15 @@ def _softmax_backward_inplace(ds: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- attention
-# Scores per block of query rows: 2**20 entries (4 MiB in float32). Each elementwise pass of
-# the softmax (scale, mask, max, exp, sum, divide) and of its backward then runs on a block
-# that stays in cache instead of streaming the whole (…, n_q, n_k) array through memory — for
-# n = 2048 that array is 128 MiB. Measured on the long shape (1 thread, attention fwd / bwd):
-# unblocked 328 / 406 ms, 2**18: 211 / 263, 2**20: 219 / 226, 2**21: 208 / 297 ms; smaller
-# blocks lose to the per-GEMM overhead (bert-base: 1.5 M scores, 2 blocks, within 2 ms of one).
+# Scores per block of query rows: about _BLOCK_SCORES entries. Each elementwise pass of the softmax
+# (exp, sum, divide; scale, mask, max, subtract where they cannot be skipped) and of its backward then
+# runs on a block that stays in cache instead of streaming the whole (…, n_q, n_k) array through
+# memory — for n = 2048 that array is 128 MiB. Measured (round 3, long shape, 1 thread, attention
+# fwd / bwd): unblocked 328 / 406 ms, 2**18: 211 / 263, 2**20: 219 / 226, 2**21: 208 / 297 ms;
+# smaller blocks lose to the per-GEMM overhead (bert-base: 1.5 M scores, 2 blocks, within 2 ms of one).
+# Re-measured in round 4 with the fewer-pass softmax (CPU time, 1 thread, loaded machine, 2**17–2**20):
+# 2**20 best at n = 2048 (fwd 158 / 89 ms stored / recomputed, 2**18: 180 / 112); at n = 512 all within
+# the noise forward, the backward 8.9 ms at 2**17–2**18 against 10.6 at 2**20: kept.
 _BLOCK_SCORES = 1 << 20
 
 
@@ -210,24 +219,6 @@ def _mask_rows(mask: np.ndarray | None, rows: slice) -> np.ndarray | None:
     return mask[..., rows, :]
 
 
-def _scores(Q, Kt, sqrt_dk, mask, rows, out) -> np.ndarray:
-    """S = Q[rows] Kᵀ / √d_k + M[rows], written into ``out`` (the plain path's arithmetic, in place)."""
-    S = np.matmul(Q[..., rows, :], Kt, out=out)              # (..., r, n_k) scores
-    S /= sqrt_dk                                             # in place: no second (r, n_k) array
-    if mask is not None:
-        S += _mask_rows(mask, rows)
-    return S
-
-
-def _softmax_scores(S: np.ndarray, sqrt_dk: float, mask, rows: slice, sub: slice) -> None:
-    """S ← softmax(S / √d_k + M) in place, S being rows ``sub`` of the block of query rows ``rows``."""
-    S /= sqrt_dk                                             # ÷ √d_k like the plain path (× 1/√d_k rounds
-                                                             # differently, and a stack amplifies it)
-    if mask is not None:
-        S += _sub_rows(_mask_rows(mask, rows), sub)
-    softmax(S, out=S)
-
-
 def _sub_rows(mask, sub: slice):
     """The rows ``sub`` of a block's mask (a mask broadcast over the rows is used whole)."""
     if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
@@ -243,18 +234,120 @@ def _draw_keep(shape, p: float, training: bool, rng) -> np.ndarray | None:
     return rng.random(shape) >= p
 
 
+def _folds(sqrt_dk: float) -> bool:
+    """True when √d_k is a power of two (d_k = 1, 4, 16, 64, 256, …). Dividing by it then only
+    changes the exponent, so (Q/√d_k) Kᵀ is (Q Kᵀ)/√d_k bit for bit (barring subnormals): the
+    scale costs one (n, d_k) pass on Q instead of one (n, n_k) pass on the scores. Other d_k keep
+    the plain path's division of the scores (× 1/√d_k, or ÷ on Q, round differently)."""
+    return math.frexp(sqrt_dk)[0] == 0.5
+
+
+def _block_scores(Q, Kt, sqrt_dk: float, rows: slice, out) -> np.ndarray:
+    """Q[rows] Kᵀ into ``out``, already ÷ √d_k when that is exact on Q (:func:`_folds`)."""
+    q = Q[..., rows, :]                                      # (..., r, d_k)
+    if _folds(sqrt_dk):
+        q = q / sqrt_dk                                      # (r, d_k) pass; exact
+    return np.matmul(q, Kt, out=out)                         # (..., r, n_k)
+
+
+# The bound of _no_max_rows costs ~0.1–0.3 ms of NumPy calls (norms of Q and K, max |V|, the mask's
+# row maxima); the max and subtract passes it saves cost ~0.4 ms at 2**15 scores (measured, wall clock,
+# loaded machine: 0.08–0.33 ms against 0.4 ms at (2, 4, 64, 16), 8.8 ms at attn-512's 2 M scores).
+_SKIP_MIN_SCORES = 1 << 15
+
+
+def _no_max_rows(Q, K, V, mask, sqrt_dk: float) -> np.ndarray | None:
+    """(…, n_q, 1) booleans: True for the query rows whose exp(S/√d_k + M) is safe *without*
+    subtracting the row maximum first — the max and subtract passes over the (n_q, n_k) scores are
+    then skipped (the softmax is the same function whatever constant is subtracted from a row).
+
+    Bound: |s_ij| = |q_i·k_j|/√d_k ≤ b_i = ‖q_i‖ max_j ‖k_j‖ / √d_k (Cauchy–Schwarz), and with the
+    mask's row maximum μ_i = max_j M_ij (the mask is ≤ 0 in practice), every s_ij + M_ij ≤ μ_i + b_i
+    while the row's largest value is ≥ μ_i − b_i (at the key of μ_i). A row is safe when
+
+    * μ_i + b_i ≤ log(max) − log(n_k) − log(max(1, max|V|)) − 1: no exp, row sum or (deferred)
+      Σ_j exp(s_ij) V_j can overflow (max: the dtype's largest number);
+    * μ_i − b_i ≥ −(−log(tiny) − log(1/eps) − log(n_k) − 1): the row's largest exponential is a
+      normal number and so is every term within eps/n_k of it, so subnormal rounding costs at most
+      ~eps of the row sum (tiny: the smallest normal number). A row that could underflow whole —
+      every key masked, μ_i ≈ the dtype's minimum — fails here and keeps the max subtraction (the
+      plain path's uniform row).
+
+    float32, n_k = 2048, |V| ≤ 1: rows with b_i ≤ ~63. Non-finite inputs fail both tests.
+
+    None (no row skips, the plain path's arithmetic) where the two saved passes cannot pay for the
+    bound's few NumPy calls: fewer than :data:`_SKIP_MIN_SCORES` scores in all, or rows shorter than
+    2·d_v keys (the backward's D rule)."""
+    n_k = K.shape[-2]
+    if (n_k == 0 or Q.shape[-1] == 0 or n_k < 2 * V.shape[-1]
+            or math.prod(Q.shape[:-1]) * n_k < _SKIP_MIN_SCORES):
+        return None
+    fi = np.finfo(Q.dtype)
+    vmax = float(np.max(np.abs(V))) if V.size else 0.0
+    hi = math.log(float(fi.max)) - math.log(n_k) - math.log(max(1.0, vmax)) - 1.0 if math.isfinite(vmax) else -1.0
+    lo = -math.log(float(fi.tiny)) - math.log(1.0 / float(fi.eps)) - math.log(n_k) - 1.0
+    if hi <= 0.0:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        q_norm = np.sqrt(np.einsum("...k,...k->...", Q, Q))[..., None]                  # (..., n_q, 1)
+        k_norm = np.sqrt(np.einsum("...k,...k->...", K, K).max(axis=-1))[..., None, None]  # (..., 1, 1)
+        b = q_norm * (k_norm / sqrt_dk)                                                  # (..., n_q, 1)
+        mu = 0.0 if mask is None else np.max(mask, axis=-1, keepdims=True)               # (..., n_q|1, 1)
+        return (mu + b <= hi) & (mu - b >= -lo)
+
+
+def _exp_rows(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=None,
+              normalise: bool = True) -> None:
+    """The forward softmax passes over rows S of a block, in place: S ← exp(S' − m) [/ ℓ], S' = S/√d_k + M
+    (the ÷ √d_k only when not folded into Q), m the row max (0 when ``skip_max``: see
+    :func:`_no_max_rows`), ℓ = Σ_j exp(S' − m). ``m`` / ``ell`` (…, r, 1) receive them when given."""
+    if not _folds(sqrt_dk):
+        S /= sqrt_dk                                         # ÷ √d_k like the plain path
+    if mask is not None:
+        S += mask
+    if skip_max:
+        if m is not None:
+            m.fill(0)
+    else:
+        S -= np.max(S, axis=-1, keepdims=True, out=m)
+    np.exp(S, out=S)
+    ell = np.sum(S, axis=-1, keepdims=True, out=ell)
+    if normalise:
+        S /= ell
+
+
+def _exp_rows_again(S: np.ndarray, sqrt_dk: float, mask, m, ell, normalise: bool = True) -> None:
+    """:func:`_exp_rows` with the forward's m and ℓ (the backward's recompute): the same operations on
+    the same numbers, so the same result bit for bit (a row with m = 0 skips S − m: exact either way)."""
+    if not _folds(sqrt_dk):
+        S /= sqrt_dk
+    if mask is not None:
+        S += mask
+    if m.any():
+        S -= m
+    np.exp(S, out=S)
+    if normalise:
+        S /= ell
+
+
 def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
                       dropout_p: float = 0.0, training: bool = False, rng=None,
                       store_attention: bool = True, out: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """softmax(Q Kᵀ/√d_k + mask) V, S and A by blocks of query rows, A built in place.
 
-    The cache keeps A as ``"weights"`` (and as ``"softmax"["s"]``), not the scores.
+    The cache keeps A as ``"weights"`` (and as ``"softmax"["s"]``), not the scores. Fewer passes
+    over each block than the plain softmax: the ÷ √d_k goes onto Q where that is exact
+    (:func:`_folds`); the max subtraction is skipped for blocks whose rows provably cannot overflow
+    or underflow without it (:func:`_no_max_rows`); each block's rows of O = A V are computed while
+    the block is in cache (without attention dropout).
 
     ``store_attention=False`` (the FlashAttention trade: memory for compute) keeps no (…, n_q, n_k)
-    array: each block of A is used for its rows of O = A V and dropped; the cache holds the row
-    maxima m and row sums ℓ of the exponentials instead (two (…, n_q, 1) arrays), from which the
-    backward recomputes each block with the same arithmetic — S, then exp(S − m) / ℓ — so the
-    recomputed A is bit for bit the forward's. Extra memory: one block of scores (~2²⁰ entries).
+    array: each block of exp(S − m) is used for its rows of O and dropped, and the normalisation is
+    deferred to the (r, d_v) product — O[rows] = (exp(S − m) V) / ℓ, no divide pass over the block
+    (for rows of ≥ 2·d_v keys; shorter rows keep the plain order, O = (exp(S − m)/ℓ) V);
+    the cache holds the row maxima m (0 where skipped) and row sums ℓ (two (…, n_q, 1) arrays), from
+    which the backward recomputes each block with the same arithmetic, so the recomputed A is bit for
+    bit the stored path's. Extra memory: one block of scores (~2²⁰ entries).
     ``out`` (…, n_q, d_v), any strides BLAS accepts, receives O (:func:`mha_forward` passes the
     heads' view of its merged context, so merging the heads costs no copy).
     ``"weights"`` is then None; :func:`attention_weights` rebuilds A on request. With attention
@@ -264,52 +357,55 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
     Kt = K.swapaxes(-1, -2)                                  # (..., d_k, n_k) view
     score_shape = Q.shape[:-1] + (K.shape[-2],)              # (..., n_q, n_k)
     blocks = _row_blocks(math.prod(score_shape[:-2]), *score_shape[-2:])
+    safe = _no_max_rows(Q, K, V, mask, sqrt_dk)              # (..., n_q, 1) or None
+    O = np.empty(score_shape[:-1] + (V.shape[-1],), dtype=Q.dtype) if out is None else out   # (..., n_q, d_v)
+
+    def skip(rows: slice) -> bool:
+        return safe is not None and bool(safe[..., rows, :].all())
+
     if store_attention:
         A = np.empty(score_shape, dtype=Q.dtype)
+        dropout = training and dropout_p != 0.0
         for rows in blocks:
-            S = np.matmul(Q[..., rows, :], Kt, out=A[..., rows, :])   # (..., r, n_k) scores, in A's rows
-            _rows_parallel(lambda r, S=S, rows=rows: _softmax_scores(S[..., r, :], sqrt_dk, mask, rows, r),
-                           S.shape[-2])                      # A's rows = softmax of their scores
+            S = _block_scores(Q, Kt, sqrt_dk, rows, A[..., rows, :])   # (..., r, n_k) scores, in A's rows
+            m_rows, no_max = _mask_rows(mask, rows), skip(rows)
+            _rows_parallel(lambda r, S=S, m_rows=m_rows, no_max=no_max:
+                           _exp_rows(S[..., r, :], sqrt_dk, _sub_rows(m_rows, r), no_max), S.shape[-2])
+            if not dropout:
+                np.matmul(S, V, out=O[..., rows, :])          # (..., r, d_v) while the block is in cache
         A_drop, drop_cache = dropout_forward(A, dropout_p, training, rng)
-        O = np.matmul(A_drop, V, out=out)                    # (..., n_q, d_v)
+        if dropout:
+            np.matmul(A_drop, V, out=O)                      # (..., n_q, d_v)
         return O, {"kind": "attention", "Q": Q, "K": K, "V": V, "O": O, "scale": 1.0 / sqrt_dk, "weights": A,
                    "A_drop": A_drop, "softmax": {"kind": "softmax", "s": A}, "dropout": drop_cache}
     keep = _draw_keep(score_shape, dropout_p, training, rng)
     drop_scale = 1.0 / (1.0 - float(dropout_p)) if keep is not None else None
-    O = np.empty(score_shape[:-1] + (V.shape[-1],), dtype=Q.dtype) if out is None else out   # (..., n_q, d_v)
+    defer = score_shape[-1] >= 2 * V.shape[-1]              # rows of ≥ 2·d_v keys (the backward's D rule)
     m = np.empty(score_shape[:-1] + (1,), dtype=Q.dtype)                 # (..., n_q, 1) row maxima
     ell = np.empty_like(m)                                               # (..., n_q, 1) row sums
     buf = np.empty(score_shape[:-2] + (blocks[0].stop - blocks[0].start, score_shape[-1]), dtype=Q.dtype)
     for rows in blocks:
-        P = _exp_block(Q, Kt, sqrt_dk, mask, rows, buf, m, ell, first=True)   # A's rows
+        P = _block_scores(Q, Kt, sqrt_dk, rows, buf[..., :rows.stop - rows.start, :])   # (..., r, n_k)
+        m_r, l_r, m_rows, no_max = m[..., rows, :], ell[..., rows, :], _mask_rows(mask, rows), skip(rows)
+        _rows_parallel(lambda r, P=P, m_r=m_r, l_r=l_r, m_rows=m_rows, no_max=no_max:
+                       _exp_rows(P[..., r, :], sqrt_dk, _sub_rows(m_rows, r), no_max, m_r[..., r, :],
+                                 l_r[..., r, :], normalise=not defer), P.shape[-2])   # exp(S − m) [/ ℓ]
         if keep is not None:
             _drop_block(P, keep[..., rows, :], drop_scale)
-        np.matmul(P, V, out=O[..., rows, :])                 # (..., r, d_v)
+        O_r = np.matmul(P, V, out=O[..., rows, :])           # (..., r, d_v)
+        if defer:
+            O_r /= l_r                                       # deferred normalisation: (r, d_v), not (r, n_k)
     return O, {"kind": "attention", "Q": Q, "K": K, "V": V, "O": O, "scale": 1.0 / sqrt_dk, "weights": None,
                "A_drop": None, "row_max": m, "row_sum": ell, "mask": mask, "keep": keep,
                "drop_scale": drop_scale, "dropout": {"kind": "dropout", "mask": None, "shape": score_shape}}
 
 
-def _exp_block(Q, Kt, sqrt_dk, mask, rows, buf, m, ell, first: bool) -> np.ndarray:
-    """A[rows] = exp(S[rows] − m) / ℓ, the softmax's own passes; ``first`` computes m and ℓ (forward),
-    otherwise they are read (backward recompute) — the same operations on the same numbers."""
-    S = np.matmul(Q[..., rows, :], Kt, out=buf[..., :rows.stop - rows.start, :])   # (..., r, n_k) scores
-    m_r, l_r = m[..., rows, :], ell[..., rows, :]
-
-    def passes(sub: slice) -> None:
-        Ss = S[..., sub, :]
-        Ss /= sqrt_dk
-        if mask is not None:
-            Ss += _sub_rows(_mask_rows(mask, rows), sub)
-        if first:
-            np.max(Ss, axis=-1, keepdims=True, out=m_r[..., sub, :])
-        Ss -= m_r[..., sub, :]
-        np.exp(Ss, out=Ss)
-        if first:
-            np.sum(Ss, axis=-1, keepdims=True, out=l_r[..., sub, :])
-        Ss /= l_r[..., sub, :]
-
-    _rows_parallel(passes, S.shape[-2])
+def _exp_block(Q, Kt, sqrt_dk, mask, rows, buf, m, ell, normalise: bool = True) -> np.ndarray:
+    """The forward's block of rows ``rows`` of exp(S − m) [/ ℓ], recomputed into ``buf`` from its m and ℓ."""
+    S = _block_scores(Q, Kt, sqrt_dk, rows, buf[..., :rows.stop - rows.start, :])   # (..., r, n_k) scores
+    m_r, l_r, m_rows = m[..., rows, :], ell[..., rows, :], _mask_rows(mask, rows)
+    _rows_parallel(lambda sub: _exp_rows_again(S[..., sub, :], sqrt_dk, _sub_rows(m_rows, sub), m_r[..., sub, :],
+                                               l_r[..., sub, :], normalise), S.shape[-2])
     return S
 
 
@@ -321,7 +417,7 @@ def _drop_block(P: np.ndarray, keep: np.ndarray, scale: float) -> None:
 
 def attention_weights(cache: dict) -> np.ndarray:
     """A = softmax(Q Kᵀ/√d_k + M) of an attention cache, stored or not (``store_attention=False``
-    rebuilds it by row blocks from the cached row maxima and sums: the forward's A, bit for bit)."""
+    rebuilds it by row blocks from the cached row maxima and sums: the stored path's A, bit for bit)."""
     if cache["weights"] is not None:
         return cache["weights"]
     Q, K = cache["Q"], cache["K"]
@@ -329,7 +425,7 @@ def attention_weights(cache: dict) -> np.ndarray:
     A = np.empty(Q.shape[:-1] + (K.shape[-2],), dtype=Q.dtype)           # (..., n_q, n_k)
     for rows in _row_blocks(math.prod(A.shape[:-2]), *A.shape[-2:]):
         _exp_block(Q, K.swapaxes(-1, -2), sqrt_dk, cache["mask"], rows, A[..., rows, :], cache["row_max"],
-                   cache["row_sum"], first=False)            # written into A's rows
+                   cache["row_sum"])                         # written into A's rows
     return A
 
 
@@ -337,7 +433,9 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     """(dQ, dK, dV) by the forward's blocks of query rows: dS for rows r needs only dO, A and the
     dropout mask of rows r, so dQ[r] = dS_r K is written block by block and dK = Σ_r dS_rᵀ Q[r]
     is accumulated; no (…, n_q, n_k) temporary is ever whole. Without a stored A (``store_attention
-    =False``) each block of A is recomputed first and dV = Σ_r A_drop[r]ᵀ dO[r] accumulated too.
+    =False``) each block of P = exp(S − m) is recomputed first and left unnormalised: with
+    A = P/ℓ (ℓ per row), dV = Σ_r P_rᵀ (dO[r]/ℓ_r), ℓ dS = P ⊙ (dA − D), dQ[r] = ((ℓ dS)_r K)/ℓ_r and
+    dK = Σ_r (ℓ dS)_rᵀ (Q[r]/ℓ_r) — every 1/ℓ on an (r, d) array, none on the block.
     (Writing the results straight into :func:`mha_backward`'s fused gradient layout instead was
     measured: no lower peak — the row-block temporaries are alive then too — and ~15% slower at
     n = 2048, the products writing strided rows.)"""
@@ -350,6 +448,11 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     dK = np.empty(lead + K.shape[-2:], dtype=Q.dtype)        # (..., n_k, d_k)
     dV = np.empty(lead + V.shape[-2:], dtype=Q.dtype)        # (..., n_k, d_v)
     blocks = _row_blocks(math.prod(lead), n_q, n_k)
+    # ⟨dA_i, A_i⟩ of every row i without a (…, n_q, n_k) product: Σ_j dA_ij A_ij = Σ_j (dO Vᵀ ⊙ M)_ij A_ij
+    # = Σ_j (dO Vᵀ)_ij A_drop,ij = Σ_k dO_ik O_ik — a (…, n_q, d_v) product (FlashAttention's D). It
+    # replaces two passes over each (r, n_k) block by one over (n_q, d_v): it pays for rows of at least
+    # 2·d_v keys; shorter rows keep the plain path's ⟨dA, A⟩ (and its exact rounding).
+    D = np.einsum("...k,...k->...", dO, cache["O"])[..., None] if n_k >= 2 * V.shape[-1] else None
     if A is not None:
         drop_mask = cache["dropout"]["mask"]
         np.matmul(cache["A_drop"].swapaxes(-1, -2), dO, out=dV)   # (..., n_k, d_v)
@@ -358,24 +461,23 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
         block_shape = lead + (blocks[0].stop - blocks[0].start, n_k)       # (..., r, n_k)
         buf, dA_buf = np.empty(block_shape, dtype=Q.dtype), np.empty(block_shape, dtype=Q.dtype)
         Kt, sqrt_dk = K.swapaxes(-1, -2), math.sqrt(Q.shape[-1])
-    # ⟨dA_i, A_i⟩ of every row i without a (…, n_q, n_k) product: Σ_j dA_ij A_ij = Σ_j (dO Vᵀ ⊙ M)_ij A_ij
-    # = Σ_j (dO Vᵀ)_ij A_drop,ij = Σ_k dO_ik O_ik — a (…, n_q, d_v) product (FlashAttention's D). It
-    # replaces two passes over each (r, n_k) block by one over (n_q, d_v): it pays for rows of at least
-    # 2·d_v keys; shorter rows keep the plain path's ⟨dA, A⟩ (and its exact rounding).
-    D = np.einsum("...k,...k->...", dO, cache["O"])[..., None] if n_k >= 2 * V.shape[-1] else None
+        inv_ell = None if D is None else 1.0 / cache["row_sum"]          # (..., n_q, 1)
     for i, rows in enumerate(blocks):
+        inv = None
         if A is not None:
             dA = dO[..., rows, :] @ Vt                       # (..., r, n_k) ∂L/∂A_drop for these rows
             A_rows, scratch = A[..., rows, :], None
             if drop_mask is not None:
                 dA *= drop_mask[..., rows, :]                # dropout backward on the block
         else:
+            inv = None if inv_ell is None else inv_ell[..., rows, :]        # (..., r, 1)
             A_rows = _exp_block(Q, Kt, sqrt_dk, cache["mask"], rows, buf, cache["row_max"], cache["row_sum"],
-                                first=False)                 # the forward's A[rows], recomputed
+                                normalise=inv is None)       # the forward's P[rows] (A[rows] if normalised)
             A_used = A_rows if keep is None else A_rows * keep[..., rows, :] * A_rows.dtype.type(scale)
-            _accumulate(dV, A_used.swapaxes(-1, -2), dO[..., rows, :], first=i == 0,
+            dO_r = dO[..., rows, :] if inv is None else dO[..., rows, :] * inv   # (..., r, d_v)
+            _accumulate(dV, A_used.swapaxes(-1, -2), dO_r, first=i == 0,
                         scratch=dA_buf)                      # Σ_r A_drop[r]ᵀ dO[r], before dA fills dA_buf
-            del A_used
+            del A_used, dO_r
             dA = np.matmul(dO[..., rows, :], Vt, out=dA_buf[..., :rows.stop - rows.start, :])   # (..., r, n_k)
             if keep is not None:
                 dA *= keep[..., rows, :]
@@ -392,9 +494,12 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
                 d *= a
 
         _rows_parallel(ds, dA.shape[-2])
-        dS = dA
-        np.matmul(dS, K, out=dQ[..., rows, :])               # (..., r, d_k)
-        _accumulate(dK, dS.swapaxes(-1, -2), Q[..., rows, :], first=i == 0, scratch=scratch)   # (..., n_k, d_k)
+        dS = dA                                              # dS, or ℓ dS when A_rows is P (inv given)
+        dQ_r = np.matmul(dS, K, out=dQ[..., rows, :])        # (..., r, d_k)
+        if inv is not None:
+            dQ_r *= inv
+        _accumulate(dK, dS.swapaxes(-1, -2), Q[..., rows, :] if inv is None else Q[..., rows, :] * inv,
+                    first=i == 0, scratch=scratch)           # (..., n_k, d_k)
     sqrt_dk = math.sqrt(Q.shape[-1])
     dQ /= sqrt_dk                                            # the 1/√d_k of S, on the (n, d_k) results:
     dK /= sqrt_dk                                            # fewer entries than the (n, n_k) dS

@@ -1,0 +1,169 @@
+r"""``bench --profile minilm``: where MiniLM's ``encode`` spends its time, next to sentence-transformers.
+
+Both encode the same generated sentences (:func:`transformer_np.perf.bench._sentences`), batch size
+32, float32, the same thread count; rounds alternate (ours, theirs, ours, …) and each part's time is
+the median over the rounds. The parts:
+
+* **tokenisation**: text → padded id arrays (ours: :meth:`PretrainedEncoder.tokenize`; theirs:
+  ``SentenceTransformer.tokenize``, the Rust ``tokenizers`` library);
+* **embeddings**: the word + position + type lookup and its LayerNorm;
+* **layers**: the six encoder layers;
+* **pooling**: mean over real tokens and L2 normalisation;
+* **other**: the rest of the call — batching, sorting by length, checks, moving data.
+
+Each part is timed by wrapping the function that does it (ours: the encoder's embedding and layer
+functions; theirs: forward hooks on the BERT modules), so the parts of one call add up to its total
+with "other" the remainder. ``clock="cpu"`` (one thread) times by the process's CPU time.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from contextlib import contextmanager
+
+PARTS = ("tokenisation", "embeddings", "layers", "pooling", "other")
+
+__all__ = ["PARTS", "minilm_profile", "format_minilm_profile"]
+
+
+class _Timer:
+    def __init__(self, clock: str):
+        self.now = time.perf_counter if clock == "wall" else time.process_time
+        self.parts = dict.fromkeys(PARTS, 0.0)
+        self._stack: list[tuple[str, float]] = []
+
+    def start(self, part: str) -> None:
+        self._stack.append((part, self.now()))
+
+    def stop(self) -> None:
+        part, t0 = self._stack.pop()
+        self.parts[part] += self.now() - t0
+
+    def wrap(self, part: str, fn):
+        def timed(*args, **kwargs):
+            self.start(part)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.stop()
+        return timed
+
+
+@contextmanager
+def _patched(obj, name: str, value):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def _ours_once(model, sentences, clock: str) -> dict:
+    from ..io import pretrained
+    from ..model import encoder
+
+    t = _Timer(clock)
+    with _patched(model, "tokenize", t.wrap("tokenisation", model.tokenize)), \
+            _patched(encoder, "_embeddings_forward", t.wrap("embeddings", encoder._embeddings_forward)), \
+            _patched(encoder, "_layer_forward", t.wrap("layers", encoder._layer_forward)), \
+            _patched(pretrained, "pool", t.wrap("pooling", pretrained.pool)), \
+            _patched(pretrained, "l2_normalize", t.wrap("pooling", pretrained.l2_normalize)):
+        t0 = t.now()
+        model.encode(sentences, batch_size=32)
+        total = t.now() - t0
+    t.parts["other"] = total - sum(t.parts.values())
+    return {**t.parts, "total": total}
+
+
+def _theirs_once(st, sentences, clock: str) -> dict:
+    t = _Timer(clock)
+    bert = st[0].auto_model
+    hooks = []
+    for part, module in (("embeddings", bert.embeddings), ("layers", bert.encoder)):
+        hooks.append(module.register_forward_pre_hook(lambda m, a, part=part: t.start(part)))
+        hooks.append(module.register_forward_hook(lambda m, a, o: t.stop()))
+    for module in list(st)[1:]:                                    # Pooling, Normalize
+        hooks.append(module.register_forward_pre_hook(lambda m, a: t.start("pooling")))
+        hooks.append(module.register_forward_hook(lambda m, a, o: t.stop()))
+    try:
+        name = "preprocess" if hasattr(st, "preprocess") else "tokenize"   # sentence-transformers ≥ 5 / older
+        with _patched(st, name, t.wrap("tokenisation", getattr(st, name))):
+            t0 = t.now()
+            st.encode(sentences, batch_size=32, normalize_embeddings=False)   # Normalize is in its pipeline
+            total = t.now() - t0
+    finally:
+        for h in hooks:
+            h.remove()
+    t.parts["other"] = total - sum(t.parts.values())
+    return {**t.parts, "total": total}
+
+
+def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None = None, clock: str = "wall",
+                   log=None) -> dict:
+    """The per-part times (seconds, median over ``rounds`` alternating rounds) of our ``encode`` and
+    sentence-transformers' on the same sentences, and each side's sentences per second."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from . import bench
+
+    torch = bench._import_torch()
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        raise ImportError("the MiniLM profile needs sentence-transformers: pip install sentence-transformers") from e
+    from ..io.pretrained import MODEL_NAME, load_pretrained, model_folder
+    from ..ops import fast
+
+    if clock not in bench.CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(bench.CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and threads != 1:
+        raise ValueError(f"clock='cpu' needs threads=1, got threads={threads}")
+    ours = load_pretrained(MODEL_NAME)
+    st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
+    sentences = bench._sentences(n_sentences)
+    limiter, fast_threads, torch_threads = None, fast._THREADS, torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+        fast.set_num_threads(threads)
+        if threads != bench._blas_threads()[0]:
+            limiter = bench._limit_blas_threads(threads)
+    try:
+        ours.encode(sentences[:64])                                   # warm-up: weights in float32, pools
+        st.encode(sentences[:64])
+        runs = {"numpy": [], "sentence_transformers": []}
+        for r in range(rounds):
+            if log:
+                log(f"MiniLM profile: round {r + 1} of {rounds} ({n_sentences} sentences each side) …")
+            runs["numpy"].append(_ours_once(ours, sentences, clock))
+            runs["sentence_transformers"].append(_theirs_once(st, sentences, clock))
+    finally:
+        fast._THREADS = fast_threads
+        torch.set_num_threads(torch_threads)
+        if limiter is not None:
+            limiter.restore_original_limits()
+    out = {"sentences": n_sentences, "rounds": rounds, "clock": clock,
+           "threads": threads if threads is not None else bench._blas_threads()[0]}
+    for side, rs in runs.items():
+        parts = {k: statistics.median(r[k] for r in rs) for k in PARTS + ("total",)}
+        out[side] = {**{f"{k}_s": round(v, 4) for k, v in parts.items()},
+                     "sentences_per_s": round(n_sentences / parts["total"], 1)}
+    out["throughput_ratio"] = round(out["numpy"]["sentences_per_s"] / out["sentence_transformers"]["sentences_per_s"],
+                                    3)
+    return out
+
+
+def format_minilm_profile(doc: dict) -> str:
+    """A plain table: each part's time for both sides and their ratio."""
+    a, b = doc["numpy"], doc["sentence_transformers"]
+    lines = [f"MiniLM encode, {doc['sentences']} sentences, batch 32, float32, {doc['threads']} thread(s), "
+             f"median of {doc['rounds']} rounds ({'process CPU time' if doc['clock'] == 'cpu' else 'wall clock'})",
+             "", "| part | NumPy s | sentence-transformers s | NumPy / theirs |", "|---|---:|---:|---:|"]
+    for k in PARTS + ("total",):
+        x, y = a[f"{k}_s"], b[f"{k}_s"]
+        ratio = f"{x / y:.2f}×" if y > 0 else "n/a"
+        lines.append(f"| {k} | {x:.3f} | {y:.3f} | {ratio} |")
+    lines += ["", f"sentences/s: NumPy {a['sentences_per_s']:.0f}, sentence-transformers {b['sentences_per_s']:.0f} "
+                  f"(throughput ratio {doc['throughput_ratio']:.2f})"]
+    return "\n".join(lines)
