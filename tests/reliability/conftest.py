@@ -67,13 +67,14 @@ def peak_rss_mb():
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 out = {{"error": None, "message": "", "exit": None}}
 try:
 {body}
 except BaseException as e:
     out.update(error=type(e).__name__, message=str(e), bases=[c.__name__ for c in type(e).__mro__])
-out["seconds"] = time.perf_counter() - t0
+out["seconds"] = time.process_time() - c0          # CPU seconds: the work, whatever else the machine runs
+out["wall_seconds"] = time.perf_counter() - t0
 out["max_rss_mb"] = peak_rss_mb()
 print("PROBE " + json.dumps(out))
 """
@@ -83,7 +84,8 @@ print("PROBE " + json.dumps(out))
 def probe():
     """Run ``body`` (Python statements; may set out["exit"]) in a fresh interpreter with the repository
     on the path and the 8 GB limit; returns the child's own report: error class name and message, its
-    bases, the seconds the body took and the child's peak RSS in MB (interpreter and imports included)."""
+    bases, the CPU seconds the body took (``seconds``: the work done, not the neighbours' load on a shared machine;
+    ``wall_seconds`` beside it) and the child's peak RSS in MB (interpreter and imports included)."""
     def run(body: str, timeout: float = 120) -> dict:
         env = {**os.environ, "PYTHONPATH": str(REPO), "TRANSFORMER_NP_MAX_BYTES": LIMIT, "HF_HUB_OFFLINE": "1",
                "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg"}
