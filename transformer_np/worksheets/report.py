@@ -172,9 +172,10 @@ class Report:
         L = [f"Worksheet {os.path.basename(ws.source)}: tokens {', '.join(ws.tokens)}; d_model {ws.d_model}, {heads}, "
              f"d_ff {ws.d_ff}, {ws.norm.capitalize()}-LN, {ws.activation}, {ws.layers} layer"
              f"{'s' if ws.layers > 1 else ''}, eps {ws.eps:g}",
-             f"Answers to {dec} decimals: tolerance = {m.u:g} (half a unit in the last place) plus the band honest "
-             f"rounding of every earlier number can reach; error and tolerance are shown at the entry that decided "
-             f"the verdict, against the true value (or your own earlier numbers, for 'follows')."]
+             *textwrap.wrap(f"Answers to {dec} decimals: tolerance = {m.u:g} (half a unit in the last place) plus "
+                            f"the band honest rounding of every earlier number can reach; error and tolerance are "
+                            f"shown at the entry that decided the verdict, against the true value (or your own "
+                            f"earlier numbers, for 'follows').", 110, subsequent_indent="  ")]
         if self.answered == 0 and not answers:
             return "\n".join(L + [""] + self._no_answers())
         L.append(f"{c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, {c['missing']} not answered.")
