@@ -1,9 +1,12 @@
 """The fast path (``transformer_np.ops.fast``) computes what the plain path computes.
 
 For every op that has both paths, and for the whole encoder stack (Post-LN and Pre-LN, forward,
-every parameter gradient and every ∂L/∂H^(ℓ)), the two agree to ≤ 1e-12 in float64 and
-≤ 1e-6 in float32 on random shapes (Hypothesis), with padding masks and with dropout (both
-paths draw the same masks from generators seeded alike).
+every parameter gradient and every ∂L/∂H^(ℓ)), the two agree to ≤ 1e-12 in float64 and, op by
+op, ≤ 1e-6 in float32 on random shapes (Hypothesis), with padding masks and with dropout (both
+paths draw the same masks from generators seeded alike). A float32 stack of up to three layers
+is held to "the fast path is as accurate as the plain path", both measured against the same
+stack in float64 (:func:`_assert_as_accurate`): a fixed float32 threshold for a whole stack is
+crossed by rounding alone on some Hypothesis versions' examples.
 
 The measure is the parity tests' ``nrel``, ‖fast − plain‖ / ‖plain‖ (Frobenius), for outputs.
 For gradients the denominator is max(‖plain‖, the largest gradient norm of the same backward)
@@ -21,11 +24,11 @@ import inspect
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import transformer_np as tnp
-from helpers import assert_paths_close
+from helpers import PATH_C, assert_paths_close
 from transformer_np.model.gradcheck import rel_error
 from transformer_np.model.params import sub_params
 from transformer_np.ops import fast, plain
@@ -58,6 +61,11 @@ def assert_grads_agree(g_fast: dict, g_plain: dict, dtype, what: str = "") -> No
 
 def assert_agree(a, b, dtype, what: str = "") -> None:
     assert a.dtype == b.dtype == dtype, what
+    if not np.any(b):
+        # exact: a reference that is exactly zero is a structural zero (every weight of a row dropped out,
+        # x − mean(x) for d_model = 1): the fast path computes the same zero
+        assert not np.any(a), (what, "the plain path's result is exactly zero, the fast path's is not")
+        return
     assert rel(a, b) <= TOL[np.dtype(dtype)], (what, rel(a, b))
 
 
@@ -128,6 +136,9 @@ DROPOUT = st.sampled_from([0.0, 0.3])
 @SETTINGS
 @given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 8), st.integers(1, 8), st.integers(1, 6),
        st.integers(1, 6), MASKS, DROPOUT, DTYPES, st.integers(0, 2**16))
+# one query whose every key is dropped (or masked): O is exactly zero on both paths (found by random draws)
+@example(1, 1, 1, 3, 6, 2, "padding", 0.3, np.float32, 12191)
+@example(1, 1, 1, 1, 6, 5, "full", 0.3, np.float32, 33936)
 def test_attention(B, h, n_q, n_k, d_k, d_v, mask_kind, p, dtype, seed):
     r = _rng(seed)
     Q = r.standard_normal((B, h, n_q, d_k)).astype(dtype)
@@ -286,9 +297,78 @@ def stacks(draw):
                 seed=draw(st.integers(0, 2**16)))
 
 
+def _layernorm_amplification(cache) -> float:
+    """κ ≥ 1: how much the LayerNorm backwards of a (float64 reference) run amplify rounding errors.
+
+    dx = r·(g − mean g − x̂·mean(g x̂)) removes from g its component along x̂, leaving ε_LN·r² of it
+    (‖x̂‖²/d = 1 − ε_LN·r²). For d_model = 2 every g − mean g lies along x̂: dx is that remainder alone,
+    a difference of terms ≈ r·|g| whose exact value is 1 − x̂² = ε_LN·r² times smaller, and the rounding
+    of x̂ comes back amplified by 1/(1 − x̂²). For d_model ≥ 3 (and 1, where x̂ = 0 exactly) a random g
+    keeps a component across x̂ of its own size: no amplification (κ = 1)."""
+    kappa = 1.0
+    stack = [cache]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("kind") == "layernorm" and node["xhat"].shape[-1] == 2:
+                rest = 1.0 - np.mean(np.asarray(node["xhat"], dtype=np.float64) ** 2, axis=-1)
+                kappa = max(kappa, 1.0 / max(float(rest.min()), np.finfo(np.float64).tiny))
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return kappa
+
+
+def _assert_as_accurate(fast32: dict, plain32: dict, ref64: dict, *, floor: float, k: int, kappa: float,
+                        what: str) -> None:
+    """float32: the fast path is as accurate as the plain path. Both are measured against the same stack
+    run in float64 by the plain path (the float32 parameters and inputs cast exactly), norm-relative with
+    ``floor`` (the backward's common floor, 0 for outputs):
+
+        err(fast32) ≤ 2·err(plain32) + c·ε32·√k·κ,   c = PATH_C (CONTRIBUTING.md)
+
+    2×: the fast path may round differently, not worse; the second term is the round-off any order of
+    summing k terms may add (k the longest reduction: d_model, d_ff, n or B·n tokens for a weight's
+    gradient) when the plain path happens to land closer, amplified by κ (:func:`_layernorm_amplification`)."""
+    eps = float(np.finfo(np.float32).eps)
+    for key in ref64:
+        a, b, ref = fast32[key], plain32[key], ref64[key]
+        assert a.dtype == b.dtype == np.float32, (what, key)
+        if floor == 0.0 and not np.any(ref):
+            # exact: a reference that is exactly zero is a structural zero (x − mean(x) for d_model = 1,
+            # a dropped element): both float32 paths compute the same zero
+            assert not np.any(a) and not np.any(b), (what, key)
+            continue
+        e_fast, e_plain = rel(a, ref, floor), rel(b, ref, floor)
+        tol = 2 * e_plain + PATH_C * eps * np.sqrt(k) * kappa
+        assert e_fast <= tol, (what, key, f"err(fast32) = {e_fast:.3g} > {tol:.3g} = 2·err(plain32) "
+                               f"{e_plain:.3g} + {PATH_C:g}·ε32·√{k}·κ (κ = {kappa:.3g})")
+
+
+def _run_stack(s, cfg, params, inputs, dH, mask, path, store):
+    H, cache = tnp.encoder_forward(params, cfg, attention_mask=mask, training=s["training"],
+                                   rng=_rng(s["seed"] + 1), fast=path, store_attention=store, **inputs)
+    maps = [fast.attention_weights(lc["attn"]["attn"]) for lc in cache["layers"]] if path else cache["attentions"]
+    grads, dhidden = tnp.encoder_backward(dH, cache, return_hidden_grads=True)
+    outs = {"H": H, **{f"H^({i})": a for i, a in enumerate(cache["hidden_states"])},
+            **{f"A^({i + 1})": a for i, a in enumerate(maps)}}
+    return outs, {**grads, **{f"dH^({i})": a for i, a in enumerate(dhidden)}}, cache
+
+
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(stacks())
+# float32 stacks whose fast and plain results differed by 1.2–1.3e-6 norm-relative (≈ 10 ε32), found by other
+# Hypothesis versions' examples: kept so that every version tries them
+@example(s={"B": 3, "N": 3, "act": "gelu", "d": 3, "d_ff": 11, "dtype": np.float32, "h": 3, "ids": True, "n": 2,
+            "n_pad": 0, "norm": "post", "seed": 256, "training": True})
+@example(s={"B": 1, "N": 2, "act": "gelu", "d": 3, "d_ff": 2, "dtype": np.float32, "h": 3, "ids": True, "n": 4,
+            "n_pad": 0, "norm": "post", "seed": 63, "training": True})
+# d_model = 1 with its one element dropped: H^(0) is exactly zero on both paths (Hypothesis 6.170's example)
+@example(s={"B": 1, "N": 1, "act": "gelu", "d": 1, "d_ff": 1, "dtype": np.float64, "h": 1, "ids": True, "n": 1,
+            "n_pad": 0, "norm": "post", "seed": 2, "training": True})
 def test_encoder_stack_forward_and_every_gradient(s):
+    """float64: fast and plain agree to ≤ 1e-12. float32: the fast path is as accurate as the plain path
+    against the same stack in float64 (:func:`_assert_as_accurate`)."""
     cfg = tnp.EncoderConfig(n_layers=s["N"], d_model=s["d"], n_heads=s["h"], d_ff=s["d_ff"],
                             norm_position=s["norm"], final_layer_norm=s["norm"] == "pre", activation=s["act"],
                             vocab_size=31, max_len=8, type_vocab_size=2, dropout=0.1, layer_norm_eps=1e-5)
@@ -301,27 +381,32 @@ def test_encoder_stack_forward_and_every_gradient(s):
     inputs = (dict(input_ids=r.integers(0, 31, (B, n)), token_type_ids=r.integers(0, 2, (B, n))) if s["ids"]
               else dict(inputs_embeds=r.standard_normal((B, n, s["d"])).astype(dtype)))
     dH = r.standard_normal((B, n, s["d"])).astype(dtype)
-    runs = {}
-    for path, store in ((True, True), (True, False), (False, True)):     # (True, False): A recomputed
-        H, cache = tnp.encoder_forward(params, cfg, attention_mask=mask, training=s["training"],
-                                       rng=_rng(s["seed"] + 1), fast=path, store_attention=store, **inputs)
-        maps = [fast.attention_weights(lc["attn"]["attn"]) for lc in cache["layers"]] if path else None
-        grads, dhidden = tnp.encoder_backward(dH, cache, return_hidden_grads=True)
-        runs[path, store] = H, cache, grads, dhidden, maps
-    Hp, cp, gp, dhp, _ = runs[False, True]
+    runs = {(path, store): _run_stack(s, cfg, params, inputs, dH, mask, path, store)
+            for path, store in ((True, True), (True, False), (False, True))}   # (True, False): A recomputed
+    op, gp, cp = runs[False, True]
+    if dtype == np.float32:
+        ref = _run_stack(s, cfg, {k: v.astype(np.float64) for k, v in params.items()},
+                         {k: (v.astype(np.float64) if k == "inputs_embeds" else v) for k, v in inputs.items()},
+                         dH.astype(np.float64), mask, False, True)
+        k = max(s["d"], s["d_ff"], n, B * n)
+        kappa = _layernorm_amplification(ref[2])
+        floor = max(float(np.linalg.norm(g)) for g in ref[1].values())
     for store in (True, False):
-        Hf, cf, gf, dhf, maps = runs[True, store]
-        assert_agree(Hf, Hp, dtype, "H")
-        for layer, (a, b) in enumerate(zip(cf["hidden_states"], cp["hidden_states"])):
-            assert_agree(a, b, dtype, f"H^({layer})")
-        for layer, (a, b) in enumerate(zip(maps, cp["attentions"])):
-            assert_agree(a, b, dtype, f"A^({layer + 1})")
+        of, gf, cf = runs[True, store]
         assert all(a is None for a in cf["attentions"]) or store
+        if dtype == np.float32:
+            _assert_as_accurate(of, op, ref[0], floor=0.0, k=k, kappa=kappa, what=f"outputs store={store}")
+            if floor == 0.0:                # every reference gradient is exactly zero: see assert_grads_agree
+                assert_grads_agree(gf, gp, dtype, f"stack store={store}")
+            else:
+                _assert_as_accurate(gf, gp, ref[1], floor=floor, k=k, kappa=kappa, what=f"stack store={store}")
+            continue
+        for key in op:
+            assert_agree(of[key], op[key], dtype, f"{key} store={store}")
         # ∂L/∂H^(ℓ) belong to the same backward as the parameter gradients, so they share its error floor:
         # compared on their own, a stack whose ∂L/∂H^(ℓ) are zero in exact arithmetic (d_model = 2 behind a
         # LayerNorm) would be measured against its own rounding noise (found by the matrix's oldest sessions)
-        assert_grads_agree({**gf, **{f"dH^({i})": a for i, a in enumerate(dhf)}},
-                           {**gp, **{f"dH^({i})": b for i, b in enumerate(dhp)}}, dtype, f"stack store={store}")
+        assert_grads_agree(gf, gp, dtype, f"stack store={store}")
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
