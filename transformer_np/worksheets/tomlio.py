@@ -62,10 +62,13 @@ MAX_KEYS = 2_000         # key = value lines (the largest sheet: ~200)
 MAX_TABLES = 64          # [table] headers (setup, input, layers, answers, marks: about a dozen)
 
 _SPECIAL = re.compile(r"""["'#\[\]{},\n]""")
-_KEY = re.compile(r"[ \t]*+([A-Za-z0-9_\-.\"']++)[ \t]*+=")      # possessive: no backtracking on long lines
-_BASIC = re.compile(r'"(?:[^"\\\n]|\\.)*+(?:"|$)', re.MULTILINE)
-_LITERAL = re.compile(r"'[^'\n]*+(?:'|$)", re.MULTILINE)
-_HEADER = re.compile(r"\[\[?([^\]\n]*+)\]")
+# Each is only ever .match()-ed at one position, and its repeated classes are disjoint from what follows them, so a
+# failed match backtracks at most once over the line it started on: linear overall. (No possessive quantifiers:
+# they need Python 3.11, and Python 3.10 is supported.)
+_KEY = re.compile(r"[ \t]*([A-Za-z0-9_\-.\"']+)[ \t]*=")
+_BASIC = re.compile(r'"(?:[^"\\\n]|\\.)*(?:"|$)', re.MULTILINE)
+_LITERAL = re.compile(r"'[^'\n]*(?:'|$)", re.MULTILINE)
+_HEADER = re.compile(r"\[\[?([^\]\n]*)\]")
 _LONG_INT = re.compile(r"(?<![\w.])[+\-]?[0-9][0-9_]{%d,}" % MAX_NUMBER_CHARS)   # noqa: UP031
 
 
@@ -155,10 +158,10 @@ def scan_toml(text: str, source: str) -> None:
 def _refuse(text: str, source: str, at: int, what: str, table: str | None = None, key: str | None = None):
     if table is None:                           # find the table and key of position ``at`` (rare: errors only)
         before = text[:at]
-        heads = list(re.finditer(r"^[ \t]*+\[\[?([^\]\n]*+)\]", before, re.MULTILINE))
+        heads = list(re.finditer(r"^[ \t]*\[\[?([^\]\n]*)\]", before, re.MULTILINE))
         table = heads[-1].group(1).strip() if heads else ""
         start = heads[-1].end() if heads else 0
-        keys = list(re.finditer(r"^[ \t]*+([A-Za-z0-9_\-.\"']++)[ \t]*+=", before[start:], re.MULTILINE))
+        keys = list(re.finditer(r"^[ \t]*([A-Za-z0-9_\-.\"']+)[ \t]*=", before[start:], re.MULTILINE))
         key = keys[-1].group(1) if keys else None
         here = _KEY.match(text, text.rfind("\n", 0, at) + 1)        # a key on the line of ``at`` itself
         if here is not None:
