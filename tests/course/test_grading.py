@@ -695,6 +695,14 @@ def test_the_staging_command_reports_bad_arguments_in_one_line(tmp_path, capsys)
     assert main(["stage", str(tmp_path / "missing.ipynb"), str(tmp_path / "out.ipynb")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "missing" in err, err
+
+
+@pytest.mark.slow
+def test_the_staging_command_writes_the_notebook_and_the_zips_requirements(tmp_path):
+    """Staging reads otter's version (the zip pins it): otter-grader must be installed, so not the fast lane."""
+    pytest.importorskip("otter")
+    from transformer_np.course.grading import main
+
     assert main(["stage", str(REPO / "exercises" / "01_softmax.ipynb"), str(tmp_path / "01_softmax.ipynb"),
                  "transformer_np-0.0.0-py3-none-any.whl"]) == 0
     staged = (tmp_path / "01_softmax.ipynb").read_text()
