@@ -3,8 +3,9 @@ r"""The fast path: the same ops as the plain modules, rearranged for speed and m
 The encoder stack runs these kernels by default (``encoder_forward(..., fast=True)``); the plain
 modules (:mod:`~transformer_np.ops.attention`, :mod:`~transformer_np.ops.layernorm`,
 :mod:`~transformer_np.ops.feedforward`, :mod:`~transformer_np.ops.softmax`, …) hold the textbook
-versions, and ``tests/ops/test_fast_path.py`` proves the two agree (≤ 1e-12 relative in float64,
-≤ 1e-6 in float32, with masks and dropout, forward and every gradient). Read the plain module
+versions, and ``tests/ops/test_fast_path.py`` proves the two agree (≤ 1e-12 relative in float64; in float32
+≤ 1e-6 op by op, and a whole stack as accurate as the plain path against the same stack in float64; with masks
+and dropout, forward and every gradient). Read the plain module
 first: every function here has the same name, arguments and result as its plain kernel
 (:mod:`transformer_np.ops.plain` lists them), and none checks its arguments — the public entry
 points have done that once.
