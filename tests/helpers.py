@@ -120,3 +120,20 @@ def assert_paths_close(actual, expected, *, paths: tuple[str, str] = ("fast", "p
             f"elements): {p_a} = {av!r}, {p_e} = {ev!r}, |error| = {er:.3g} > tolerance {to:.3g} "
             f"= rtol·|{p_e}| + atol with rtol = c·eps·√k = {c:g}·{np.finfo(dtype).eps:.3g}·√{int(k)} = {rtol:.3g} "
             f"({np.dtype(dtype)}), atol = {atol_scale:g}·rtol·{s_name} = {atol:.3g} ({s_name} = {scale:.3g})")
+
+
+def assert_folder_refused(folder, *fragments) -> str:
+    """``load_pretrained(folder)`` raises a one-line ``ModelFolderError`` containing every fragment; returns it."""
+    import pytest
+
+    from transformer_np.errors import ModelFolderError
+    from transformer_np.io.pretrained import load_pretrained
+
+    with pytest.raises(ModelFolderError) as info:
+        load_pretrained(folder)
+    msg = str(info.value)
+    assert "\n" not in msg
+    for f in fragments:
+        assert f in msg, msg
+    return msg
+

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from transformer_np.errors import ModelFolderError
+from helpers import assert_folder_refused
 from transformer_np.io.pretrained import load_pretrained
 
 pytestmark = [pytest.mark.torch, pytest.mark.hf]  # test lane (pyproject.toml markers)
@@ -96,14 +96,7 @@ def _edit(path, fn):
     path.write_text(json.dumps(value))
 
 
-def _refused(folder, *fragments):
-    with pytest.raises(ModelFolderError) as info:
-        load_pretrained(folder)
-    msg = str(info.value)
-    assert "\n" not in msg
-    for f in fragments:
-        assert f in msg, msg
-    return msg
+_refused = assert_folder_refused
 
 
 def test_unknown_module_types_are_refused_naming_the_entry(tmp_path):

@@ -6,19 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from transformer_np.errors import ModelFolderError
+from helpers import assert_folder_refused
 from transformer_np.io.pretrained import load_pretrained
 from transformer_np.io.safetensors import load_safetensors, save_safetensors
 
-
-def _refused(folder, *fragments) -> str:
-    with pytest.raises(ModelFolderError) as info:
-        load_pretrained(folder)
-    msg = str(info.value)
-    assert "\n" not in msg
-    for f in fragments:
-        assert f in msg, msg
-    return msg
+_refused = assert_folder_refused
 
 
 def test_the_tiny_folder_loads(tiny_folder):
