@@ -618,6 +618,7 @@ def test_hidden_cases_vary_and_differ_from_the_public_ones(name):
     assert all(c.label.startswith("hidden: ") for c in a) and any(c.gradcheck for c in a)
     shapes_a = [tuple((k, v.shape) for k, v in c.arrays.items()) for c in a]
     shapes_b = [tuple((k, v.shape) for k, v in c.arrays.items()) for c in b]
+    # exact: two seeds' cases must differ somewhere (drawn inputs compared as given, no arithmetic)
     assert shapes_a != shapes_b or any(not np.array_equal(c.arrays[k], d.arrays[k]) for c, d in zip(a, b)
                                        for k in c.arrays)
     assert not set(shapes_a) <= public

@@ -264,8 +264,8 @@ def test_fingerprint_sees_a_change_of_any_one_element(dtype, shape):
     assert np.array_equal(fingerprint(a.copy()), before)   # exact: the same function on equal arrays, one process
     if a.ndim == 2 and min(a.shape) > 1:        # exact comparisons below: fingerprints are compared bit for bit
         assert not np.array_equal(fingerprint(a[[1, 0] + list(range(2, a.shape[0]))]), before)   # rows swapped
-        assert not np.array_equal(fingerprint(a[:, [1, 0] + list(range(2, a.shape[1]))]), before)   # columns
-        assert not np.array_equal(fingerprint(-a), before)
+        assert not np.array_equal(fingerprint(a[:, [1, 0] + list(range(2, a.shape[1]))]), before)   # exact: columns
+        assert not np.array_equal(fingerprint(-a), before)             # exact: negated
         t = a.T                                                         # a non-contiguous view
         np.testing.assert_array_equal(fingerprint(t), fingerprint(t))    # exact: deterministic on a strided view too
         np.testing.assert_allclose(fingerprint(t), fingerprint(np.ascontiguousarray(t)), rtol=0,
