@@ -31,7 +31,7 @@ import transformer_np as tnp
 from helpers import PATH_C, assert_paths_close
 from transformer_np.model.gradcheck import rel_error
 from transformer_np.model.params import sub_params
-from transformer_np.ops import fast, plain
+from transformer_np.ops import fast, fast_attention, fast_ffn, plain
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -214,7 +214,7 @@ def test_activation_blocks_are_bit_for_bit_the_whole_array(size, act, dtype, see
         assert_agree(af, ap, dtype, "f(z)")
         assert_agree(cf["grad"], cp["grad"], dtype, "f'(z)")
         a1, g1 = np.empty_like(z), np.empty_like(z)
-        fast._gelu32(z, a1, g1, *(np.empty_like(z) for _ in range(4)), np.empty(z.shape, dtype=bool))
+        fast_ffn._gelu32(z, a1, g1, *(np.empty_like(z) for _ in range(4)), np.empty(z.shape, dtype=bool))
         np.testing.assert_array_equal(af, a1)            # exact: elementwise, the same kernel on the same values
         np.testing.assert_array_equal(cf["grad"], g1)    # exact: as above
         return
@@ -253,7 +253,7 @@ def test_float32_gelu_against_math_erfc():
     mono = np.zeros(1)
     for ci in C.cheb2poly(cheb)[::-1]:                      # x = 1 − 2 s/(1 − tmin)
         mono = np.polynomial.polynomial.polyadd(np.polynomial.polynomial.polymul(mono, [1, -2 / (1 - tmin)]), [ci])
-    np.testing.assert_allclose(fast._GELU32_M, mono, rtol=1e-9, atol=1e-12)   # float64 conversion noise
+    np.testing.assert_allclose(fast_ffn._GELU32_M, mono, rtol=1e-9, atol=1e-12)   # float64 conversion noise
 
 
 @SETTINGS
@@ -521,15 +521,15 @@ def test_row_blocked_attention_equals_one_block(monkeypatch, mask_kind, dropout)
         return (O, c["weights"]) + fast.attention_backward(dO, c)
 
     whole = run()
-    monkeypatch.setattr(fast, "_BLOCK_SCORES", B * h * n * 2)   # 2 query rows per block: 6 blocks
-    assert len(fast._row_blocks(B * h, n, n)) == 6
+    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", B * h * n * 2)   # 2 query rows per block: 6 blocks
+    assert len(fast_attention._row_blocks(B * h, n, n)) == 6
     blocked = run()
     for a, b in zip(whole, blocked):
         np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-14)
 
 
 def test_row_blocked_attention_gradcheck(monkeypatch):
-    monkeypatch.setattr(fast, "_BLOCK_SCORES", 2 * 5 * 3)       # 3 query rows per block
+    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 2 * 5 * 3)       # 3 query rows per block
     r = _rng(2)
     Q, K, V = (r.standard_normal((2, 5, 7, 3)) for _ in range(3))
     R = r.standard_normal((2, 5, 7, 3))
@@ -604,7 +604,7 @@ def test_set_num_threads_checks_its_argument(monkeypatch):
 
 # ----------------------------------------------------------------------------- fewer passes (round 4)
 # The fast attention skips the max subtraction where a bound proves exp cannot overflow or underflow
-# (fast._no_max_rows), folds 1/√d_k into Q where that is exact (d_k a power of 4), and defers the
+# (fast_attention._no_max_rows), folds 1/√d_k into Q where that is exact (d_k a power of 4), and defers the
 # normalisation of the recomputing path to the (n, d_v) product. Here: the skip is really taken, the
 # bound is sound, and the results agree with the plain path on long rows, padded rows, float32 near
 # exp's overflow, huge logits and n = 1. Tolerance where the skip changes the rounding: the
@@ -616,7 +616,7 @@ def _reduction_tol(dtype, k: int, max_logit: float = 0.0, c: float = 4.0) -> flo
 
 
 def _bound_limits(dtype, n_k: int, vmax: float) -> tuple[float, float]:
-    """The documented thresholds of fast._no_max_rows, recomputed here from their definition."""
+    """The documented thresholds of fast_attention._no_max_rows, recomputed here from their definition."""
     fi = np.finfo(dtype)
     hi = np.log(float(fi.max)) - np.log(n_k) - np.log(max(1.0, vmax)) - 1.0
     lo = -np.log(float(fi.tiny)) - np.log(1.0 / float(fi.eps)) - np.log(n_k) - 1.0
@@ -650,7 +650,7 @@ def test_long_rows_skip_the_max_and_agree_with_plain(dtype, mask_kind):
     B, h, n, d_k = 2, 2, 256, 16                               # 2·2·256² scores: past _SKIP_MIN_SCORES
     Q, K, V, dO = (r.standard_normal((B, h, n, d_k)).astype(dtype) for _ in range(4))
     mask = _mask(mask_kind, B, n, n, dtype, r)
-    safe = fast._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
+    safe = fast_attention._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
     assert safe is not None and safe.all()                     # the skip is taken for every row
     _against_plain(Q, K, V, dO, mask, dtype, TOL[np.dtype(dtype)])
 
@@ -658,9 +658,9 @@ def test_long_rows_skip_the_max_and_agree_with_plain(dtype, mask_kind):
 def test_short_or_few_rows_keep_the_plain_arithmetic():
     r = _rng(22)
     Q, K, V = (r.standard_normal((1, 1, 8, 4)) for _ in range(3))   # 64 scores: too few to pay for the bound
-    assert fast._no_max_rows(Q, K, V, None, 2.0) is None
+    assert fast_attention._no_max_rows(Q, K, V, None, 2.0) is None
     Q, K, V = (r.standard_normal((4, 4, 64, 64)) for _ in range(3))  # rows of 64 < 2·d_v keys
-    assert fast._no_max_rows(Q, K, V, None, 8.0) is None
+    assert fast_attention._no_max_rows(Q, K, V, None, 8.0) is None
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -673,7 +673,7 @@ def test_fully_padded_rows_keep_the_max_and_stay_uniform(dtype):
     Q, K, V, dO = (r.standard_normal((B, h, n, d_k)).astype(dtype) for _ in range(4))
     mask = np.zeros((B, 1, 1, n), dtype=dtype)
     mask[0] = np.finfo(dtype).min
-    safe = fast._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
+    safe = fast_attention._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
     assert not safe[0].any() and safe[1].all()
     with np.errstate(divide="ignore", invalid="ignore"):       # what skipping would have done: 0/0
         naive = np.exp(Q[0, 0] @ K[0, 0].T / np.sqrt(d_k) + mask[0, 0])
@@ -700,7 +700,7 @@ def test_float32_near_exp_overflow_and_underflow():
     r = _rng(24)
     V = (0.5 * r.uniform(-1, 1, (1, 2, n, d_k))).astype(dtype)
     dO = r.standard_normal((1, 2, n, d_k)).astype(dtype)
-    safe = fast._no_max_rows(Q, K, V, None, np.sqrt(d_k))[0, 0, :, 0]
+    safe = fast_attention._no_max_rows(Q, K, V, None, np.sqrt(d_k))[0, 0, :, 0]
     hi, lo = _bound_limits(dtype, n, float(np.abs(V).max()))
     q64, k64 = Q.astype(np.float64), K.astype(np.float64)
     b = np.linalg.norm(q64[0, 0], axis=-1) * np.linalg.norm(k64[0, 0], axis=-1).max() / np.sqrt(d_k)
@@ -720,7 +720,7 @@ def test_huge_logits_keep_the_max(dtype):
     Q, K, V, dO = (r.standard_normal((1, 2, 128, 16)) for _ in range(4))
     Q *= 1e3                                                    # |s| up to ~1e4: far past exp's range
     Q, K, V, dO = (a.astype(dtype) for a in (Q, K, V, dO))
-    assert not fast._no_max_rows(Q, K, V, None, 4.0).any()
+    assert not fast_attention._no_max_rows(Q, K, V, None, 4.0).any()
     s_max = float(np.abs(Q.astype(np.float64) @ K.astype(np.float64).swapaxes(-1, -2)).max() / 4)
     _against_plain(Q, K, V, dO, None, dtype, _reduction_tol(dtype, 128, s_max))
 
@@ -752,7 +752,7 @@ def test_the_bound_is_sound(B, n, d_k, scale, mask_kind, dtype, seed):
         mask = np.where(r.random((B, 1, 1, n)) < 0.5, -np.inf, 0.0).astype(dtype)
     else:
         mask = _mask(mask_kind, B, n, n, dtype, r)
-    safe = fast._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
+    safe = fast_attention._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
     if safe is None:
         return
     hi, lo = _bound_limits(dtype, n, float(np.abs(V).max()))
@@ -774,10 +774,10 @@ def test_the_bound_is_sound(B, n, d_k, scale, mask_kind, dtype, seed):
 def test_scale_folds_into_q_only_when_exact(d_k, folds):
     """1/√d_k is folded into Q only when √d_k is a power of two; then the scores are the plain path's
     bit for bit (dividing by a power of two only changes the exponent)."""
-    assert fast._folds(np.sqrt(d_k)) is folds
+    assert fast_attention._folds(np.sqrt(d_k)) is folds
     if folds:
         r = _rng(27)
         Q, K = r.standard_normal((2, 5, d_k)), r.standard_normal((2, 7, d_k))
-        S = fast._block_scores(Q, K.swapaxes(-1, -2), np.sqrt(d_k), slice(0, 5), np.empty((2, 5, 7)))
+        S = fast_attention._block_scores(Q, K.swapaxes(-1, -2), np.sqrt(d_k), slice(0, 5), np.empty((2, 5, 7)))
         # exact: (Q / 2^e) Kᵀ = (Q Kᵀ) / 2^e in binary floating point (no subnormals here)
         np.testing.assert_array_equal(S, (Q @ K.swapaxes(-1, -2)) / np.sqrt(d_k))

@@ -397,14 +397,14 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     machine["other_load_cores_before"] = _round(others_before)
     machine["threads_lowered_from"] = lowered_from
     machine["clock"] = clock
-    from ..ops import fast
-    fast_threads = fast._THREADS
+    from ..ops import _threads, fast
+    fast_threads = _threads._THREADS
     fast.set_num_threads(threads)
     try:
         return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute, clock,
                          max_rounds)
     finally:
-        fast._THREADS = fast_threads
+        _threads._THREADS = fast_threads
         if limiter is not None:
             limiter.restore_original_limits()
 
@@ -581,8 +581,8 @@ def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | N
 
     ours = load_pretrained(MODEL_NAME)
     st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
-    from ..ops import fast
-    limiter, fast_threads = None, fast._THREADS
+    from ..ops import _threads, fast
+    limiter, fast_threads = None, _threads._THREADS
     if threads is not None:
         torch.set_num_threads(threads)
         fast.set_num_threads(threads)
@@ -591,7 +591,7 @@ def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | N
     try:
         return _minilm_rounds(ours, st, n_sentences, rounds, clock)
     finally:
-        fast._THREADS = fast_threads
+        _threads._THREADS = fast_threads
         if limiter is not None:
             limiter.restore_original_limits()
 

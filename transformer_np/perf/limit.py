@@ -83,7 +83,7 @@ def limit_call(dims, dtype: str, mode: str, threads: int = 1, seed: int = 0) -> 
     Operands, outputs and exp buffers are allocated here, once: the call itself allocates nothing.
     The exp pass covers B·h·n² elements with :data:`EXP_BLOCK`-element blocks, each of ``threads``
     threads working on its own in/out pair (inputs in [−10, 0]: no overflow, no subnormals)."""
-    from ..ops.fast import _parallel
+    from ..ops._threads import _parallel
 
     rng = np.random.default_rng(seed)
     products = []

@@ -114,7 +114,7 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
     except ImportError as e:
         raise ImportError("the MiniLM profile needs sentence-transformers: pip install sentence-transformers") from e
     from ..io.pretrained import MODEL_NAME, load_pretrained, model_folder
-    from ..ops import fast
+    from ..ops import _threads, fast
 
     if clock not in bench.CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(bench.CLOCKS)}, got {clock!r}")
@@ -123,7 +123,7 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
     ours = load_pretrained(MODEL_NAME)
     st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
     sentences = bench._sentences(n_sentences)
-    limiter, fast_threads, torch_threads = None, fast._THREADS, torch.get_num_threads()
+    limiter, fast_threads, torch_threads = None, _threads._THREADS, torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
         fast.set_num_threads(threads)
@@ -139,7 +139,7 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
             runs["numpy"].append(_ours_once(ours, sentences, clock))
             runs["sentence_transformers"].append(_theirs_once(st, sentences, clock))
     finally:
-        fast._THREADS = fast_threads
+        _threads._THREADS = fast_threads
         torch.set_num_threads(torch_threads)
         if limiter is not None:
             limiter.restore_original_limits()

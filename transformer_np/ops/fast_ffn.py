@@ -1,0 +1,194 @@
+"""The fast path's position-wise ops: linear, LayerNorm, activation and FFN.
+
+See :mod:`transformer_np.ops.fast` for the tricks and the tests that hold them; the plain kernels are in
+:mod:`transformer_np.ops.linear`, :mod:`~transformer_np.ops.layernorm`, :mod:`~transformer_np.ops.activations`
+and :mod:`~transformer_np.ops.feedforward`."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._threads import _parallel, _rows_parallel, get_num_threads
+from .activations import _FUNCS as _ACTIVATION_FUNCS
+from .cache import reader
+from .layernorm import check_variance
+
+__all__ = ["linear_forward", "linear_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
+           "activation_backward", "ffn_forward", "ffn_backward"]
+
+
+# ----------------------------------------------------------------------------- linear
+def linear_forward(x: np.ndarray, W: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+    """y = x W + b as one (M, d_in) @ (d_in, d_out) product, M = every leading position."""
+    y2 = x.reshape(-1, W.shape[0]) @ W                      # (M, d_out)
+    if b is not None:
+        _rows_parallel(lambda r: y2[r].__iadd__(b), y2.shape[0])
+    y = y2.reshape(x.shape[:-1] + (W.shape[1],))            # (..., d_out)
+    return y, {"kind": "linear", "x": x, "W": W, "has_bias": b is not None}
+
+
+def linear_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    x, W = cache["x"], cache["W"]
+    x2 = x.reshape(-1, x.shape[-1])                         # (M, d_in)
+    dy2 = dy.reshape(-1, dy.shape[-1])                      # (M, d_out)
+    dx = (dy2 @ W.T).reshape(x.shape)                       # (M, d_in) → (..., d_in)
+    dW = x2.T @ dy2                                         # (d_in, d_out); x2.T is a view BLAS reads as is
+    db = dy2.sum(axis=0) if cache["has_bias"] else None     # (d_out,)
+    return dx, dW, db
+
+
+# ----------------------------------------------------------------------------- layernorm
+def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5) -> tuple[np.ndarray, dict]:
+    """LayerNorm with x − μ turned into x̂ in place and y built in the γ-product's buffer."""
+    mu = x.mean(axis=-1, keepdims=True)                     # (..., 1)
+    xc = x - mu                                             # (..., d)
+    var = np.mean(xc * xc, axis=-1, keepdims=True)          # (..., 1)
+    check_variance(var, xc)
+    rstd = 1.0 / np.sqrt(var + eps)                         # (..., 1)
+    xhat = xc
+    xhat *= rstd                                            # (..., d) in place: xc is not needed again
+    y = xhat * gamma
+    y += beta
+    return y, {"kind": "layernorm", "xhat": xhat, "rstd": rstd, "gamma": gamma}
+
+
+def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    xhat, rstd, gamma = cache["xhat"], cache["rstd"], cache["gamma"]
+    d = xhat.shape[-1]
+    lead = tuple(range(xhat.ndim - 1))
+    dgamma = (dy * xhat).sum(axis=lead)                     # (d,)
+    dbeta = dy.sum(axis=lead)                               # (d,)
+    g = dy * gamma                                          # (..., d)
+    mean_g = g.sum(axis=-1, keepdims=True) / d              # (..., 1)
+    mean_gx = (g * xhat).sum(axis=-1, keepdims=True) / d    # (..., 1)
+    dx = g                                                  # reuse g's buffer (g is ours)
+    dx -= mean_g
+    dx -= xhat * mean_gx
+    dx *= rstd                                              # dx = r (g − mean(g) − x̂ mean(g x̂))
+    return dx, dgamma, dbeta
+
+
+# ----------------------------------------------------------------------------- activation and FFN
+_BLOCK = 16384   # elements per block: ~64 KB in float32, so f's ~10 live temporaries fit in L2
+_GELU32_BLOCK = 65536   # the fused float32 GELU: 4 scratch arrays of 256 KB (measured best of 8–128 Ki)
+
+# Exact GELU in float32 with one range and one exp (see _gelu32): Φ(−|z|) = ½ erfc(y), y = |z|/√2,
+# written as exp(−z²/2) · M(s), s = u/(1 + u), u = 0.35·y; M is the degree-7 Chebyshev interpolant of
+# ½ erfc(y)·exp(y²) in s on y ∈ [0, 9.3] (past 9.3, exp(−y²) underflows float32), computed in float64
+# from math.erfc and converted to monomial form (tests/ops/test_fast_path.py recomputes it). Its own
+# relative error is below 1e-8; evaluated in float32 the GELU's max |error| against math.erfc is
+# 0.5 ulp of the output, and Φ's 8e-8 (the plain float32 erf: 7e-8).
+_GELU32_U = 0.35 / math.sqrt(2.0)
+_GELU32_M = (0.499999999204887, -1.611969966833993, 2.469635567446595, -2.22066213465722, 0.9680755321575066,
+             0.10529391102585882, -0.31254956062974737, 0.10245409066632219)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos) -> None:
+    """GELU and its derivative of a float32 block z into ``out`` (which may be z itself) and ``grad``;
+    a, s, e, E (float32) and pos (bool) are scratch arrays of z's size. 28 in-place passes, none of
+    them a gather, a select or a second exp:
+
+        e     = Φ(−|z|) = exp(−z²/2) M(s)
+        Φ(z)  = e + [z > 0] (1 − 2e)            (e for z ≤ 0, 1 − e for z > 0: no branch)
+        f(z)  = z Φ(z),   f'(z) = Φ(z) + z φ(z),  φ(z) = exp(−z²/2)/√(2π)   (the same exp)
+    """
+    np.abs(z, out=a)                                        # |z|
+    np.multiply(a, _GELU32_U, out=s)                        # u
+    np.add(s, 1.0, out=E)
+    np.divide(s, E, out=s)                                  # s = u / (1 + u) ∈ [0, 1)
+    np.multiply(s, _GELU32_M[-1], out=e)                    # Horner, in place: e = M(s)
+    e += _GELU32_M[-2]
+    for c in _GELU32_M[-3::-1]:
+        e *= s
+        e += c
+    np.square(z, out=E)
+    E *= -0.5
+    np.exp(E, out=E)                                        # exp(−z²/2)
+    e *= E                                                  # e = Φ(−|z|)
+    np.greater(z, 0.0, out=pos)
+    np.multiply(e, -2.0, out=a)
+    a += 1.0
+    a *= pos                                                # [z > 0] (1 − 2e)
+    a += e                                                  # Φ(z)
+    E *= z
+    E *= _INV_SQRT_2PI                                      # z φ(z)
+    np.add(a, E, out=grad)                                  # f'(z) = Φ(z) + z φ(z)
+    np.multiply(z, a, out=out)                              # f(z) = z Φ(z), last: out may be z itself
+
+
+def activation_forward(z: np.ndarray, activation: str = "gelu") -> tuple[np.ndarray, dict]:
+    """(f(z), f'(z)) evaluated on consecutive blocks of the flattened z (same cache as the plain op).
+
+    Exact GELU in float32 runs the fused single-range kernel :func:`_gelu32` (same maths, different
+    rounding: within 1e-7 of the plain op's erf-based values); everything else the plain kernel's
+    arithmetic per element, bit for bit."""
+    return _activation(z, activation)
+
+
+def _activation(z: np.ndarray, activation: str, in_place: bool = False) -> tuple[np.ndarray, dict]:
+    """:func:`activation_forward`; ``in_place=True`` writes f(z) over z (contiguous, and the caller's
+    own: :func:`ffn_forward` does not keep U = z W_1 + b_1), saving one (…, d_ff) array."""
+    out = z if in_place and z.flags.c_contiguous else np.empty_like(z)
+    grad = np.empty_like(z)
+    z_flat, out_flat, grad_flat = z.reshape(-1), out.reshape(-1), grad.reshape(-1)   # (size,)
+    if activation == "gelu" and z.dtype == np.float32:
+        starts = range(0, z_flat.size, _GELU32_BLOCK)
+        workers = min(get_num_threads(), len(starts))
+
+        def run(w: int) -> None:                            # every workers-th block, own scratch arrays
+            size = min(_GELU32_BLOCK, z_flat.size)
+            scratch = [np.empty(size, dtype=z.dtype) for _ in range(4)] + [np.empty(size, dtype=bool)]
+            for start in starts[w::workers]:
+                block = slice(start, start + _GELU32_BLOCK)
+                m = min(_GELU32_BLOCK, z_flat.size - start)
+                _gelu32(z_flat[block], out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
+
+        _parallel(run, workers)
+    else:
+        f = _ACTIVATION_FUNCS[activation]
+        for start in range(0, z_flat.size, _BLOCK):
+            block = slice(start, start + _BLOCK)
+            out_flat[block], grad_flat[block] = f(z_flat[block])
+    return out, {"kind": "activation", "activation": activation, "grad": grad}
+
+
+def activation_backward(da: np.ndarray, cache: dict) -> np.ndarray:
+    """dz = da ⊙ f'(z), by row chunks in parallel."""
+    return _activation_backward_into(da, cache, np.empty_like(da))
+
+
+def _activation_backward_into(da: np.ndarray, cache: dict, dz: np.ndarray | None = None) -> np.ndarray:
+    """dz = da ⊙ f'(z) into ``dz`` (default: into da itself, which the caller must own)."""
+    grad = cache["grad"]
+    dz = da if dz is None else dz
+    d2, g2, o2 = (a.reshape(-1, a.shape[-1]) if a.ndim else a.reshape(1, 1) for a in (da, grad, dz))
+    _rows_parallel(lambda r: np.multiply(d2[r], g2[r], out=o2[r]), o2.shape[0])
+    return dz
+
+
+def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu") -> tuple[np.ndarray, dict]:
+    hidden, c1 = linear_forward(z, p["W_1"], p["b_1"])       # (..., d_ff)
+    act, ca = _activation(hidden, activation, in_place=True)  # f(U) in U's buffer: U is ours, not kept
+    del hidden
+    out, c2 = linear_forward(act, p["W_2"], p["b_2"])        # (..., d_model)
+    return out, {"kind": "ffn", "lin1": c1, "act": ca, "lin2": c2}
+
+
+def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
+    """Backward of :func:`ffn_forward`; ``free_cache`` releases f(z) and f'(z) (each (..., d_ff),
+    the largest arrays of the layer) as soon as they are used."""
+    take = reader(cache, free_cache)
+    c2 = take("lin2")
+    W_2, act = c2["W"], c2["x"]                              # f(U): (..., d_ff)
+    dout2 = dout.reshape(-1, dout.shape[-1])                 # (M, d)
+    dW_2 = act.reshape(-1, act.shape[-1]).T @ dout2          # (d_ff, d), while f(U) is alive …
+    db_2 = dout2.sum(axis=0)                                 # (d,)
+    if free_cache:
+        del c2, act                                          # … then f(U) goes before ∂L/∂f(U) is made:
+    dact = (dout2 @ W_2.T).reshape(dout.shape[:-1] + (W_2.shape[0],))   # (..., d_ff), one d_ff array fewer
+    dhidden = _activation_backward_into(dact, take("act"))   # (..., d_ff), in dact's buffer (ours)
+    dz, dW_1, db_1 = linear_backward(dhidden, take("lin1"))  # (..., d_model)
+    return dz, {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}
