@@ -83,8 +83,9 @@ def test_both_paths_offer_the_same_kernels_with_the_same_signatures():
     for name in plain.__all__:
         f, p = list(inspect.signature(getattr(fast, name)).parameters), \
             list(inspect.signature(getattr(plain, name)).parameters)
-        # fast.softmax adds out=, fast.attention_forward / mha_forward add store_attention=
-        assert f[:len(p)] == p and set(f[len(p):]) <= {"out", "store_attention"}, name
+        # fast.softmax adds out=, fast.attention_forward / mha_forward add store_attention= and
+        # for_backward= (inference caches), fast.ffn_forward / activation_forward may add for_backward=
+        assert f[:len(p)] == p and set(f[len(p):]) <= {"out", "store_attention", "for_backward"}, name
 
 
 # ----------------------------------------------------------------------------- op by op

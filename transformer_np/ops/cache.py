@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StaleCacheError
+from ..errors import InputValueError, StaleCacheError
 
-__all__ = ["FREED_MESSAGE", "check_not_freed", "reader", "release", "fingerprint", "ParamGuard"]
+__all__ = ["FREED_MESSAGE", "check_not_freed", "check_for_backward", "reader", "release", "fingerprint", "ParamGuard"]
 
 FREED_MESSAGE = ("this cache was freed by a previous backward with free_cache=True; run the forward again "
                  "(or pass free_cache=False to backpropagate through one cache more than once)")
@@ -59,6 +59,14 @@ def check_not_freed(cache: dict) -> None:
     """Refuse a cache that a backward with ``free_cache=True`` has already consumed."""
     if cache.get("freed"):
         raise StaleCacheError(FREED_MESSAGE)
+
+
+def check_for_backward(cache: dict, forward: str) -> None:
+    """Refuse an inference cache (made with ``for_backward=False``): it keeps nothing a backward needs."""
+    if cache.get("for_backward") is False:
+        raise InputValueError(f"this cache was made by {forward}(..., for_backward=False), for inference: it keeps "
+                              f"nothing a backward needs. Run the forward again with for_backward=True (the "
+                              f"default) to take a backward")
 
 
 def reader(cache: dict, free_cache: bool) -> Callable[[str], Any]:

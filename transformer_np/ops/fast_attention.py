@@ -10,7 +10,7 @@ import numpy as np
 
 from ._threads import _rows_parallel
 from .attention import split_heads
-from .cache import reader
+from .cache import check_for_backward, reader
 from .dropout import _dropout_forward as dropout_forward
 from .fast_ffn import linear_backward, linear_forward
 
@@ -173,8 +173,12 @@ def _exp_rows_again(S: np.ndarray, sqrt_dk: float, mask, m, ell, normalise: bool
 
 def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
                       dropout_p: float = 0.0, training: bool = False, rng=None,
-                      store_attention: bool = True, out: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+                      store_attention: bool = True, out: np.ndarray | None = None,
+                      for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """softmax(Q Kᵀ/√d_k + mask) V, S and A by blocks of query rows, A built in place.
+
+    ``for_backward=False`` (inference): the cache keeps only ``"weights"`` (A when ``store_attention``,
+    else None), nothing a backward needs; :func:`attention_backward` refuses it.
 
     The cache keeps A as ``"weights"`` (and as ``"softmax"["s"]``), not the scores. Fewer passes
     over each block than the plain softmax: the ÷ √d_k goes onto Q where that is exact
@@ -217,6 +221,8 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
         A_drop, drop_cache = dropout_forward(A, dropout_p, training, rng)
         if dropout:
             np.matmul(A_drop, V, out=O)                      # (..., n_q, d_v)
+        if not for_backward:
+            return O, {"kind": "attention", "weights": A, "for_backward": False}
         return O, {"kind": "attention", "Q": Q, "K": K, "V": V, "O": O, "scale": 1.0 / sqrt_dk, "weights": A,
                    "A_drop": A_drop, "softmax": {"kind": "softmax", "s": A}, "dropout": drop_cache}
     keep = _draw_keep(score_shape, dropout_p, training, rng)
@@ -236,6 +242,8 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
         O_r = np.matmul(P, V, out=O[..., rows, :])           # (..., r, d_v)
         if defer:
             O_r /= l_r                                       # deferred normalisation: (r, d_v), not (r, n_k)
+    if not for_backward:
+        return O, {"kind": "attention", "weights": None, "for_backward": False}
     return O, {"kind": "attention", "Q": Q, "K": K, "V": V, "O": O, "scale": 1.0 / sqrt_dk, "weights": None,
                "A_drop": None, "row_max": m, "row_sum": ell, "mask": mask, "keep": keep,
                "drop_scale": drop_scale, "dropout": {"kind": "dropout", "mask": None, "shape": score_shape}}
@@ -280,6 +288,7 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     (Writing the results straight into :func:`mha_backward`'s fused gradient layout instead was
     measured: no lower peak — the row-block temporaries are alive then too — and ~15% slower at
     n = 2048, the products writing strided rows.)"""
+    check_for_backward(cache, "attention_forward")
     Q, K, V = cache["Q"], cache["K"], cache["V"]
     A = cache["weights"]
     Vt = V.swapaxes(-1, -2)                                  # (..., d_v, n_k) view
@@ -360,10 +369,11 @@ def _accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray, first: bool, scra
 
 def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = None,
                 dropout_p: float = 0.0, training: bool = False, rng=None,
-                store_attention: bool = True) -> tuple[np.ndarray, dict]:
+                store_attention: bool = True, for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """MHA(X) with Q, K, V in one (B·n, 3d) array, written by three products into its column blocks
     (no concatenated [W_Q | W_K | W_V] copy is made or cached); Q, K, V are views of it.
-    ``store_attention=False``: see :func:`attention_forward`."""
+    ``store_attention=False``: see :func:`attention_forward`. ``for_backward=False`` (inference): the
+    cache holds only the attention's ``"weights"``; :func:`mha_backward` refuses it."""
     B, n, d = x.shape
     x2 = x.reshape(-1, d)                                            # (M, d)
     qkv = np.empty((x2.shape[0], 3 * d), dtype=x.dtype)              # (M, 3d): [Q | K | V]
@@ -376,14 +386,17 @@ def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = 
     ctx = np.empty((B, n, d), dtype=x.dtype)                         # Concat(head_1 … head_h): (B, n, d)
     heads = ctx.reshape(B, n, n_heads, d // n_heads).transpose(0, 2, 1, 3)   # (B, h, n, d_k) view of ctx
     _, attn_cache = attention_forward(qkv[0], qkv[1], qkv[2], mask, dropout_p, training, rng, store_attention,
-                                      out=heads)                     # O written straight into ctx
+                                      out=heads, for_backward=for_backward)   # O written straight into ctx
     out, o_cache = linear_forward(ctx, p["W_O"], p["b_O"])           # (B, n, d)
+    if not for_backward:
+        return out, {"kind": "mha", "n_heads": n_heads, "attn": attn_cache, "for_backward": False}
     return out, {"kind": "mha", "n_heads": n_heads, "qkv": qkv_cache, "attn": attn_cache, "o": o_cache}
 
 
 def mha_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Backward of :func:`mha_forward`; ``free_cache`` removes each entry as it is used (the
     context, then Q, K, V and A), so they are released before the input projection's backward."""
+    check_for_backward(cache, "mha_forward")
     take = reader(cache, free_cache)
     dctx, dW_O, db_O = linear_backward(dout, take("o"))              # (B, n, d)
     B, n, d = dctx.shape
