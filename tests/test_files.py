@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from transformer_np._files import confined_path, read_bytes_bounded, write_atomic
+from transformer_np._files import confined_path, read_bytes_bounded, replace_atomically, temporary_name, write_atomic
 from transformer_np.errors import FileFormatError, InputValueError
 
 
@@ -65,3 +65,72 @@ def test_write_atomic_refuses_a_symlink(tmp_path):
     with pytest.raises(FileFormatError, match="symbolic link"):
         write_atomic(tmp_path / "out.txt", b"x")
     assert not (tmp_path / "target.txt").exists()
+
+
+def test_replace_atomically_writes_what_the_writer_writes(tmp_path):
+    p = tmp_path / "out.bin"
+    p.write_bytes(b"old")
+    assert replace_atomically(p, lambda f: (f.write(b"ne"), f.write(b"w"))) == p
+    assert p.read_bytes() == b"new"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out.bin"]
+
+
+class _Midway(Exception):
+    pass
+
+
+def _fails_midway(f):
+    f.write(b"half of the new ")
+    f.flush()
+    raise _Midway("the writer gave up")
+
+
+@pytest.mark.parametrize("existed", [True, False])
+def test_replace_atomically_a_writer_raising_midway_leaves_no_temporary(tmp_path, existed):
+    p = tmp_path / "out.bin"
+    if existed:
+        p.write_bytes(b"old")
+    with pytest.raises(_Midway, match="the writer gave up"):     # the writer's own exception, unchanged
+        replace_atomically(p, _fails_midway)
+    assert sorted(x.name for x in tmp_path.iterdir()) == (["out.bin"] if existed else [])
+    if existed:
+        assert p.read_bytes() == b"old"
+
+
+def test_replace_atomically_an_oserror_midway_propagates_and_cleans_up(tmp_path):
+    p = tmp_path / "out.bin"
+    p.write_bytes(b"old")
+
+    def full_disk(f):
+        f.write(b"PK half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left on device"):
+        replace_atomically(p, full_disk)
+    assert p.read_bytes() == b"old"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out.bin"]
+
+
+def test_replace_atomically_removes_a_leftover_at_its_temporary_name(tmp_path):
+    p = tmp_path / "out.bin"
+    tmp = temporary_name(p)
+    assert tmp.parent == tmp_path and tmp.name == f".out.bin.{os.getpid()}.tmp"
+    tmp.write_bytes(b"this pid's leftover from an earlier failed write")
+    replace_atomically(p, lambda f: f.write(b"new"))
+    assert p.read_bytes() == b"new"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out.bin"]
+
+
+def test_write_atomic_turns_an_oserror_into_the_callers_error(tmp_path, monkeypatch):
+    p = tmp_path / "out.txt"
+    p.write_text("old")
+
+    def no_fsync(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", no_fsync)
+    with pytest.raises(InputValueError, match=r"out\.txt: cannot be written \(Input/output error\)"):
+        write_atomic(p, "new", error=InputValueError)
+    monkeypatch.undo()
+    assert p.read_text() == "old"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out.txt"]

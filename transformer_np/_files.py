@@ -5,21 +5,29 @@
   passes the bound, never read to the end first.
 * :func:`confined_path` turns a user-given *name* into a path inside a folder: names are names, not paths
   (no separator, no ``..``, not absolute), and a symlink at the target is refused rather than followed.
-* :func:`write_atomic` writes a file through a temporary sibling, flushed and fsynced, then renamed over the
-  target in one step (``os.replace``): a reader sees the old file or the new one, never half of one.
+* :func:`replace_atomically` is the one atomic-write routine: a writer callable fills a temporary sibling
+  (``.<name>.<pid>.tmp``, :func:`temporary_name`), which is flushed and fsynced, then renamed over the target in
+  one step (``os.replace``): a reader sees the old file or the new one, never half of one. Whatever goes wrong
+  (an ``OSError``, an exception in the writer, an interrupt) removes the temporary file and leaves the target as
+  it was. The checkpoint writer (a zip written member by member) calls it directly;
+* :func:`write_atomic` is that routine for a ``bytes``/``str`` payload, with a symlink at the target refused and
+  an ``OSError`` turned into the caller's ``error`` class.
 
-Every failure raises the ``error`` class the caller chooses (a :class:`~transformer_np.errors.FileFormatError`
-subclass, usually) with a message naming the file.
+Every failure of the reading and naming helpers and of :func:`write_atomic` raises the ``error`` class the caller
+chooses (a :class:`~transformer_np.errors.FileFormatError` subclass, usually) with a message naming the file;
+:func:`replace_atomically` lets the exception through for its caller to word.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from .errors import FileFormatError, InputValueError
 
-__all__ = ["read_bytes_bounded", "confined_path", "write_atomic"]
+__all__ = ["read_bytes_bounded", "confined_path", "temporary_name", "replace_atomically", "write_atomic"]
 
 _CHUNK = 1 << 16
 
@@ -82,27 +90,54 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str, *, error: type = FileFormatError) -> Path:
-    """Write ``data`` (text is UTF-8 encoded) to ``path`` atomically: temporary sibling, fsync, ``os.replace``.
-
-    A symlink at ``path`` is refused, not followed. On failure the temporary file is removed and the previous
-    content of ``path`` (if any) is untouched."""
+def temporary_name(path: str | os.PathLike, pid: int | None = None) -> Path:
+    """The temporary sibling :func:`replace_atomically` writes ``path`` through: ``.<name>.<pid>.tmp`` (this
+    process's pid unless ``pid`` is given), hidden, and distinct per process so two writers never share one."""
     path = Path(path)
-    if path.is_symlink():
-        raise error(f"{path}: is a symbolic link; refusing to write through it")
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    return path.with_name(f".{path.name}.{os.getpid() if pid is None else pid}.tmp")
+
+
+def replace_atomically(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
+    """Replace ``path`` with what ``write(f)`` writes to the binary file ``f``, atomically.
+
+    ``write`` fills a fresh temporary sibling (:func:`temporary_name`; anything already at that name, e.g. this
+    pid's leftover, is unlinked first, never written through), which is flushed, fsynced and renamed over ``path``
+    (``os.replace``); the folder is then fsynced where the platform allows. If anything raises (an ``OSError``,
+    the writer's own exception, ``KeyboardInterrupt``), the temporary file is removed, ``path`` is untouched and
+    the exception propagates unchanged: turning it into the caller's error is the caller's business. Returns
+    ``path``."""
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        tmp.unlink()
+    except FileNotFoundError:
+        pass
     try:
         with open(tmp, "xb") as f:
-            f.write(raw)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException:
         try:
             tmp.unlink()
         except OSError:
             pass
-        raise error(f"{path}: cannot be written ({e.strerror or e})") from None
+        raise
     _fsync_dir(path.parent)
     return path
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str, *, error: type = FileFormatError) -> Path:
+    """Write ``data`` (text is UTF-8 encoded) to ``path`` atomically (:func:`replace_atomically`).
+
+    A symlink at ``path`` is refused, not followed. On failure the temporary file is removed, the previous
+    content of ``path`` (if any) is untouched, and an ``OSError`` becomes ``error`` naming the file."""
+    path = Path(path)
+    if path.is_symlink():
+        raise error(f"{path}: is a symbolic link; refusing to write through it")
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    try:
+        return replace_atomically(path, lambda f: f.write(raw))
+    except OSError as e:
+        raise error(f"{path}: cannot be written ({e.strerror or e})") from None

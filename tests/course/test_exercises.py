@@ -301,6 +301,39 @@ def test_wrong_backwards_are_diagnosed():
     assert "dx: leaves out the gradient of the skip path around the attention sublayer" in _assert_readable(fb)
 
 
+def _attention_no_scale(Q, K, V, mask=None):
+    """A recognisable forward slip (missing 1/sqrt(d_k)): its backward is then followed, not compared."""
+    out, cache = attention_forward(Q * math.sqrt(Q.shape[-1]), K, V, mask)
+    return out, {**cache, "Q": Q}
+
+
+def test_a_followed_backward_still_has_its_gradient_shapes_and_finiteness_checked():
+    """With a slipped forward the backward is checked against the student's own forward; its gradients are
+    still checked one by one for shape and for NaN/inf first, in dQ, dK, dV order."""
+    def dk_one_key_short(dout, cache):
+        dQ, dK, dV = attention_backward(dout, cache)
+        return dQ, dK[..., :-1, :], dV
+
+    def dv_nan(dout, cache):
+        dQ, dK, dV = attention_backward(dout, cache)
+        dV = dV.copy()
+        dV[..., 0, 0] = np.nan
+        return dQ, dK, dV
+
+    def both(dout, cache):
+        dQ, dK, dV = dv_nan(dout, cache)
+        return dQ, dK[..., :-1, :], dV
+
+    assert check_forward("attention", _attention_no_scale).codes == ["missing_scale"]
+    fb = check_backward("attention", _attention_no_scale, dk_one_key_short)
+    assert fb.codes == ["shape"], fb.text
+    assert "dK:" in _assert_readable(fb)
+    fb = check_backward("attention", _attention_no_scale, dv_nan)
+    assert fb.codes == ["nonfinite"], fb.text
+    assert "dV: has NaN/inf entries" in _assert_readable(fb)
+    assert check_backward("attention", _attention_no_scale, both).codes == ["shape", "nonfinite"]
+
+
 def test_post_ln_written_as_pre_ln_is_named():
     def always_pre(x, p, norm, n_heads, mask=None, eps=1e-5):
         return _layer_forward(x, p, "pre", n_heads, mask, eps)

@@ -325,6 +325,40 @@ def test_an_interrupt_during_a_save_removes_its_temporary(run_dir, monkeypatch):
     assert not [n for n in os.listdir(run_dir) if n.endswith(".tmp")]
 
 
+def test_a_writer_error_midway_keeps_the_checkpoint_and_leaves_no_temporary(run_dir, monkeypatch):
+    """Not an OSError: an exception from inside the zip writer (a bug, a refused array) propagates as it is,
+    after the shared atomic-write routine removed the half-written temporary."""
+    state = load_checkpoint(run_dir / "checkpoint.npz")
+    good = (run_dir / "checkpoint.npz").read_bytes()
+
+    def half_written(f, arrays):
+        ckpt.np.savez(f, **dict(list(arrays.items())[:3]))           # some members really written
+        raise RuntimeError("the writer failed after 3 members")
+
+    monkeypatch.setattr(ckpt, "_write_npz", half_written)
+    with pytest.raises(RuntimeError, match="after 3 members"):
+        save_checkpoint(run_dir / "checkpoint.npz", state)
+    assert (run_dir / "checkpoint.npz").read_bytes() == good
+    assert not [n for n in os.listdir(run_dir) if n.endswith(".tmp")]
+
+
+def test_a_failed_first_save_says_no_checkpoint_was_written(run_dir, tmp_path, monkeypatch):
+    state = load_checkpoint(run_dir / "checkpoint.npz")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+
+    def full_disk(f, arrays):
+        f.write(b"PK\x03\x04 half a file")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "_write_npz", full_disk)
+    with pytest.raises(OSError, match=r"writing the checkpoint .*fresh/checkpoint\.npz failed \(No space left on "
+                                      r"device\); no checkpoint was written") as info:
+        save_checkpoint(fresh / "checkpoint.npz", state)
+    assert info.value.errno == errno.ENOSPC
+    assert os.listdir(fresh) == []
+
+
 def test_resource_limit_is_not_a_checkpoint_error(run_dir, monkeypatch):
     monkeypatch.setenv("TRANSFORMER_NP_MAX_BYTES", "1000")
     with pytest.raises(ResourceLimitError, match=r"more than the limit of 1000 B \(TRANSFORMER_NP_MAX_BYTES=1000\)"):

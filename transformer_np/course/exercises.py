@@ -513,20 +513,15 @@ def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Ca
     except _Stop as stop:
         return [stop.problem]
     if not compare:
-        problems = []
-        for name in ex.grad_order(case):
-            label = ex.grad_label(name)
-            try:
-                got = _as_array(label, grads[name])
-            except _Stop as stop:
-                problems.append(stop.problem)
-                continue
+        def structure(name: str, label: str, got: np.ndarray) -> Problem | None:
             if got.shape != case.arrays[name].shape:
-                problems.append(Problem(label, "shape", _shape_message(got.shape, case.arrays[name].shape,
-                                                                       _named_shapes(ex, case, label))))
-            elif not np.all(np.isfinite(got)):
-                problems.append(Problem(label, "nonfinite", "has NaN/inf entries"))
-        return problems
+                return Problem(label, "shape", _shape_message(got.shape, case.arrays[name].shape,
+                                                              _named_shapes(ex, case, label)))
+            if not np.all(np.isfinite(got)):
+                return Problem(label, "nonfinite", "has NaN/inf entries")
+            return None
+
+        return _each_gradient(ex, case, grads, structure)
     _, ref_cache = ex.reference(_copy(case.arrays), _copy(case.static))
     want = ex.reference_backward(dout.copy(), ref_cache)
     computed: list = []
@@ -536,6 +531,23 @@ def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Ca
             computed.append(ex.backward_mistakes_for(case, dout))
         return computed[0]
 
+    def against_reference(name: str, label: str, got: np.ndarray) -> Problem | None:
+        others = {ex.grad_label(k): v for k, v in want.items() if k != name}
+
+        def per() -> list:
+            return [(m, None if wrong is None else wrong.get(name)) for m, wrong in mistakes()]
+
+        return _compare(label, got, want[name], case, per, ex.backward_hints.get(name, ex.backward_hint), ex,
+                        others, floor=_scale(want))
+
+    return _each_gradient(ex, case, grads, against_reference)
+
+
+def _each_gradient(ex: Exercise, case: Case, grads: dict, check: Callable[[str, str, np.ndarray], Problem | None]
+                   ) -> list[Problem]:
+    """The problems of the student's gradients, in ``ex.grad_order(case)``: one that is not an array is
+    reported as such (and not checked further); an array ``got`` for the input ``name`` (shown as ``label``)
+    is passed to ``check(name, label, got)``, which returns its problem or None."""
     problems = []
     for name in ex.grad_order(case):
         label = ex.grad_label(name)
@@ -544,12 +556,7 @@ def _backward_case(ex: Exercise, forward: Callable, backward: Callable, case: Ca
         except _Stop as stop:
             problems.append(stop.problem)
             continue
-        others = {ex.grad_label(k): v for k, v in want.items() if k != name}
-        def per(name: str = name) -> list:
-            return [(m, None if wrong is None else wrong.get(name)) for m, wrong in mistakes()]
-
-        problem = _compare(label, got, want[name], case, per, ex.backward_hints.get(name, ex.backward_hint), ex,
-                           others, floor=_scale(want))
+        problem = check(name, label, got)
         if problem is not None:
             problems.append(problem)
     return problems

@@ -36,7 +36,8 @@ Only then is the :class:`~transformer_np.training.loop.TrainState` built from th
 failure is a :class:`~transformer_np.errors.CheckpointError` (a ``ValueError``) naming the file
 and the entry.
 
-Writing (:func:`save_checkpoint`) goes to a temporary file next to the target
+Writing (:func:`save_checkpoint`, through ``transformer_np._files.replace_atomically``, the atomic-write
+routine it shares with the library's other file writers) goes to a temporary file next to the target
 (``.checkpoint.npz.<pid>.tmp``), flushed and fsynced, then renamed over the target in one step
 (``os.replace``), so the previous checkpoint stays intact until the new one is complete. When the
 write fails (a full disk, an interrupt) the temporary file is removed; a process killed while
@@ -57,6 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._files import replace_atomically
 from .._validate import all_finite, describe, mismatch_detail
 from ..errors import CheckpointError, InputTypeError, NonFiniteError, TransformerNPError
 from ..io.jsonfile import loads_strict
@@ -85,10 +87,6 @@ _HISTORY_EVAL = ("step", "loss", "accuracy")
 
 
 # ----------------------------------------------------------------------------- writing
-def _temporary_name(path: Path, pid: int | None = None) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid() if pid is None else pid}.tmp")
-
-
 def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
@@ -140,19 +138,6 @@ def _write_npz(f, arrays: dict[str, np.ndarray]) -> None:
     np.savez(f, **arrays)
 
 
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(path: str | Path, state) -> None:
     """Write ``state`` (params, optimiser state, step, config, history) to ``path`` atomically.
 
@@ -169,30 +154,12 @@ def save_checkpoint(path: str | Path, state) -> None:
             raise NonFiniteError(f"not writing the checkpoint {path}: entry {key!r} contains NaN/inf values (the run "
                                  f"diverged); a checkpoint holds finite numbers only")
     remove_stale_temporaries(path)
-    tmp = _temporary_name(path)
     try:
-        tmp.unlink()                 # our own pid's leftover, or anything planted at the name: never written through
-    except FileNotFoundError:
-        pass
+        replace_atomically(path, lambda f: _write_npz(f, arrays))   # the temporary is removed on any failure
     except OSError as e:
-        raise OSError(e.errno or errno.EIO, f"writing the checkpoint {path} failed ({e.strerror or e})") from None
-    try:
-        with open(tmp, "xb") as f:
-            _write_npz(f, arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint was written"
-            raise OSError(e.errno or errno.EIO, f"writing the checkpoint {path} failed "
-                          f"({e.strerror or e}); {kept}") from None
-        raise
-    _fsync_dir(path.parent)
+        kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint was written"
+        raise OSError(e.errno or errno.EIO, f"writing the checkpoint {path} failed "
+                      f"({e.strerror or e}); {kept}") from None
 
 
 # ----------------------------------------------------------------------------- reading: the archive
