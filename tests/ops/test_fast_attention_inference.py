@@ -69,7 +69,7 @@ def test_several_row_blocks_per_head(monkeypatch, dtype, mask_kind, store):
     d_k = 12 (1/√d_k not folded into Q) and d_k = 16 (folded)."""
     r = np.random.default_rng(5)
     n_q, n_k = 31, 23
-    monkeypatch.setattr(fast_attention, "_INFER_BLOCK_SCORES", 7 * n_k)
+    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 7 * n_k)
     for d_k in (12, 16):
         Q = r.standard_normal((2, 3, n_q, d_k)).astype(dtype)
         K = r.standard_normal((2, 3, n_k, d_k)).astype(dtype)
