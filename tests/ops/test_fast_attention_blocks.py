@@ -31,9 +31,13 @@ def _mask(kind: str, B: int, n_q: int, n_k: int, dtype, r) -> np.ndarray | None:
 @pytest.mark.parametrize("mask_kind", ["none", "padding", "full"])
 @pytest.mark.parametrize("p", [0.0, 0.3])
 @pytest.mark.parametrize("d_k", [12, 16])
-def test_blocked_training_attention_agrees_with_plain(monkeypatch, dtype, mask_kind, p, d_k):
+@pytest.mark.parametrize("ones", [True, False])
+def test_blocked_training_attention_agrees_with_plain(monkeypatch, dtype, mask_kind, p, d_k, ones):
+    """``ones``: the row sums from P [V | 1] and dA − D from [dO | −D] [V | 1]ᵀ (_ONES_MIN lowered to 1),
+    or by passes over the block (_ONES_MIN out of reach)."""
     r = np.random.default_rng(31)
-    B, h, n_q, n_k, d_v = 2, 3, 29, 37, 5                    # n_k ≥ 2·d_v: the D rule (and its fold) applies
+    B, h, n_q, n_k, d_v = 2, 3, 29, 37, 5                    # n_k ≥ 2·d_v: the D rule applies
+    monkeypatch.setattr(fast_attention, "_ONES_MIN", 1 if ones else 10**9)
     monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 6 * n_k)   # 6 rows of one head per block: 5 a head
     assert len(fast_attention._head_blocks((B, h), n_q, n_k)) == B * h * 5
     Q = r.standard_normal((B, h, n_q, d_k)).astype(dtype)
@@ -56,11 +60,13 @@ def test_blocked_training_attention_agrees_with_plain(monkeypatch, dtype, mask_k
 
 
 @pytest.mark.parametrize("store", [True, False])
-def test_short_rows_keep_the_plain_softmax_backward(monkeypatch, store):
+@pytest.mark.parametrize("ones", [True, False])
+def test_short_rows_keep_the_plain_softmax_backward(monkeypatch, store, ones):
     """Rows of fewer than 2·d_v keys: ⟨dA, A⟩ per row from the block (no D, no fold), several blocks a head."""
     r = np.random.default_rng(32)
     B, h, n_q, n_k, d_k, d_v = 2, 2, 13, 5, 4, 6
     monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 4 * n_k)
+    monkeypatch.setattr(fast_attention, "_ONES_MIN", 0 if ones else 10**9)   # 0: even rows of < d_v keys
     Q = r.standard_normal((B, h, n_q, d_k))
     K = r.standard_normal((B, h, n_k, d_k))
     V = r.standard_normal((B, h, n_k, d_v))
@@ -73,3 +79,29 @@ def test_short_rows_keep_the_plain_softmax_backward(monkeypatch, store):
     scale = max(float(np.abs(g).max()) for g in gp)
     for name, a, b in zip("QKV", fast.attention_backward(dO, cf), gp):
         assert_paths_close(a, b, k=n_q, scale=scale, paths=(f"fast d{name}", f"plain d{name}"))
+
+
+@pytest.mark.parametrize("store", [True, False])
+@pytest.mark.parametrize("ones", [True, False])
+def test_short_heads_go_several_to_a_block(monkeypatch, store, ones):
+    """Heads smaller than a block go whole, several per block (MiniLM: 16 × 16 scores a head): blocks of
+    2 batch entries × 3 heads, blocks of 2 of 3 heads (the last one partial), every head in one block."""
+    r = np.random.default_rng(33)
+    B, h, n, d_k = 4, 3, 6, 4
+    Q, K, V, dO = (r.standard_normal((B, h, n, d_k)) for _ in range(4))
+    mask = _mask("full", B, n, n, np.float64, r)
+    monkeypatch.setattr(fast_attention, "_ONES_MIN", 1 if ones else 10**9)
+    Op, cp = plain.attention_forward(Q, K, V, mask)
+    gp = plain.attention_backward(dO, cp)
+    scale = max(float(np.abs(g).max()) for g in gp)
+    for heads, layout, count in ((6, (0, 2, n), 2), (2, (1, 2, n), 8), (12, (0, 4, n), 1)):
+        monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", heads * n * n)
+        assert fast_attention._block_layout((B, h), n, n) == layout
+        assert len(fast_attention._head_blocks((B, h), n, n)) == count
+        Of, cf = fast.attention_forward(Q, K, V, mask, store_attention=store)
+        assert_paths_close(Of, Op, k=n, paths=(f"fast O ({heads} heads a block)", "plain O"))
+        assert_paths_close(fast.attention_weights(cf), cp["weights"], k=n, paths=("fast A", "plain A"))
+        for name, a, b in zip("QKV", fast.attention_backward(dO, cf), gp):
+            assert_paths_close(a, b, k=n, scale=scale, paths=(f"fast d{name} ({heads} heads)", f"plain d{name}"))
+        Oi, ci = fast.attention_forward(Q, K, V, mask, store_attention=store, for_backward=False)
+        assert_paths_close(Oi, Op, k=n, paths=(f"inference O ({heads} heads a block)", "plain O"))

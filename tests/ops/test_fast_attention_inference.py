@@ -1,8 +1,9 @@
 """The fast attention's inference forward (``for_backward=False``) against the plain path.
 
-Inference runs its own loop (:func:`transformer_np.ops.fast_attention._inference_forward`): head by head,
-blocks of query rows, the row sums from the A V product with a column of ones appended to V, the
-normalisation deferred to the (n_q, d_v) result, and A (when stored) scaled by 1/ℓ in place. Here it is
+Inference runs the loop of :func:`transformer_np.ops.fast_attention._forward_heads` and keeps nothing for a
+backward: blocks of heads or of one head's rows; for rows of ≥ _ONES_MIN·d_v keys the row sums from the A V
+product with a column of ones appended to V and the normalisation deferred to the (n_q, d_v) result; A (when
+stored) scaled by 1/ℓ in place. Here it is
 held to the plain path (``assert_paths_close``, k = the longest reduction: n_k keys or d_k) on random
 shapes with masks, on several row blocks per head, on long rows where the max subtraction is skipped,
 fully masked rows, huge logits, one key, and a strided ``out=``; with attention dropout in training it
@@ -64,12 +65,14 @@ def test_inference_forward_agrees_with_plain(B, h, n_q, n_k, d_k, d_v, mask_kind
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("mask_kind", ["none", "padding", "full"])
 @pytest.mark.parametrize("store", [True, False])
-def test_several_row_blocks_per_head(monkeypatch, dtype, mask_kind, store):
+@pytest.mark.parametrize("ones", [True, False])
+def test_several_row_blocks_per_head(monkeypatch, dtype, mask_kind, store, ones):
     """Blocks of 7 query rows (the last one partial) with a mask that differs row by row, n_q ≠ n_k,
     d_k = 12 (1/√d_k not folded into Q) and d_k = 16 (folded)."""
     r = np.random.default_rng(5)
     n_q, n_k = 31, 23
     monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 7 * n_k)
+    monkeypatch.setattr(fast_attention, "_ONES_MIN", 1 if ones else 10**9)   # ℓ from P [V | 1], or a sum pass
     for d_k in (12, 16):
         Q = r.standard_normal((2, 3, n_q, d_k)).astype(dtype)
         K = r.standard_normal((2, 3, n_k, d_k)).astype(dtype)

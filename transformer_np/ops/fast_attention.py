@@ -210,11 +210,13 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
 # Scores per block, about _BLOCK_SCORES entries: each elementwise pass of the softmax (exp; scale, mask, max,
 # subtract where they cannot be skipped; the 1/ℓ of a stored A) and of its backward then runs on a block that
 # stays in cache instead of streaming the whole (…, n_q, n_k) array through memory (128 MiB at n = 2048).
-# The head-by-head loops (no attention dropout) take rows of ONE (batch, head) slice per block, so every
-# product stays tall (at n = 2048 a block of 2**18 scores spread over 8 heads was 16 rows per product);
-# the dropout path (_forward_dropout) takes rows across every head (_row_blocks).
-# Measured round 4 (inference forward, head-by-head, CPU time, 1 thread, loaded machine, float32, B·h = 8,
-# d_k = 16, medians of 5–9, A stored / not): n = 512: 2**15 6.5 / 4.8, 2**16 6.4 / 4.5, 2**17 5.9 / 4.2,
+# The loops without attention dropout take, per block, either rows of ONE (batch, head) slice — when a head
+# has at least _BLOCK_SCORES scores — so that every product stays tall (at n = 2048 a block of 2**18 scores
+# spread over 8 heads was 16 rows per product), or whole heads, as many as fit — so that short sequences
+# do not pay a Python iteration per head (MiniLM: 384 heads of 16 × 16 scores); see _head_blocks. The
+# dropout path (_forward_dropout) takes rows across every head (_row_blocks).
+# Measured round 4 (inference forward, CPU time, 1 thread, loaded machine, float32, B·h = 8, d_k = 16,
+# medians of 5–9, A stored / not): n = 512: 2**15 6.5 / 4.8, 2**16 6.4 / 4.5, 2**17 5.9 / 4.2,
 # 2**18 5.7 / 4.3 ms (2**18 is a whole head); n = 2048: 2**16 135 / 82, 2**17 122 / 71, 2**18 115 / 66,
 # 2**19 126 / 70, 2**20 119 / 74 ms. 2**18 scores: 1 MiB in float32, within the 2 MiB L2 of this
 # machine's cores. (Rows across every head, rounds 3–4: 2**20 was best at n = 2048, 2**18 ~15% slower
@@ -222,32 +224,62 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
 _BLOCK_SCORES = 1 << 18
 
 
-def _head_rows(n_q: int, n_k: int) -> int:
-    """Query rows per block of one head: about :data:`_BLOCK_SCORES` scores (at least one row)."""
-    return max(1, min(n_q, _BLOCK_SCORES // max(1, n_k)))
+def _block_layout(lead: tuple, n_q: int, n_k: int) -> tuple[int, int, int]:
+    """(axis, count, rows) of the blocks of scores of an array with the leading axes ``lead``.
+
+    A head (one index into ``lead``) of ≥ :data:`_BLOCK_SCORES` scores: blocks of ``rows`` query rows of
+    one head (axis = len(lead), count = 1). Smaller heads: all their rows, and as many heads as fit —
+    ``count`` consecutive entries of the leading axis ``axis`` with every axis after it whole (every
+    head in one block: axis 0, count = lead[0])."""
+    if not lead or n_q * n_k >= _BLOCK_SCORES:
+        return len(lead), 1, max(1, min(n_q, _BLOCK_SCORES // max(1, n_k)))
+    fit = max(1, _BLOCK_SCORES // max(1, n_q * n_k))         # heads per block
+    axis, inner = len(lead), 1                               # axes axis… whole: inner heads
+    while axis > 0 and inner * lead[axis - 1] <= fit:
+        axis, inner = axis - 1, inner * lead[axis - 1]
+    if axis == 0:
+        return 0, lead[0], max(n_q, 1)
+    return axis - 1, max(1, fit // inner), max(n_q, 1)
 
 
 def _head_blocks(lead: tuple, n_q: int, n_k: int) -> list[tuple[tuple, slice]]:
-    """(index of a (batch, head, …) slice, slice of its query rows) of every block, head by head."""
-    rows = _head_rows(n_q, n_k)
-    return [(idx, slice(r0, min(r0 + rows, n_q))) for idx in np.ndindex(*lead) for r0 in range(0, n_q, rows)]
+    """(ix, rows) of every block (:func:`_block_layout`): ``X[ix][..., rows, :]`` is the block's part of
+    an array with the leading axes ``lead``, a view — rows of one head, or consecutive whole heads."""
+    axis, count, r = _block_layout(lead, n_q, n_k)
+    row_slices = [slice(r0, min(r0 + r, n_q)) for r0 in range(0, n_q, r)]
+    if axis == len(lead):
+        return [(outer, rows) for outer in np.ndindex(*lead) for rows in row_slices]
+    return [(outer + (slice(c0, min(c0 + count, lead[axis])),), rows)
+            for outer in np.ndindex(*lead[:axis]) for c0 in range(0, lead[axis], count) for rows in row_slices]
+
+
+def _block_buffer(lead: tuple, n_q: int, n_k: int, dtype) -> np.ndarray:
+    """Scratch for one block's (…, r, n_k) scores, of the largest block's shape (cut with :func:`_fit`)."""
+    axis, count, r = _block_layout(lead, n_q, n_k)
+    heads = () if axis == len(lead) else (count,) + lead[axis + 1:]
+    return np.empty(heads + (r, n_k), dtype=dtype)
+
+
+def _fit(buf: np.ndarray, shape: tuple) -> np.ndarray:
+    """The leading part of ``buf`` of the shape ``shape`` (a smaller block: fewer heads or rows)."""
+    return buf[tuple(slice(0, k) for k in shape)]
 
 
 def _per_head(a: np.ndarray | None, lead: tuple, core: int):
-    """``a`` broadcast to ``lead`` + its last ``core`` axes (a view), so that ``a[idx]`` is one head's
-    part; a mask of fewer than two axes is used whole (None stays None)."""
+    """``a`` broadcast to ``lead`` + its last ``core`` axes (a view), so that ``a[ix]`` is a block's heads;
+    a mask of fewer than two axes is used whole (None stays None)."""
     if a is None or a.ndim < core:
         return None if a is None else _Whole(a)
     return np.broadcast_to(a, lead + a.shape[a.ndim - core:])
 
 
 class _Whole:
-    """An array every head uses whole: ``_Whole(a)[idx]`` is ``a``."""
+    """An array every block uses whole: ``_Whole(a)[ix]`` is ``a``."""
 
     def __init__(self, a):
         self.a = a
 
-    def __getitem__(self, idx):
+    def __getitem__(self, ix):
         return self.a
 
 
@@ -259,10 +291,17 @@ def _with_column(X: np.ndarray, value) -> np.ndarray:
     return out
 
 
-def _exp_only(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None) -> None:
+def _block_rows(a, rows: slice):
+    """The query rows ``rows`` of a block's (g, n, …) array (an array broadcast over the rows: whole)."""
+    if a is None or a.ndim < 2 or a.shape[-2] == 1:
+        return a
+    return a[..., rows, :]
+
+
+def _exp_only(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=None) -> None:
     """S ← exp(S' − m) in place, S' = S/√d_k + M (the ÷ √d_k only when not folded into Q), m the row max,
-    or 0 when ``skip_max`` (:func:`_no_max_rows`); ``m`` (r, 1) receives it when given. No row sum: the
-    head-by-head loops get ℓ from their P [V | 1] product."""
+    or 0 when ``skip_max`` (:func:`_no_max_rows`); ``m`` (…, r, 1) receives it when given, ``ell`` the row
+    sums ℓ (when given: the loops with ℓ from the P [V | 1] product pass none)."""
     if not _folds(sqrt_dk):
         S /= sqrt_dk
     if mask is not None:
@@ -273,16 +312,30 @@ def _exp_only(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None) -> No
     else:
         S -= np.max(S, axis=-1, keepdims=True, out=m)
     np.exp(S, out=S)
+    if ell is not None:
+        np.sum(S, axis=-1, keepdims=True, out=ell)
+
+
+# The row sums come from the A V product with a column of ones appended to V (P [V | 1] = [P V | ℓ]) for
+# rows of ≥ _ONES_MIN·d_v keys; then the normalisation of O is deferred to the (n_q, d_v) result, and the
+# backward takes dA − D from one product [dO | −D] [V | 1]ᵀ. The extra column and the (n, d_v + 1) copies
+# cost in proportion to d_v, the passes they save in proportion to n_k. Measured (float32, 1 thread, CPU
+# time): n = 512, d_v = 16: the product +0.25 ms against a sum pass of 0.4–0.8 ms (the inference forward
+# 5.3 → 4.2 ms); BERT-base (n = 128, d_v = 64): the stored inference forward 11.9 → 15.7 ms with the
+# ones column at every shape — there a row has only 2·d_v keys, so the sum pass and the subtraction
+# of D stay.
+_ONES_MIN = 8
 
 
 def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool):
-    """The forward without attention dropout, head by head: (O, A or None, m or None, ℓ or None).
+    """The forward without attention dropout, by blocks of heads: (O, A or None, m or None, ℓ or None).
 
-    Per block of one head's query rows (:func:`_head_blocks`): P = exp((Q/√d_k) Kᵀ + M − m) in place
-    (:func:`_exp_only`), then O1 = P [V | 1] = [P V | ℓ] — the row sums from the product's extra column
-    (measured, attn-512, one thread: + 0.25 ms on the A V product against ~0.4–0.8 ms for a sum pass).
-    A = P ⊙ (1/ℓ) in P's place when ``store``; O = (P V)/ℓ at the end, on (n_q, d_v). ``stats``:
-    return the row maxima m (0 where skipped) and sums ℓ, (…, n_q, 1) each, for the recomputing backward."""
+    Per block (:func:`_head_blocks`): P = exp((Q/√d_k) Kᵀ + M − m) in place (:func:`_exp_only`). Rows of
+    ≥ :data:`_ONES_MIN`·d_v keys: O1 = P [V | 1] = [P V | ℓ], the row sums from the product's extra
+    column; A = P ⊙ (1/ℓ) in P's place when ``store``; O = (P V)/ℓ at the end, on (n_q, d_v). Shorter
+    rows: ℓ by a sum pass, A = P ⊙ (1/ℓ) then O = A V when ``store``; else O = (P V)/ℓ (rows of
+    ≥ 2·d_v keys) or (P/ℓ) V. ``stats``: return the row maxima m (0 where skipped) and sums ℓ,
+    (…, n_q, 1) each, for the recomputing backward."""
     sqrt_dk = math.sqrt(Q.shape[-1])
     n_q, n_k, d_v = Q.shape[-2], K.shape[-2], V.shape[-1]
     lead, dtype = Q.shape[:-2], Q.dtype
@@ -290,27 +343,43 @@ def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool):
     safe = _no_max_rows(Q, K, V, mask, sqrt_dk)              # (..., n_q, 1) or None
     Qs = Q / sqrt_dk if _folds(sqrt_dk) else Q               # one (n_q, d_k) pass; exact (:func:`_folds`)
     Kt = _per_head(K.swapaxes(-1, -2), lead, 2)              # (..., d_k, n_k) view
-    V1 = _with_column(_per_head(V, lead, 2), 1)              # (..., n_k, d_v + 1): [V | 1]
-    O1 = np.empty(lead + (n_q, d_v + 1), dtype=dtype)        # (..., n_q, d_v + 1): [P V | ℓ]
+    ones = n_k >= _ONES_MIN * d_v
+    if ones:
+        Vx = _with_column(_per_head(V, lead, 2), 1)          # (..., n_k, d_v + 1): [V | 1]
+        O1 = np.empty(lead + (n_q, d_v + 1), dtype=dtype)    # (..., n_q, d_v + 1): [P V | ℓ]
+    else:
+        Vx, O1 = _per_head(V, lead, 2), O
+        ell = np.empty(lead + (n_q, 1), dtype=dtype)         # (..., n_q, 1)
+    defer = not store and n_k >= 2 * d_v                     # O = (P V)/ℓ (ones: always)
     A = np.empty(lead + (n_q, n_k), dtype=dtype) if store else None   # (..., n_q, n_k)
-    buf = None if store else np.empty((_head_rows(n_q, n_k), n_k), dtype=dtype)
+    buf = None if store else _block_buffer(lead, n_q, n_k, dtype)     # (…, r, n_k)
     m = np.empty(lead + (n_q, 1), dtype=dtype) if stats else None     # (..., n_q, 1)
     masks = _per_head(mask, lead, 2)
-    for idx, rows in _head_blocks(lead, n_q, n_k):
-        P = np.matmul(Qs[idx][rows], Kt[idx],
-                      out=A[idx][rows] if store else buf[:rows.stop - rows.start])   # (r, n_k) scores
-        m_rows = _mask_rows(None if masks is None else masks[idx], rows)
-        no_max = safe is not None and bool(safe[idx][rows].all())
-        m_r = None if m is None else m[idx][rows]
-        _rows_parallel(lambda r, P=P, m_rows=m_rows, no_max=no_max, m_r=m_r:
-                       _exp_only(P[r], sqrt_dk, _sub_rows(m_rows, r), no_max, None if m_r is None else m_r[r]),
-                       P.shape[0])
-        o1 = np.matmul(P, V1[idx], out=O1[idx][rows])       # (r, d_v + 1): [P V | ℓ]
-        if store:
-            inv = 1.0 / o1[:, d_v:]                          # (r, 1)
-            _rows_parallel(lambda r, P=P, inv=inv: P[r].__imul__(inv[r]), P.shape[0])
-    np.divide(O1[..., :d_v], O1[..., d_v:], out=O)           # deferred normalisation on (n_q, d_v)
-    return O, A, m, (O1[..., d_v:].copy() if stats else None)
+    for ix, rows in _head_blocks(lead, n_q, n_k):
+        q = Qs[ix][..., rows, :]                             # (…, r, d_k)
+        P = np.matmul(q, Kt[ix], out=A[ix][..., rows, :] if store else _fit(buf, q.shape[:-1] + (n_k,)))
+        m_rows = None if masks is None else _block_rows(masks[ix], rows)
+        no_max = safe is not None and bool(safe[ix][..., rows, :].all())
+        m_r = None if m is None else m[ix][..., rows, :]
+        l_r = None if ones else ell[ix][..., rows, :]
+
+        def exp_rows(r: slice, P=P, m_rows=m_rows, no_max=no_max, m_r=m_r, l_r=l_r) -> None:
+            _exp_only(P[..., r, :], sqrt_dk, _block_rows(m_rows, r), no_max, _block_rows(m_r, r),
+                      _block_rows(l_r, r))
+            if not ones and not defer:
+                P[..., r, :] *= 1.0 / l_r[..., r, :]         # A = P/ℓ: stored, or short rows' plain order
+
+        _rows_parallel(exp_rows, P.shape[-2])
+        o_r = np.matmul(P, Vx[ix], out=O1[ix][..., rows, :])   # (…, r, d_v [+ 1]): P V [| ℓ]
+        if ones and store:
+            inv = 1.0 / o_r[..., d_v:]                       # (…, r, 1)
+            _rows_parallel(lambda r, P=P, inv=inv: P[..., r, :].__imul__(inv[..., r, :]), P.shape[-2])
+        elif defer and not ones:
+            o_r /= l_r                                       # deferred normalisation on (r, d_v)
+    if ones:
+        np.divide(O1[..., :d_v], O1[..., d_v:], out=O)       # deferred normalisation on (n_q, d_v)
+        ell = O1[..., d_v:].copy() if stats else None
+    return O, A, m, (ell if stats else None)
 
 
 def _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_backward):
@@ -361,24 +430,26 @@ def _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_ba
                "drop_scale": drop_scale, "dropout": {"kind": "dropout", "mask": None, "shape": score_shape}}
 
 
-def _recompute(Q, Kt, sqrt_dk: float, mask, m, idx, rows: slice, out) -> np.ndarray:
-    """P = exp(S − m) of one head's block (``idx``, ``rows``), recomputed into ``out`` (r, n_k) from the
-    forward's row maxima m (0 where the forward skipped the subtraction: then S − m is skipped too, exact)."""
-    P = np.matmul(Q[idx][rows], Kt[idx], out=out)            # (r, n_k) scores (Q already ÷ √d_k if folded)
-    m_rows, m_r = _mask_rows(mask, rows), m[idx][rows]       # mask: this head's (n_q | 1, n_k) or None
+def _recompute(Q, Kt, sqrt_dk: float, mask, m, ix, rows: slice, out) -> np.ndarray:
+    """P = exp(S − m) of one block (``ix``, ``rows``), recomputed into ``out`` (g, r, n_k) from the forward's
+    row maxima m (0 where the forward skipped the subtraction: then S − m is skipped too, exact). ``mask``:
+    the block's heads' (g, n_q | 1, n_k) mask, or an array used whole, or None."""
+    q = Q[ix][..., rows, :]                                  # (g, r, d_k), already ÷ √d_k if folded
+    P = np.matmul(q, Kt[ix], out=_fit(out, q.shape[:-1] + out.shape[-1:]))   # (…, r, n_k) scores
+    m_rows, m_r = _block_rows(mask, rows), m[ix][..., rows, :]
     sub = bool(m_r.any())
 
     def exp_rows(r: slice) -> None:
-        S = P[r]
+        S = P[..., r, :]
         if not _folds(sqrt_dk):
             S /= sqrt_dk
         if m_rows is not None:
-            S += _sub_rows(m_rows, r)
+            S += _block_rows(m_rows, r)
         if sub:
-            S -= m_r[r]
+            S -= m_r[..., r, :]
         np.exp(S, out=S)
 
-    _rows_parallel(exp_rows, P.shape[0])
+    _rows_parallel(exp_rows, P.shape[-2])
     return P
 
 
@@ -390,7 +461,7 @@ def _drop_block(P: np.ndarray, keep: np.ndarray, scale: float) -> None:
 
 def attention_weights(cache: dict) -> np.ndarray:
     """A = softmax(Q Kᵀ/√d_k + M) of an attention cache, stored or not (``store_attention=False``
-    rebuilds it head by head from the cached row maxima and sums: A = exp(S − m) ⊙ (1/ℓ))."""
+    rebuilds it block by block from the cached row maxima and sums: A = exp(S − m) ⊙ (1/ℓ))."""
     if cache["weights"] is not None:
         return cache["weights"]
     Q, K = cache["Q"], cache["K"]
@@ -400,21 +471,22 @@ def attention_weights(cache: dict) -> np.ndarray:
     Kt, masks = _per_head(K.swapaxes(-1, -2), lead, 2), _per_head(cache["mask"], lead, 2)
     inv = 1.0 / cache["row_sum"]                             # (..., n_q, 1)
     A = np.empty(lead + (n_q, n_k), dtype=Q.dtype)           # (..., n_q, n_k)
-    for idx, rows in _head_blocks(lead, n_q, n_k):
-        P = _recompute(Qs, Kt, sqrt_dk, None if masks is None else masks[idx], cache["row_max"], idx, rows,
-                       A[idx][rows])
-        P *= inv[idx][rows]
+    for ix, rows in _head_blocks(lead, n_q, n_k):
+        P = _recompute(Qs, Kt, sqrt_dk, None if masks is None else masks[ix], cache["row_max"], ix, rows,
+                       A[ix][..., rows, :])
+        P *= inv[ix][..., rows, :]
     return A
 
 
 def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dQ, dK, dV) head by head, by the blocks of query rows of :func:`_head_blocks`: dS for rows r
-    needs only dO, A and the dropout mask of rows r, so dQ[r] = dS_r K is written block by block and
-    dK = Σ_r dS_rᵀ Q[r] is accumulated per head; no (…, n_q, n_k) temporary is ever whole.
+    """(dQ, dK, dV) by the forward's blocks (:func:`_head_blocks`: rows of one head, or whole heads): dS
+    for rows r needs only dO, A and the dropout mask of rows r, so dQ[r] = dS_r K is written block by
+    block and dK = Σ_r dS_rᵀ Q[r] is accumulated per head; no (…, n_q, n_k) temporary is ever whole.
 
     D_i = ⟨dA_i, A_i⟩ = ⟨dO_i, O_i⟩ (FlashAttention's D: an (n_q, d_v) product instead of an (n, n) one),
-    and without dropout dA − D comes out of one product, [dO | −D] [V | 1]ᵀ, so dS = A ⊙ (dA − D) is
-    one pass over the block (rows of ≥ 2·d_v keys; shorter rows keep the plain path's ⟨dA, A⟩).
+    (rows of ≥ 2·d_v keys; shorter rows keep the plain path's ⟨dA, A⟩). Without dropout, for rows of
+    ≥ :data:`_ONES_MIN`·d_v keys, dA − D comes out of one product, [dO | −D] [V | 1]ᵀ, so dS = A ⊙ (dA − D)
+    is one pass over the block.
 
     Without a stored A (``store_attention=False``) each block of P = exp(S − m) is recomputed first
     (:func:`_recompute`) and left unnormalised: with A = P/ℓ (ℓ per row), dV = Σ_r P_rᵀ (dO[r]/ℓ_r),
@@ -436,59 +508,61 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     dropout = drop_mask is not None or keep is not None
     use_D = n_k >= 2 * d_v
     D = np.einsum("...k,...k->...", dO, O)[..., None] if use_D else None   # (..., n_q, 1)
-    if use_D and not dropout:
+    fold = use_D and not dropout and n_k >= _ONES_MIN * d_v  # dA − D from one product (see _ONES_MIN)
+    if fold:
         G_left, G_right = _with_column(dO, -D), _with_column(Vh, 1)      # [dO | −D], [V | 1]: (…, n, d_v + 1)
     else:
         G_left, G_right = dO, Vh
-    rows_per = _head_rows(n_q, n_k)
-    gbuf = np.empty((rows_per, n_k), dtype=dtype)            # dA (then dS) of one block
+    gbuf = _block_buffer(lead, n_q, n_k, dtype)              # dA (then dS) of one block
     if A is not None:
         np.matmul(cache["A_drop"].swapaxes(-1, -2), dO, out=dV)   # (..., n_k, d_v)
     else:
-        pbuf = np.empty((rows_per, n_k), dtype=dtype)        # P of one block
+        pbuf = _block_buffer(lead, n_q, n_k, dtype)          # P of one block
         Qs = Q / sqrt_dk if _folds(sqrt_dk) else Q
         Kt, masks = _per_head(K.swapaxes(-1, -2), lead, 2), _per_head(cache["mask"], lead, 2)
         inv_ell = 1.0 / cache["row_sum"]                     # (..., n_q, 1)
         scale = None if keep is None else dtype.type(cache["drop_scale"])
-    for idx, rows in _head_blocks(lead, n_q, n_k):
-        r = rows.stop - rows.start
+    for ix, rows in _head_blocks(lead, n_q, n_k):
         first = rows.start == 0
         inv = None
+        dO_r = dO[ix][..., rows, :]                          # (g, r, d_v)
         if A is not None:
-            A_rows = A[idx][rows]                            # (r, n_k)
+            A_rows = A[ix][..., rows, :]                     # (g, r, n_k)
         else:
-            A_rows = _recompute(Qs, Kt, sqrt_dk, None if masks is None else masks[idx], cache["row_max"], idx,
-                                rows, pbuf[:r])              # P[rows] = exp(S − m)
-            inv = inv_ell[idx][rows]                         # (r, 1)
+            A_rows = _recompute(Qs, Kt, sqrt_dk, None if masks is None else masks[ix], cache["row_max"], ix,
+                                rows, pbuf)                  # P[rows] = exp(S − m)
+            inv = inv_ell[ix][..., rows, :]                  # (g, r, 1)
             if not use_D:
                 A_rows *= inv                                # short rows: A itself (the plain ⟨dA, A⟩ below)
-            P_used = A_rows if keep is None else A_rows * keep[idx][rows] * scale
-            dO_r = dO[idx][rows] if not use_D else dO[idx][rows] * inv   # (r, d_v)
-            _accumulate(dV[idx], P_used.T, dO_r, first, scratch=gbuf)   # Σ_r A_drop[r]ᵀ dO[r] (P/ℓ: dO/ℓ)
-            del P_used, dO_r
-        G = np.matmul(G_left[idx][rows], G_right[idx].T, out=gbuf[:r])   # (r, n_k): dA (− D when folded)
+            P_used = A_rows if keep is None else A_rows * keep[ix][..., rows, :] * scale
+            _accumulate(dV[ix], P_used.swapaxes(-1, -2), dO_r * inv if use_D else dO_r, first,
+                        scratch=gbuf)                        # Σ_r A_drop[r]ᵀ dO[r] (P/ℓ: dO/ℓ)
+            del P_used
+        g_l = G_left[ix][..., rows, :]                       # (g, r, d_v [+ 1])
+        G = np.matmul(g_l, G_right[ix].swapaxes(-1, -2), out=_fit(gbuf, g_l.shape[:-1] + (n_k,)))   # dA (− D)
         if drop_mask is not None:
-            G *= drop_mask[idx][rows]                        # dropout backward on the block
+            G *= drop_mask[ix][..., rows, :]                 # dropout backward on the block
         elif keep is not None:
-            G *= keep[idx][rows]
+            G *= keep[ix][..., rows, :]
             G *= scale
-        D_r = D[idx][rows] if (use_D and dropout) else None
+        D_r = D[ix][..., rows, :] if (use_D and not fold) else None
 
         def ds(sub: slice, G=G, A_rows=A_rows, D_r=D_r) -> None:   # dS = A ⊙ (dA − ⟨dA, A⟩), in G
-            g, a = G[sub], A_rows[sub]
+            g, a = G[..., sub, :], A_rows[..., sub, :]
             if not use_D:
                 _softmax_backward_inplace(g, a)
                 return
             if D_r is not None:
-                g -= D_r[sub]
+                g -= D_r[..., sub, :]
             g *= a
 
-        _rows_parallel(ds, r)
-        dQ_r = np.matmul(G, Kh[idx], out=dQ[idx][rows])      # (r, d_k)
+        _rows_parallel(ds, G.shape[-2])
+        dQ_r = np.matmul(G, Kh[ix], out=dQ[ix][..., rows, :])   # (g, r, d_k)
         if inv is not None and use_D:
             dQ_r *= inv
-        Q_r = Q[idx][rows] if inv is None or not use_D else Q[idx][rows] * inv
-        _accumulate(dK[idx], G.T, Q_r, first, scratch=A_rows if A is None else None)   # (n_k, d_k)
+        Q_r = Q[ix][..., rows, :]
+        _accumulate(dK[ix], G.swapaxes(-1, -2), Q_r * inv if (inv is not None and use_D) else Q_r, first,
+                    scratch=A_rows if A is None else None)   # (g, n_k, d_k)
     dQ /= sqrt_dk                                            # the 1/√d_k of S, on the (n, d_k) results:
     dK /= sqrt_dk                                            # fewer entries than the (n, n_k) dS
     return dQ, dK, dV
@@ -499,7 +573,7 @@ def _accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray, first: bool, scra
     through ``scratch``'s memory when it is large enough (no new temporary per block)."""
     if first:
         np.matmul(a, b, out=acc)
-    elif scratch is not None and scratch.size >= acc.size:
+    elif scratch is not None and scratch.size >= acc.size and scratch.flags.c_contiguous:
         acc += np.matmul(a, b, out=scratch.reshape(-1)[:acc.size].reshape(acc.shape))
     else:
         acc += a @ b
