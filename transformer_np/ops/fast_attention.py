@@ -37,24 +37,10 @@ def _softmax_backward_inplace(ds: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 def _row_blocks(lead: int, n_q: int, n_k: int) -> list[slice]:
-    """Slices of the query rows such that one block of scores, lead · rows · n_k entries,
-    has about ``_BLOCK_SCORES`` of them (at least one row per block)."""
+    """Slices of the query rows such that one block of scores across every head, lead · rows · n_k
+    entries, has about :data:`_BLOCK_SCORES` of them (at least one row per block): the dropout path's."""
     rows = max(1, _BLOCK_SCORES // max(1, lead * n_k))
     return [slice(r, min(r + rows, n_q)) for r in range(0, max(n_q, 1), rows)]
-
-
-def _mask_rows(mask: np.ndarray | None, rows: slice) -> np.ndarray | None:
-    """The rows of an additive mask for one block (a mask broadcast over the rows is used whole)."""
-    if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
-        return mask
-    return mask[..., rows, :]
-
-
-def _sub_rows(mask, sub: slice):
-    """The rows ``sub`` of a block's mask (a mask broadcast over the rows is used whole)."""
-    if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
-        return mask
-    return mask[..., sub, :]
 
 
 def _draw_keep(shape, p: float, training: bool, rng) -> np.ndarray | None:
@@ -147,32 +133,20 @@ def _exp_rows(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=N
         S /= ell
 
 
-def _exp_rows_again(S: np.ndarray, sqrt_dk: float, mask, m, ell, normalise: bool = True) -> None:
-    """:func:`_exp_rows` with the forward's m and ℓ (the backward's recompute): the same operations on
-    the same numbers, so the same result bit for bit (a row with m = 0 skips S − m: exact either way)."""
-    if not _folds(sqrt_dk):
-        S /= sqrt_dk
-    if mask is not None:
-        S += mask
-    if m.any():
-        S -= m
-    np.exp(S, out=S)
-    if normalise:
-        S /= ell
-
-
 def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
                       dropout_p: float = 0.0, training: bool = False, rng=None,
                       store_attention: bool = True, out: np.ndarray | None = None,
                       for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """softmax(Q Kᵀ/√d_k + mask) V, S and A by blocks of query rows, A built in place.
 
-    Without attention dropout (inference, or ``dropout_p = 0``) the work goes head by head
-    (:func:`_forward_heads`): per block of one head's query rows, S = (Q/√d_k) Kᵀ, + M, − m where it
-    cannot be skipped, P = exp(S) in place, then one product P [V | 1] gives the unnormalised context
-    and the row sums ℓ together (no sum pass over P); O = (P V)/ℓ is normalised on the (n_q, d_v)
-    result, and a stored A is P ⊙ (1/ℓ), made in P's place. With attention dropout in training the
-    blocks span every head (:func:`_forward_dropout`) and A (or P) is normalised before the dropout.
+    Without attention dropout (inference, or ``dropout_p = 0``) the work goes by blocks of heads
+    (:func:`_forward_heads`; a block is rows of one head, or several whole heads: :func:`_head_blocks`):
+    S = (Q/√d_k) Kᵀ, + M, − m where it cannot be skipped, P = exp(S) in place, then for rows of
+    ≥ :data:`_ONES_MIN`·d_v keys one product P [V | 1] gives the unnormalised context and the row sums
+    ℓ together (no sum pass over P); O = (P V)/ℓ is normalised on the (n_q, d_v) result, and a stored
+    A is P ⊙ (1/ℓ), made in P's place (shorter rows: ℓ by a sum pass). With attention dropout in
+    training the blocks span every head (:func:`_forward_dropout`) and A (or P) is normalised before
+    the dropout.
 
     ``for_backward=False`` (inference): the cache keeps only ``"weights"`` (A when ``store_attention``,
     else None), nothing a backward needs; :func:`attention_backward` refuses it.
@@ -400,9 +374,9 @@ def _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_ba
         A = np.empty(score_shape, dtype=Q.dtype)
         for rows in blocks:
             S = _block_scores(Q, Kt, sqrt_dk, rows, A[..., rows, :])   # (..., r, n_k) scores, in A's rows
-            m_rows, no_max = _mask_rows(mask, rows), skip(rows)
+            m_rows, no_max = _block_rows(mask, rows), skip(rows)
             _rows_parallel(lambda r, S=S, m_rows=m_rows, no_max=no_max:
-                           _exp_rows(S[..., r, :], sqrt_dk, _sub_rows(m_rows, r), no_max), S.shape[-2])
+                           _exp_rows(S[..., r, :], sqrt_dk, _block_rows(m_rows, r), no_max), S.shape[-2])
         A_drop, drop_cache = dropout_forward(A, dropout_p, True, rng)
         np.matmul(A_drop, V, out=O)                          # (..., n_q, d_v)
         if not for_backward:
@@ -416,9 +390,9 @@ def _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_ba
     buf = np.empty(score_shape[:-2] + (blocks[0].stop - blocks[0].start, score_shape[-1]), dtype=Q.dtype)
     for rows in blocks:
         P = _block_scores(Q, Kt, sqrt_dk, rows, buf[..., :rows.stop - rows.start, :])   # (..., r, n_k)
-        m_r, l_r, m_rows, no_max = m[..., rows, :], ell[..., rows, :], _mask_rows(mask, rows), skip(rows)
+        m_r, l_r, m_rows, no_max = m[..., rows, :], ell[..., rows, :], _block_rows(mask, rows), skip(rows)
         _rows_parallel(lambda r, P=P, m_r=m_r, l_r=l_r, m_rows=m_rows, no_max=no_max:
-                       _exp_rows(P[..., r, :], sqrt_dk, _sub_rows(m_rows, r), no_max, m_r[..., r, :],
+                       _exp_rows(P[..., r, :], sqrt_dk, _block_rows(m_rows, r), no_max, m_r[..., r, :],
                                  l_r[..., r, :], normalise=False), P.shape[-2])   # exp(S − m)
         _drop_block(P, keep[..., rows, :], drop_scale)
         O_r = np.matmul(P, V, out=O[..., rows, :])           # (..., r, d_v)
