@@ -105,3 +105,24 @@ def test_short_heads_go_several_to_a_block(monkeypatch, store, ones):
             assert_paths_close(a, b, k=n, scale=scale, paths=(f"fast d{name} ({heads} heads)", f"plain d{name}"))
         Oi, ci = fast.attention_forward(Q, K, V, mask, store_attention=store, for_backward=False)
         assert_paths_close(Oi, Op, k=n, paths=(f"inference O ({heads} heads a block)", "plain O"))
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_pool_threads_do_not_change_training_results(store):
+    """Blocks of ≥ _POOL_MIN elements split their passes (exp, 1/ℓ, dS, the recomputed exp) over the pool:
+    1 and 2 pool threads give the same bits (the same operations per element, the same BLAS calls)."""
+    r = np.random.default_rng(34)
+    Q, K, V, dO = (r.standard_normal((2, 2, 200, 16)).astype(np.float32) for _ in range(4))
+    mask = _mask("full", 2, 200, 200, np.float32, r)
+    assert 200 * 200 * 4 >= fast_attention._POOL_MIN              # one block of every head, on the pool
+    runs = []
+    before = fast.get_num_threads()
+    try:
+        for threads in (1, 2):
+            fast.set_num_threads(threads)
+            O, c = fast.attention_forward(Q, K, V, mask, store_attention=store)
+            runs.append((O, fast.attention_weights(c)) + fast.attention_backward(dO, c))
+    finally:
+        fast.set_num_threads(before)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)   # exact: elementwise passes moved between threads, nothing else

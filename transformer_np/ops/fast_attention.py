@@ -257,6 +257,21 @@ class _Whole:
         return self.a
 
 
+# Elements below which a block's elementwise pass runs inline rather than on the thread pool: handing rows to
+# the pool and waiting costs ~20–50 µs (measured, 2 threads, a no-op task), about one float32 exp pass over
+# 2**15 elements; every attention block of the bench's shapes is larger (2**17–2**18 elements).
+_POOL_MIN = 1 << 15
+
+
+def _block_pass(fn, block: np.ndarray) -> None:
+    """fn(slice of rows) over a (…, r, n_k) block: on the thread pool (:func:`_rows_parallel`) when the
+    block has ≥ :data:`_POOL_MIN` elements, else inline over all rows (the same operations per element)."""
+    if block.size < _POOL_MIN:
+        fn(slice(0, block.shape[-2]))
+    else:
+        _rows_parallel(fn, block.shape[-2])
+
+
 def _with_column(X: np.ndarray, value) -> np.ndarray:
     """[X | c] along the last axis, (…, m, k + 1): c = ``value`` (a scalar or a (…, m, 1) array)."""
     out = np.empty(X.shape[:-1] + (X.shape[-1] + 1,), dtype=X.dtype)
@@ -343,11 +358,11 @@ def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool):
             if not ones and not defer:
                 P[..., r, :] *= 1.0 / l_r[..., r, :]         # A = P/ℓ: stored, or short rows' plain order
 
-        _rows_parallel(exp_rows, P.shape[-2])
+        _block_pass(exp_rows, P)
         o_r = np.matmul(P, Vx[ix], out=O1[ix][..., rows, :])   # (…, r, d_v [+ 1]): P V [| ℓ]
         if ones and store:
             inv = 1.0 / o_r[..., d_v:]                       # (…, r, 1)
-            _rows_parallel(lambda r, P=P, inv=inv: P[..., r, :].__imul__(inv[..., r, :]), P.shape[-2])
+            _block_pass(lambda r, P=P, inv=inv: P[..., r, :].__imul__(inv[..., r, :]), P)
         elif defer and not ones:
             o_r /= l_r                                       # deferred normalisation on (r, d_v)
     if ones:
@@ -423,7 +438,7 @@ def _recompute(Q, Kt, sqrt_dk: float, mask, m, ix, rows: slice, out) -> np.ndarr
             S -= m_r[..., r, :]
         np.exp(S, out=S)
 
-    _rows_parallel(exp_rows, P.shape[-2])
+    _block_pass(exp_rows, P)
     return P
 
 
@@ -530,7 +545,7 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
                 g -= D_r[..., sub, :]
             g *= a
 
-        _rows_parallel(ds, G.shape[-2])
+        _block_pass(ds, G)
         dQ_r = np.matmul(G, Kh[ix], out=dQ[ix][..., rows, :])   # (g, r, d_k)
         if inv is not None and use_D:
             dQ_r *= inv
