@@ -13,22 +13,28 @@ points have done that once.
 The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
 ``docs/guide/performance.md``):
 
-* **Scores by blocks of query rows** (:func:`attention_forward`): S, A and their backward are
-  computed for ~2²⁰ scores at a time, so each elementwise pass of the softmax stays in the CPU
-  cache instead of streaming the whole (…, n_q, n_k) array (128 MiB at n = 2048) through memory.
-  Each row of A is the softmax of its own row of S, so the blocks are independent. Only A is
-  kept (S is overwritten by A in place): the plain cache's ``"scores"`` is not stored.
-* **Fewer passes over the scores** (round 4, :func:`attention_forward`): the max subtraction is
-  skipped for blocks whose rows a Cauchy–Schwarz bound proves safe from overflow and underflow
-  (:func:`_no_max_rows`), 1/√d_k goes onto Q where that is exact (:func:`_folds`: √d_k a power
-  of two), each block's rows of O = A V are computed while the block is in cache, and without a
-  stored A the normalisation is deferred to the (n, d_v) result (O = exp(S − m) V / ℓ) and the
-  backward works on the unnormalised block, every 1/ℓ applied to an (n, d) array.
+* **Scores by blocks** (:func:`attention_forward`): S, A and their backward are computed for ~2¹⁸
+  scores at a time (1 MiB in float32: within L2), so each elementwise pass of the softmax stays in
+  the CPU cache instead of streaming the whole (…, n_q, n_k) array (128 MiB at n = 2048) through
+  memory. A block is rows of one (batch, head) slice when a head has ≥ 2¹⁸ scores (every product
+  stays tall), else as many whole heads as fit (short sequences pay no Python loop per head). Each
+  row of A is the softmax of its own row of S, so the blocks are independent. Only A is kept (S is
+  overwritten by A in place): the plain cache's ``"scores"`` is not stored.
+* **Fewer passes over the scores** (round 4): the max subtraction is skipped for rows that a
+  Cauchy–Schwarz bound proves safe from overflow and underflow (:func:`_no_max_rows`), 1/√d_k goes
+  onto Q where that is exact (:func:`_folds`: √d_k a power of two), and each block's rows of O are
+  computed while the block is in cache. For rows of ≥ 8·d_v keys the row sums come from the A V
+  product itself, P [V | 1] = [P V | ℓ] (no sum pass), O = (P V)/ℓ is normalised on the (n, d_v)
+  result, and a stored A is P ⊙ (1/ℓ) in place: exp, the two products and (A stored) one scaling
+  pass per block — the NumPy limit of the bench plus that one pass.
+* **Inference** (``for_backward=False``): the same loop, a cache with only the attention weights.
 * **Recomputed attention** (``store_attention=False``): no A kept at all; the row maxima and sums
-  of the softmax are, and the backward rebuilds each block of A with the forward's operations
-  (the FlashAttention trade: one more Q Kᵀ product and exp per block for O(n) memory per block).
+  of the softmax are, and the backward rebuilds each block of P = exp(S − m) and works on it
+  unnormalised, every 1/ℓ applied to an (n, d) array (the FlashAttention trade: one more Q Kᵀ
+  product and exp per block for O(n) memory per block).
 * **Fewer passes in the softmax backward**: ⟨dA_i, A_i⟩ = ⟨dO_i, O_i⟩ (an (n, d_v) product instead
-  of an (n, n) one), so dS = A ⊙ (dA − D) is two passes over the block (rows of ≥ 2·d_v keys).
+  of an (n, n) one), and for rows of ≥ 8·d_v keys dA − D comes from one product
+  [dO | −D] [V | 1]ᵀ, so dS = A ⊙ (dA − D) is one pass over the block (two for rows of 2–8·d_v keys).
 * **In-place buffers**: the softmax (:func:`softmax` with ``out=``), the 1/√d_k scale and the mask
   are applied in the buffer that becomes A; O is written straight into the merged heads' context;
   LayerNorm reuses x − μ as x̂ and g as dx; f(U) overwrites U, and f′ ⊙ ∂L/∂f(U) is computed in

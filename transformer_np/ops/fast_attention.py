@@ -34,37 +34,13 @@ def _softmax_backward_inplace(ds: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- attention
-# Scores per block of query rows: about _BLOCK_SCORES entries. Each elementwise pass of the softmax
-# (exp, sum, divide; scale, mask, max, subtract where they cannot be skipped) and of its backward then
-# runs on a block that stays in cache instead of streaming the whole (…, n_q, n_k) array through
-# memory — for n = 2048 that array is 128 MiB. Measured (round 3, long shape, 1 thread, attention
-# fwd / bwd): unblocked 328 / 406 ms, 2**18: 211 / 263, 2**20: 219 / 226, 2**21: 208 / 297 ms;
-# smaller blocks lose to the per-GEMM overhead (bert-base: 1.5 M scores, 2 blocks, within 2 ms of one).
-# Re-measured in round 4 with the fewer-pass softmax (CPU time, 1 thread, loaded machine, 2**17–2**20):
-# 2**20 best at n = 2048 (fwd 158 / 89 ms stored / recomputed, 2**18: 180 / 112); at n = 512 all within
-# the noise forward, the backward 8.9 ms at 2**17–2**18 against 10.6 at 2**20: kept.
-_BLOCK_SCORES = 1 << 20
 
 
 def _row_blocks(lead: int, n_q: int, n_k: int) -> list[slice]:
-    """Slices of the query rows such that one block of scores, lead · rows · n_k entries,
-    has about ``_BLOCK_SCORES`` of them (at least one row per block)."""
+    """Slices of the query rows such that one block of scores across every head, lead · rows · n_k
+    entries, has about :data:`_BLOCK_SCORES` of them (at least one row per block): the dropout path's."""
     rows = max(1, _BLOCK_SCORES // max(1, lead * n_k))
     return [slice(r, min(r + rows, n_q)) for r in range(0, max(n_q, 1), rows)]
-
-
-def _mask_rows(mask: np.ndarray | None, rows: slice) -> np.ndarray | None:
-    """The rows of an additive mask for one block (a mask broadcast over the rows is used whole)."""
-    if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
-        return mask
-    return mask[..., rows, :]
-
-
-def _sub_rows(mask, sub: slice):
-    """The rows ``sub`` of a block's mask (a mask broadcast over the rows is used whole)."""
-    if mask is None or mask.ndim < 2 or mask.shape[-2] == 1:
-        return mask
-    return mask[..., sub, :]
 
 
 def _draw_keep(shape, p: float, training: bool, rng) -> np.ndarray | None:
@@ -157,47 +133,248 @@ def _exp_rows(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=N
         S /= ell
 
 
-def _exp_rows_again(S: np.ndarray, sqrt_dk: float, mask, m, ell, normalise: bool = True) -> None:
-    """:func:`_exp_rows` with the forward's m and ℓ (the backward's recompute): the same operations on
-    the same numbers, so the same result bit for bit (a row with m = 0 skips S − m: exact either way)."""
-    if not _folds(sqrt_dk):
-        S /= sqrt_dk
-    if mask is not None:
-        S += mask
-    if m.any():
-        S -= m
-    np.exp(S, out=S)
-    if normalise:
-        S /= ell
-
-
 def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
                       dropout_p: float = 0.0, training: bool = False, rng=None,
                       store_attention: bool = True, out: np.ndarray | None = None,
                       for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """softmax(Q Kᵀ/√d_k + mask) V, S and A by blocks of query rows, A built in place.
 
+    Without attention dropout (inference, or ``dropout_p = 0``) the work goes by blocks of heads
+    (:func:`_forward_heads`; a block is rows of one head, or several whole heads: :func:`_head_blocks`):
+    S = (Q/√d_k) Kᵀ, + M, − m where it cannot be skipped, P = exp(S) in place, then for rows of
+    ≥ :data:`_ONES_MIN`·d_v keys one product P [V | 1] gives the unnormalised context and the row sums
+    ℓ together (no sum pass over P); O = (P V)/ℓ is normalised on the (n_q, d_v) result, and a stored
+    A is P ⊙ (1/ℓ), made in P's place (shorter rows: ℓ by a sum pass). With attention dropout in
+    training the blocks span every head (:func:`_forward_dropout`) and A (or P) is normalised before
+    the dropout.
+
     ``for_backward=False`` (inference): the cache keeps only ``"weights"`` (A when ``store_attention``,
     else None), nothing a backward needs; :func:`attention_backward` refuses it.
 
     The cache keeps A as ``"weights"`` (and as ``"softmax"["s"]``), not the scores. Fewer passes
     over each block than the plain softmax: the ÷ √d_k goes onto Q where that is exact
-    (:func:`_folds`); the max subtraction is skipped for blocks whose rows provably cannot overflow
-    or underflow without it (:func:`_no_max_rows`); each block's rows of O = A V are computed while
-    the block is in cache (without attention dropout).
+    (:func:`_folds`); the max subtraction is skipped for rows that provably cannot overflow
+    or underflow without it (:func:`_no_max_rows`); each block's rows of O are computed while
+    the block is in cache.
 
     ``store_attention=False`` (the FlashAttention trade: memory for compute) keeps no (…, n_q, n_k)
-    array: each block of exp(S − m) is used for its rows of O and dropped, and the normalisation is
-    deferred to the (r, d_v) product — O[rows] = (exp(S − m) V) / ℓ, no divide pass over the block
-    (for rows of ≥ 2·d_v keys; shorter rows keep the plain order, O = (exp(S − m)/ℓ) V);
-    the cache holds the row maxima m (0 where skipped) and row sums ℓ (two (…, n_q, 1) arrays), from
-    which the backward recomputes each block with the same arithmetic, so the recomputed A is bit for
-    bit the stored path's. Extra memory: one block of scores (~2²⁰ entries).
-    ``out`` (…, n_q, d_v), any strides BLAS accepts, receives O (:func:`mha_forward` passes the
-    heads' view of its merged context, so merging the heads costs no copy).
-    ``"weights"`` is then None; :func:`attention_weights` rebuilds A on request. With attention
+    array: each block of P = exp(S − m) is used for its rows of O and dropped; the cache holds the row
+    maxima m (0 where skipped) and row sums ℓ (two (…, n_q, 1) arrays), from which the backward and
+    :func:`attention_weights` recompute each block with the forward's operations. Extra memory: one
+    block of scores (~2¹⁸ entries). ``out`` (…, n_q, d_v), any strides BLAS accepts, receives O
+    (:func:`mha_forward` passes the heads' view of its merged context, so merging the heads costs no
+    copy). ``"weights"`` is then None; :func:`attention_weights` rebuilds A on request. With attention
     dropout in training the keep-mask is kept as booleans (n_q·n_k bytes).
     """
+    if training and dropout_p != 0.0:
+        return _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_backward)
+    O, A, m, ell = _forward_heads(Q, K, V, mask, store_attention, out, stats=for_backward and not store_attention)
+    if not for_backward:
+        return O, {"kind": "attention", "weights": A, "for_backward": False}
+    score_shape = Q.shape[:-1] + (K.shape[-2],)              # (..., n_q, n_k)
+    cache = {"kind": "attention", "Q": Q, "K": K, "V": V, "O": O, "scale": 1.0 / math.sqrt(Q.shape[-1]),
+             "weights": A, "A_drop": A, "dropout": {"kind": "dropout", "mask": None, "shape": score_shape}}
+    if A is not None:
+        cache["softmax"] = {"kind": "softmax", "s": A}
+    else:
+        cache.update({"row_max": m, "row_sum": ell, "mask": mask, "keep": None, "drop_scale": None})
+    return O, cache
+
+
+# Scores per block, about _BLOCK_SCORES entries: each elementwise pass of the softmax (exp; scale, mask, max,
+# subtract where they cannot be skipped; the 1/ℓ of a stored A) and of its backward then runs on a block that
+# stays in cache instead of streaming the whole (…, n_q, n_k) array through memory (128 MiB at n = 2048).
+# The loops without attention dropout take, per block, either rows of ONE (batch, head) slice — when a head
+# has at least _BLOCK_SCORES scores — so that every product stays tall (at n = 2048 a block of 2**18 scores
+# spread over 8 heads was 16 rows per product), or whole heads, as many as fit — so that short sequences
+# do not pay a Python iteration per head (MiniLM: 384 heads of 16 × 16 scores); see _head_blocks. The
+# dropout path (_forward_dropout) takes rows across every head (_row_blocks).
+# Measured round 4 (inference forward, CPU time, 1 thread, loaded machine, float32, B·h = 8, d_k = 16,
+# medians of 5–9, A stored / not): n = 512: 2**15 6.5 / 4.8, 2**16 6.4 / 4.5, 2**17 5.9 / 4.2,
+# 2**18 5.7 / 4.3 ms (2**18 is a whole head); n = 2048: 2**16 135 / 82, 2**17 122 / 71, 2**18 115 / 66,
+# 2**19 126 / 70, 2**20 119 / 74 ms. 2**18 scores: 1 MiB in float32, within the 2 MiB L2 of this
+# machine's cores. (Rows across every head, rounds 3–4: 2**20 was best at n = 2048, 2**18 ~15% slower
+# there; at n = 512 within the noise. Attention dropout is not a bench row: one constant for both.)
+_BLOCK_SCORES = 1 << 18
+
+
+def _block_layout(lead: tuple, n_q: int, n_k: int) -> tuple[int, int, int]:
+    """(axis, count, rows) of the blocks of scores of an array with the leading axes ``lead``.
+
+    A head (one index into ``lead``) of ≥ :data:`_BLOCK_SCORES` scores: blocks of ``rows`` query rows of
+    one head (axis = len(lead), count = 1). Smaller heads: all their rows, and as many heads as fit —
+    ``count`` consecutive entries of the leading axis ``axis`` with every axis after it whole (every
+    head in one block: axis 0, count = lead[0])."""
+    if not lead or n_q * n_k >= _BLOCK_SCORES:
+        return len(lead), 1, max(1, min(n_q, _BLOCK_SCORES // max(1, n_k)))
+    fit = max(1, _BLOCK_SCORES // max(1, n_q * n_k))         # heads per block
+    axis, inner = len(lead), 1                               # axes axis… whole: inner heads
+    while axis > 0 and inner * lead[axis - 1] <= fit:
+        axis, inner = axis - 1, inner * lead[axis - 1]
+    if axis == 0:
+        return 0, lead[0], max(n_q, 1)
+    return axis - 1, max(1, fit // inner), max(n_q, 1)
+
+
+def _head_blocks(lead: tuple, n_q: int, n_k: int) -> list[tuple[tuple, slice]]:
+    """(ix, rows) of every block (:func:`_block_layout`): ``X[ix][..., rows, :]`` is the block's part of
+    an array with the leading axes ``lead``, a view — rows of one head, or consecutive whole heads."""
+    axis, count, r = _block_layout(lead, n_q, n_k)
+    row_slices = [slice(r0, min(r0 + r, n_q)) for r0 in range(0, n_q, r)]
+    if axis == len(lead):
+        return [(outer, rows) for outer in np.ndindex(*lead) for rows in row_slices]
+    return [(outer + (slice(c0, min(c0 + count, lead[axis])),), rows)
+            for outer in np.ndindex(*lead[:axis]) for c0 in range(0, lead[axis], count) for rows in row_slices]
+
+
+def _block_buffer(lead: tuple, n_q: int, n_k: int, dtype) -> np.ndarray:
+    """Scratch for one block's (…, r, n_k) scores, of the largest block's shape (cut with :func:`_fit`)."""
+    axis, count, r = _block_layout(lead, n_q, n_k)
+    heads = () if axis == len(lead) else (count,) + lead[axis + 1:]
+    return np.empty(heads + (r, n_k), dtype=dtype)
+
+
+def _fit(buf: np.ndarray, shape: tuple) -> np.ndarray:
+    """The leading part of ``buf`` of the shape ``shape`` (a smaller block: fewer heads or rows)."""
+    return buf[tuple(slice(0, k) for k in shape)]
+
+
+def _per_head(a: np.ndarray | None, lead: tuple, core: int):
+    """``a`` broadcast to ``lead`` + its last ``core`` axes (a view), so that ``a[ix]`` is a block's heads;
+    a mask of fewer than two axes is used whole (None stays None)."""
+    if a is None or a.ndim < core:
+        return None if a is None else _Whole(a)
+    return np.broadcast_to(a, lead + a.shape[a.ndim - core:])
+
+
+class _Whole:
+    """An array every block uses whole: ``_Whole(a)[ix]`` is ``a``."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __getitem__(self, ix):
+        return self.a
+
+
+# Elements below which a block's elementwise pass runs inline rather than on the thread pool: handing rows to
+# the pool and waiting costs ~20–50 µs (measured, 2 threads, a no-op task), about one float32 exp pass over
+# 2**15 elements; every attention block of the bench's shapes is larger (2**17–2**18 elements).
+_POOL_MIN = 1 << 15
+
+
+def _block_pass(fn, block: np.ndarray) -> None:
+    """fn(slice of rows) over a (…, r, n_k) block: on the thread pool (:func:`_rows_parallel`) when the
+    block has ≥ :data:`_POOL_MIN` elements, else inline over all rows (the same operations per element)."""
+    if block.size < _POOL_MIN:
+        fn(slice(0, block.shape[-2]))
+    else:
+        _rows_parallel(fn, block.shape[-2])
+
+
+def _with_column(X: np.ndarray, value) -> np.ndarray:
+    """[X | c] along the last axis, (…, m, k + 1): c = ``value`` (a scalar or a (…, m, 1) array)."""
+    out = np.empty(X.shape[:-1] + (X.shape[-1] + 1,), dtype=X.dtype)
+    out[..., :-1] = X
+    out[..., -1:] = value
+    return out
+
+
+def _block_rows(a, rows: slice):
+    """The query rows ``rows`` of a block's (g, n, …) array (an array broadcast over the rows: whole)."""
+    if a is None or a.ndim < 2 or a.shape[-2] == 1:
+        return a
+    return a[..., rows, :]
+
+
+def _exp_only(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=None) -> None:
+    """S ← exp(S' − m) in place, S' = S/√d_k + M (the ÷ √d_k only when not folded into Q), m the row max,
+    or 0 when ``skip_max`` (:func:`_no_max_rows`); ``m`` (…, r, 1) receives it when given, ``ell`` the row
+    sums ℓ (when given: the loops with ℓ from the P [V | 1] product pass none)."""
+    if not _folds(sqrt_dk):
+        S /= sqrt_dk
+    if mask is not None:
+        S += mask
+    if skip_max:
+        if m is not None:
+            m.fill(0)
+    else:
+        S -= np.max(S, axis=-1, keepdims=True, out=m)
+    np.exp(S, out=S)
+    if ell is not None:
+        np.sum(S, axis=-1, keepdims=True, out=ell)
+
+
+# The row sums come from the A V product with a column of ones appended to V (P [V | 1] = [P V | ℓ]) for
+# rows of ≥ _ONES_MIN·d_v keys; then the normalisation of O is deferred to the (n_q, d_v) result, and the
+# backward takes dA − D from one product [dO | −D] [V | 1]ᵀ. The extra column and the (n, d_v + 1) copies
+# cost in proportion to d_v, the passes they save in proportion to n_k. Measured (float32, 1 thread, CPU
+# time): n = 512, d_v = 16: the product +0.25 ms against a sum pass of 0.4–0.8 ms (the inference forward
+# 5.3 → 4.2 ms); BERT-base (n = 128, d_v = 64): the stored inference forward 11.9 → 15.7 ms with the
+# ones column at every shape — there a row has only 2·d_v keys, so the sum pass and the subtraction
+# of D stay.
+_ONES_MIN = 8
+
+
+def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool):
+    """The forward without attention dropout, by blocks of heads: (O, A or None, m or None, ℓ or None).
+
+    Per block (:func:`_head_blocks`): P = exp((Q/√d_k) Kᵀ + M − m) in place (:func:`_exp_only`). Rows of
+    ≥ :data:`_ONES_MIN`·d_v keys: O1 = P [V | 1] = [P V | ℓ], the row sums from the product's extra
+    column; A = P ⊙ (1/ℓ) in P's place when ``store``; O = (P V)/ℓ at the end, on (n_q, d_v). Shorter
+    rows: ℓ by a sum pass, A = P ⊙ (1/ℓ) then O = A V when ``store``; else O = (P V)/ℓ (rows of
+    ≥ 2·d_v keys) or (P/ℓ) V. ``stats``: return the row maxima m (0 where skipped) and sums ℓ,
+    (…, n_q, 1) each, for the recomputing backward."""
+    sqrt_dk = math.sqrt(Q.shape[-1])
+    n_q, n_k, d_v = Q.shape[-2], K.shape[-2], V.shape[-1]
+    lead, dtype = Q.shape[:-2], Q.dtype
+    O = np.empty(lead + (n_q, d_v), dtype=dtype) if out is None else out   # (..., n_q, d_v)
+    safe = _no_max_rows(Q, K, V, mask, sqrt_dk)              # (..., n_q, 1) or None
+    Qs = Q / sqrt_dk if _folds(sqrt_dk) else Q               # one (n_q, d_k) pass; exact (:func:`_folds`)
+    Kt = _per_head(K.swapaxes(-1, -2), lead, 2)              # (..., d_k, n_k) view
+    ones = n_k >= _ONES_MIN * d_v
+    if ones:
+        Vx = _with_column(_per_head(V, lead, 2), 1)          # (..., n_k, d_v + 1): [V | 1]
+        O1 = np.empty(lead + (n_q, d_v + 1), dtype=dtype)    # (..., n_q, d_v + 1): [P V | ℓ]
+    else:
+        Vx, O1 = _per_head(V, lead, 2), O
+        ell = np.empty(lead + (n_q, 1), dtype=dtype)         # (..., n_q, 1)
+    defer = not store and n_k >= 2 * d_v                     # O = (P V)/ℓ (ones: always)
+    A = np.empty(lead + (n_q, n_k), dtype=dtype) if store else None   # (..., n_q, n_k)
+    buf = None if store else _block_buffer(lead, n_q, n_k, dtype)     # (…, r, n_k)
+    m = np.empty(lead + (n_q, 1), dtype=dtype) if stats else None     # (..., n_q, 1)
+    masks = _per_head(mask, lead, 2)
+    for ix, rows in _head_blocks(lead, n_q, n_k):
+        q = Qs[ix][..., rows, :]                             # (…, r, d_k)
+        P = np.matmul(q, Kt[ix], out=A[ix][..., rows, :] if store else _fit(buf, q.shape[:-1] + (n_k,)))
+        m_rows = None if masks is None else _block_rows(masks[ix], rows)
+        no_max = safe is not None and bool(safe[ix][..., rows, :].all())
+        m_r = None if m is None else m[ix][..., rows, :]
+        l_r = None if ones else ell[ix][..., rows, :]
+
+        def exp_rows(r: slice, P=P, m_rows=m_rows, no_max=no_max, m_r=m_r, l_r=l_r) -> None:
+            _exp_only(P[..., r, :], sqrt_dk, _block_rows(m_rows, r), no_max, _block_rows(m_r, r),
+                      _block_rows(l_r, r))
+            if not ones and not defer:
+                P[..., r, :] *= 1.0 / l_r[..., r, :]         # A = P/ℓ: stored, or short rows' plain order
+
+        _block_pass(exp_rows, P)
+        o_r = np.matmul(P, Vx[ix], out=O1[ix][..., rows, :])   # (…, r, d_v [+ 1]): P V [| ℓ]
+        if ones and store:
+            inv = 1.0 / o_r[..., d_v:]                       # (…, r, 1)
+            _block_pass(lambda r, P=P, inv=inv: P[..., r, :].__imul__(inv[..., r, :]), P)
+        elif defer and not ones:
+            o_r /= l_r                                       # deferred normalisation on (r, d_v)
+    if ones:
+        np.divide(O1[..., :d_v], O1[..., d_v:], out=O)       # deferred normalisation on (n_q, d_v)
+        ell = O1[..., d_v:].copy() if stats else None
+    return O, A, m, (ell if stats else None)
+
+
+def _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_backward):
+    """:func:`attention_forward` with attention dropout in training: blocks of rows across every head
+    (:func:`_row_blocks`), the softmax normalised before the dropout (the row sums are of the undropped
+    P, so they cannot come from the product with the dropped block)."""
     sqrt_dk = math.sqrt(Q.shape[-1])                         # a Python float: keeps float32 float32
     Kt = K.swapaxes(-1, -2)                                  # (..., d_k, n_k) view
     score_shape = Q.shape[:-1] + (K.shape[-2],)              # (..., n_q, n_k)
@@ -210,38 +387,31 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
 
     if store_attention:
         A = np.empty(score_shape, dtype=Q.dtype)
-        dropout = training and dropout_p != 0.0
         for rows in blocks:
             S = _block_scores(Q, Kt, sqrt_dk, rows, A[..., rows, :])   # (..., r, n_k) scores, in A's rows
-            m_rows, no_max = _mask_rows(mask, rows), skip(rows)
+            m_rows, no_max = _block_rows(mask, rows), skip(rows)
             _rows_parallel(lambda r, S=S, m_rows=m_rows, no_max=no_max:
-                           _exp_rows(S[..., r, :], sqrt_dk, _sub_rows(m_rows, r), no_max), S.shape[-2])
-            if not dropout:
-                np.matmul(S, V, out=O[..., rows, :])          # (..., r, d_v) while the block is in cache
-        A_drop, drop_cache = dropout_forward(A, dropout_p, training, rng)
-        if dropout:
-            np.matmul(A_drop, V, out=O)                      # (..., n_q, d_v)
+                           _exp_rows(S[..., r, :], sqrt_dk, _block_rows(m_rows, r), no_max), S.shape[-2])
+        A_drop, drop_cache = dropout_forward(A, dropout_p, True, rng)
+        np.matmul(A_drop, V, out=O)                          # (..., n_q, d_v)
         if not for_backward:
             return O, {"kind": "attention", "weights": A, "for_backward": False}
         return O, {"kind": "attention", "Q": Q, "K": K, "V": V, "O": O, "scale": 1.0 / sqrt_dk, "weights": A,
                    "A_drop": A_drop, "softmax": {"kind": "softmax", "s": A}, "dropout": drop_cache}
-    keep = _draw_keep(score_shape, dropout_p, training, rng)
-    drop_scale = 1.0 / (1.0 - float(dropout_p)) if keep is not None else None
-    defer = score_shape[-1] >= 2 * V.shape[-1]              # rows of ≥ 2·d_v keys (the backward's D rule)
+    keep = _draw_keep(score_shape, dropout_p, True, rng)
+    drop_scale = 1.0 / (1.0 - float(dropout_p))
     m = np.empty(score_shape[:-1] + (1,), dtype=Q.dtype)                 # (..., n_q, 1) row maxima
     ell = np.empty_like(m)                                               # (..., n_q, 1) row sums
     buf = np.empty(score_shape[:-2] + (blocks[0].stop - blocks[0].start, score_shape[-1]), dtype=Q.dtype)
     for rows in blocks:
         P = _block_scores(Q, Kt, sqrt_dk, rows, buf[..., :rows.stop - rows.start, :])   # (..., r, n_k)
-        m_r, l_r, m_rows, no_max = m[..., rows, :], ell[..., rows, :], _mask_rows(mask, rows), skip(rows)
+        m_r, l_r, m_rows, no_max = m[..., rows, :], ell[..., rows, :], _block_rows(mask, rows), skip(rows)
         _rows_parallel(lambda r, P=P, m_r=m_r, l_r=l_r, m_rows=m_rows, no_max=no_max:
-                       _exp_rows(P[..., r, :], sqrt_dk, _sub_rows(m_rows, r), no_max, m_r[..., r, :],
-                                 l_r[..., r, :], normalise=not defer), P.shape[-2])   # exp(S − m) [/ ℓ]
-        if keep is not None:
-            _drop_block(P, keep[..., rows, :], drop_scale)
+                       _exp_rows(P[..., r, :], sqrt_dk, _block_rows(m_rows, r), no_max, m_r[..., r, :],
+                                 l_r[..., r, :], normalise=False), P.shape[-2])   # exp(S − m)
+        _drop_block(P, keep[..., rows, :], drop_scale)
         O_r = np.matmul(P, V, out=O[..., rows, :])           # (..., r, d_v)
-        if defer:
-            O_r /= l_r                                       # deferred normalisation: (r, d_v), not (r, n_k)
+        O_r /= l_r                                           # deferred normalisation: (r, d_v), not (r, n_k)
     if not for_backward:
         return O, {"kind": "attention", "weights": None, "for_backward": False}
     return O, {"kind": "attention", "Q": Q, "K": K, "V": V, "O": O, "scale": 1.0 / sqrt_dk, "weights": None,
@@ -249,13 +419,27 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
                "drop_scale": drop_scale, "dropout": {"kind": "dropout", "mask": None, "shape": score_shape}}
 
 
-def _exp_block(Q, Kt, sqrt_dk, mask, rows, buf, m, ell, normalise: bool = True) -> np.ndarray:
-    """The forward's block of rows ``rows`` of exp(S − m) [/ ℓ], recomputed into ``buf`` from its m and ℓ."""
-    S = _block_scores(Q, Kt, sqrt_dk, rows, buf[..., :rows.stop - rows.start, :])   # (..., r, n_k) scores
-    m_r, l_r, m_rows = m[..., rows, :], ell[..., rows, :], _mask_rows(mask, rows)
-    _rows_parallel(lambda sub: _exp_rows_again(S[..., sub, :], sqrt_dk, _sub_rows(m_rows, sub), m_r[..., sub, :],
-                                               l_r[..., sub, :], normalise), S.shape[-2])
-    return S
+def _recompute(Q, Kt, sqrt_dk: float, mask, m, ix, rows: slice, out) -> np.ndarray:
+    """P = exp(S − m) of one block (``ix``, ``rows``), recomputed into ``out`` (g, r, n_k) from the forward's
+    row maxima m (0 where the forward skipped the subtraction: then S − m is skipped too, exact). ``mask``:
+    the block's heads' (g, n_q | 1, n_k) mask, or an array used whole, or None."""
+    q = Q[ix][..., rows, :]                                  # (g, r, d_k), already ÷ √d_k if folded
+    P = np.matmul(q, Kt[ix], out=_fit(out, q.shape[:-1] + out.shape[-1:]))   # (…, r, n_k) scores
+    m_rows, m_r = _block_rows(mask, rows), m[ix][..., rows, :]
+    sub = bool(m_r.any())
+
+    def exp_rows(r: slice) -> None:
+        S = P[..., r, :]
+        if not _folds(sqrt_dk):
+            S /= sqrt_dk
+        if m_rows is not None:
+            S += _block_rows(m_rows, r)
+        if sub:
+            S -= m_r[..., r, :]
+        np.exp(S, out=S)
+
+    _block_pass(exp_rows, P)
+    return P
 
 
 def _drop_block(P: np.ndarray, keep: np.ndarray, scale: float) -> None:
@@ -266,91 +450,108 @@ def _drop_block(P: np.ndarray, keep: np.ndarray, scale: float) -> None:
 
 def attention_weights(cache: dict) -> np.ndarray:
     """A = softmax(Q Kᵀ/√d_k + M) of an attention cache, stored or not (``store_attention=False``
-    rebuilds it by row blocks from the cached row maxima and sums: the stored path's A, bit for bit)."""
+    rebuilds it block by block from the cached row maxima and sums: A = exp(S − m) ⊙ (1/ℓ))."""
     if cache["weights"] is not None:
         return cache["weights"]
     Q, K = cache["Q"], cache["K"]
     sqrt_dk = math.sqrt(Q.shape[-1])
-    A = np.empty(Q.shape[:-1] + (K.shape[-2],), dtype=Q.dtype)           # (..., n_q, n_k)
-    for rows in _row_blocks(math.prod(A.shape[:-2]), *A.shape[-2:]):
-        _exp_block(Q, K.swapaxes(-1, -2), sqrt_dk, cache["mask"], rows, A[..., rows, :], cache["row_max"],
-                   cache["row_sum"])                         # written into A's rows
+    lead, n_q, n_k = Q.shape[:-2], Q.shape[-2], K.shape[-2]
+    Qs = Q / sqrt_dk if _folds(sqrt_dk) else Q
+    Kt, masks = _per_head(K.swapaxes(-1, -2), lead, 2), _per_head(cache["mask"], lead, 2)
+    inv = 1.0 / cache["row_sum"]                             # (..., n_q, 1)
+    A = np.empty(lead + (n_q, n_k), dtype=Q.dtype)           # (..., n_q, n_k)
+    for ix, rows in _head_blocks(lead, n_q, n_k):
+        P = _recompute(Qs, Kt, sqrt_dk, None if masks is None else masks[ix], cache["row_max"], ix, rows,
+                       A[ix][..., rows, :])
+        P *= inv[ix][..., rows, :]
     return A
 
 
 def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dQ, dK, dV) by the forward's blocks of query rows: dS for rows r needs only dO, A and the
-    dropout mask of rows r, so dQ[r] = dS_r K is written block by block and dK = Σ_r dS_rᵀ Q[r]
-    is accumulated; no (…, n_q, n_k) temporary is ever whole. Without a stored A (``store_attention
-    =False``) each block of P = exp(S − m) is recomputed first and left unnormalised: with
-    A = P/ℓ (ℓ per row), dV = Σ_r P_rᵀ (dO[r]/ℓ_r), ℓ dS = P ⊙ (dA − D), dQ[r] = ((ℓ dS)_r K)/ℓ_r and
-    dK = Σ_r (ℓ dS)_rᵀ (Q[r]/ℓ_r) — every 1/ℓ on an (r, d) array, none on the block.
-    (Writing the results straight into :func:`mha_backward`'s fused gradient layout instead was
-    measured: no lower peak — the row-block temporaries are alive then too — and ~15% slower at
-    n = 2048, the products writing strided rows.)"""
+    """(dQ, dK, dV) by the forward's blocks (:func:`_head_blocks`: rows of one head, or whole heads): dS
+    for rows r needs only dO, A and the dropout mask of rows r, so dQ[r] = dS_r K is written block by
+    block and dK = Σ_r dS_rᵀ Q[r] is accumulated per head; no (…, n_q, n_k) temporary is ever whole.
+
+    D_i = ⟨dA_i, A_i⟩ = ⟨dO_i, O_i⟩ (FlashAttention's D: an (n_q, d_v) product instead of an (n, n) one),
+    (rows of ≥ 2·d_v keys; shorter rows keep the plain path's ⟨dA, A⟩). Without dropout, for rows of
+    ≥ :data:`_ONES_MIN`·d_v keys, dA − D comes out of one product, [dO | −D] [V | 1]ᵀ, so dS = A ⊙ (dA − D)
+    is one pass over the block.
+
+    Without a stored A (``store_attention=False``) each block of P = exp(S − m) is recomputed first
+    (:func:`_recompute`) and left unnormalised: with A = P/ℓ (ℓ per row), dV = Σ_r P_rᵀ (dO[r]/ℓ_r),
+    ℓ dS = P ⊙ (dA − D), dQ[r] = ((ℓ dS)_r K)/ℓ_r and dK = Σ_r (ℓ dS)_rᵀ (Q[r]/ℓ_r) — every 1/ℓ on an
+    (r, d) array, none on the block. (Writing the results straight into :func:`mha_backward`'s fused
+    gradient layout instead was measured in round 4: no lower peak, ~15% slower at n = 2048.)"""
     check_for_backward(cache, "attention_forward")
-    Q, K, V = cache["Q"], cache["K"], cache["V"]
+    Q, K, V, O = cache["Q"], cache["K"], cache["V"], cache["O"]
     A = cache["weights"]
-    Vt = V.swapaxes(-1, -2)                                  # (..., d_v, n_k) view
-    lead = Q.shape[:-2] if A is None else A.shape[:-2]
-    n_q, n_k = Q.shape[-2], K.shape[-2]
-    dQ = np.empty(lead + (n_q, Q.shape[-1]), dtype=Q.dtype)  # (..., n_q, d_k)
-    dK = np.empty(lead + K.shape[-2:], dtype=Q.dtype)        # (..., n_k, d_k)
-    dV = np.empty(lead + V.shape[-2:], dtype=Q.dtype)        # (..., n_k, d_v)
-    blocks = _row_blocks(math.prod(lead), n_q, n_k)
-    # ⟨dA_i, A_i⟩ of every row i without a (…, n_q, n_k) product: Σ_j dA_ij A_ij = Σ_j (dO Vᵀ ⊙ M)_ij A_ij
-    # = Σ_j (dO Vᵀ)_ij A_drop,ij = Σ_k dO_ik O_ik — a (…, n_q, d_v) product (FlashAttention's D). It
-    # replaces two passes over each (r, n_k) block by one over (n_q, d_v): it pays for rows of at least
-    # 2·d_v keys; shorter rows keep the plain path's ⟨dA, A⟩ (and its exact rounding).
-    D = np.einsum("...k,...k->...", dO, cache["O"])[..., None] if n_k >= 2 * V.shape[-1] else None
+    lead, n_q, n_k, d_v = Q.shape[:-2], Q.shape[-2], K.shape[-2], V.shape[-1]
+    dtype = Q.dtype
+    sqrt_dk = math.sqrt(Q.shape[-1])
+    dQ = np.empty(lead + (n_q, Q.shape[-1]), dtype=dtype)    # (..., n_q, d_k)
+    dK = np.empty(lead + K.shape[-2:], dtype=dtype)          # (..., n_k, d_k)
+    dV = np.empty(lead + V.shape[-2:], dtype=dtype)          # (..., n_k, d_v)
+    Kh, Vh = _per_head(K, lead, 2), _per_head(V, lead, 2)
+    drop_mask = cache["dropout"]["mask"] if A is not None else None      # stored path: (..., n_q, n_k) or None
+    keep = None if A is not None else cache["keep"]                      # recomputed path: booleans or None
+    dropout = drop_mask is not None or keep is not None
+    use_D = n_k >= 2 * d_v
+    D = np.einsum("...k,...k->...", dO, O)[..., None] if use_D else None   # (..., n_q, 1)
+    fold = use_D and not dropout and n_k >= _ONES_MIN * d_v  # dA − D from one product (see _ONES_MIN)
+    if fold:
+        G_left, G_right = _with_column(dO, -D), _with_column(Vh, 1)      # [dO | −D], [V | 1]: (…, n, d_v + 1)
+    else:
+        G_left, G_right = dO, Vh
+    gbuf = _block_buffer(lead, n_q, n_k, dtype)              # dA (then dS) of one block
     if A is not None:
-        drop_mask = cache["dropout"]["mask"]
         np.matmul(cache["A_drop"].swapaxes(-1, -2), dO, out=dV)   # (..., n_k, d_v)
     else:
-        keep, scale = cache["keep"], cache["drop_scale"]
-        block_shape = lead + (blocks[0].stop - blocks[0].start, n_k)       # (..., r, n_k)
-        buf, dA_buf = np.empty(block_shape, dtype=Q.dtype), np.empty(block_shape, dtype=Q.dtype)
-        Kt, sqrt_dk = K.swapaxes(-1, -2), math.sqrt(Q.shape[-1])
-        inv_ell = None if D is None else 1.0 / cache["row_sum"]          # (..., n_q, 1)
-    for i, rows in enumerate(blocks):
+        pbuf = _block_buffer(lead, n_q, n_k, dtype)          # P of one block
+        Qs = Q / sqrt_dk if _folds(sqrt_dk) else Q
+        Kt, masks = _per_head(K.swapaxes(-1, -2), lead, 2), _per_head(cache["mask"], lead, 2)
+        inv_ell = 1.0 / cache["row_sum"]                     # (..., n_q, 1)
+        scale = None if keep is None else dtype.type(cache["drop_scale"])
+    for ix, rows in _head_blocks(lead, n_q, n_k):
+        first = rows.start == 0
         inv = None
+        dO_r = dO[ix][..., rows, :]                          # (g, r, d_v)
         if A is not None:
-            dA = dO[..., rows, :] @ Vt                       # (..., r, n_k) ∂L/∂A_drop for these rows
-            A_rows, scratch = A[..., rows, :], None
-            if drop_mask is not None:
-                dA *= drop_mask[..., rows, :]                # dropout backward on the block
+            A_rows = A[ix][..., rows, :]                     # (g, r, n_k)
         else:
-            inv = None if inv_ell is None else inv_ell[..., rows, :]        # (..., r, 1)
-            A_rows = _exp_block(Q, Kt, sqrt_dk, cache["mask"], rows, buf, cache["row_max"], cache["row_sum"],
-                                normalise=inv is None)       # the forward's P[rows] (A[rows] if normalised)
-            A_used = A_rows if keep is None else A_rows * keep[..., rows, :] * A_rows.dtype.type(scale)
-            dO_r = dO[..., rows, :] if inv is None else dO[..., rows, :] * inv   # (..., r, d_v)
-            _accumulate(dV, A_used.swapaxes(-1, -2), dO_r, first=i == 0,
-                        scratch=dA_buf)                      # Σ_r A_drop[r]ᵀ dO[r], before dA fills dA_buf
-            del A_used, dO_r
-            dA = np.matmul(dO[..., rows, :], Vt, out=dA_buf[..., :rows.stop - rows.start, :])   # (..., r, n_k)
-            if keep is not None:
-                dA *= keep[..., rows, :]
-                dA *= dA.dtype.type(scale)
-            scratch = buf                                    # A[rows] is not read after dS: its buffer is free
-        D_r = None if D is None else D[..., rows, :]
+            A_rows = _recompute(Qs, Kt, sqrt_dk, None if masks is None else masks[ix], cache["row_max"], ix,
+                                rows, pbuf)                  # P[rows] = exp(S − m)
+            inv = inv_ell[ix][..., rows, :]                  # (g, r, 1)
+            if not use_D:
+                A_rows *= inv                                # short rows: A itself (the plain ⟨dA, A⟩ below)
+            P_used = A_rows if keep is None else A_rows * keep[ix][..., rows, :] * scale
+            _accumulate(dV[ix], P_used.swapaxes(-1, -2), dO_r * inv if use_D else dO_r, first,
+                        scratch=gbuf)                        # Σ_r A_drop[r]ᵀ dO[r] (P/ℓ: dO/ℓ)
+            del P_used
+        g_l = G_left[ix][..., rows, :]                       # (g, r, d_v [+ 1])
+        G = np.matmul(g_l, G_right[ix].swapaxes(-1, -2), out=_fit(gbuf, g_l.shape[:-1] + (n_k,)))   # dA (− D)
+        if drop_mask is not None:
+            G *= drop_mask[ix][..., rows, :]                 # dropout backward on the block
+        elif keep is not None:
+            G *= keep[ix][..., rows, :]
+            G *= scale
+        D_r = D[ix][..., rows, :] if (use_D and not fold) else None
 
-        def ds(sub: slice, dA=dA, A_rows=A_rows, D_r=D_r) -> None:   # dS = A ⊙ (dA − ⟨dA, A⟩), in dA
-            d, a = dA[..., sub, :], A_rows[..., sub, :]
-            if D_r is None:
-                _softmax_backward_inplace(d, a)
-            else:
-                d -= D_r[..., sub, :]
-                d *= a
+        def ds(sub: slice, G=G, A_rows=A_rows, D_r=D_r) -> None:   # dS = A ⊙ (dA − ⟨dA, A⟩), in G
+            g, a = G[..., sub, :], A_rows[..., sub, :]
+            if not use_D:
+                _softmax_backward_inplace(g, a)
+                return
+            if D_r is not None:
+                g -= D_r[..., sub, :]
+            g *= a
 
-        _rows_parallel(ds, dA.shape[-2])
-        dS = dA                                              # dS, or ℓ dS when A_rows is P (inv given)
-        dQ_r = np.matmul(dS, K, out=dQ[..., rows, :])        # (..., r, d_k)
-        if inv is not None:
+        _block_pass(ds, G)
+        dQ_r = np.matmul(G, Kh[ix], out=dQ[ix][..., rows, :])   # (g, r, d_k)
+        if inv is not None and use_D:
             dQ_r *= inv
-        _accumulate(dK, dS.swapaxes(-1, -2), Q[..., rows, :] if inv is None else Q[..., rows, :] * inv,
-                    first=i == 0, scratch=scratch)           # (..., n_k, d_k)
-    sqrt_dk = math.sqrt(Q.shape[-1])
+        Q_r = Q[ix][..., rows, :]
+        _accumulate(dK[ix], G.swapaxes(-1, -2), Q_r * inv if (inv is not None and use_D) else Q_r, first,
+                    scratch=A_rows if A is None else None)   # (g, n_k, d_k)
     dQ /= sqrt_dk                                            # the 1/√d_k of S, on the (n, d_k) results:
     dK /= sqrt_dk                                            # fewer entries than the (n, n_k) dS
     return dQ, dK, dV
@@ -361,7 +562,7 @@ def _accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray, first: bool, scra
     through ``scratch``'s memory when it is large enough (no new temporary per block)."""
     if first:
         np.matmul(a, b, out=acc)
-    elif scratch is not None and scratch.size >= acc.size:
+    elif scratch is not None and scratch.size >= acc.size and scratch.flags.c_contiguous:
         acc += np.matmul(a, b, out=scratch.reshape(-1)[:acc.size].reshape(acc.shape))
     else:
         acc += a @ b
