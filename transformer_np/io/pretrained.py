@@ -528,8 +528,7 @@ class PretrainedEncoder:
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {describe(flag)}")
         ids, mask, tt = self._check_batch(batch)
-        H, cache = hf_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask,
-                              token_type_ids=tt)
+        H, cache = self._run(ids, mask, tt, dt, store_attention=output_attentions)
         if not (output_hidden_states or output_attentions):
             return H
         out = {"last_hidden_state": H}
@@ -538,6 +537,13 @@ class PretrainedEncoder:
         if output_attentions:
             out["attentions"] = list(cache["attentions"])
         return out
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray, tt: np.ndarray | None, dt: np.dtype,
+             store_attention: bool) -> tuple[np.ndarray, dict]:
+        """The stack for inference (``for_backward=False``: no parameter fingerprints, no cache for a
+        backward; attention matrices kept only when ``store_attention``) on checked arrays."""
+        return hf_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask, token_type_ids=tt,
+                          store_attention=store_attention, for_backward=False)
 
     def encode(self, sentences, normalize: bool = True, dtype=np.float32, batch_size: int = 32) -> np.ndarray:
         """Sentence embeddings (B, d_model) as sentence-transformers computes them: tokenise
@@ -568,7 +574,8 @@ class PretrainedEncoder:
                 idx = order[start:start + batch_size]
                 T = int(lengths[idx].max())                                     # this batch's longest
                 batch = {k: v[idx, :T] for k, v in tokens.items()}              # (b, T)
-                H = self.forward(batch, dtype=dt)                               # (b, T, d)
+                H = self._run(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), dt,
+                              store_attention=False)[0]                         # (b, T, d)
                 e = self._sentence_head(pool(H, batch["attention_mask"], self.pooling))  # (b, embedding_dim)
                 out[c0 + idx] = l2_normalize(e) if normalize else e
         return out

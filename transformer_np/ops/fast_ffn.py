@@ -11,8 +11,11 @@ import math
 import numpy as np
 
 from ._threads import _parallel, _rows_parallel, get_num_threads
+from .activations import _C as _TANH_C
 from .activations import _FUNCS as _ACTIVATION_FUNCS
-from .cache import reader
+from .activations import _INV_SQRT2, _SQRT_2_OVER_PI
+from .cache import check_for_backward, reader
+from .erf import _erf
 from .layernorm import check_variance
 
 __all__ = ["linear_forward", "linear_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
@@ -70,6 +73,46 @@ def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     return dx, dgamma, dbeta
 
 
+_ONES: dict = {}   # (d, dtype) -> a vector of d ones: the row sums of _layernorm_value as one matrix-vector product
+
+
+def _layernorm_value(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """LayerNorm's value alone (inference: nothing kept for a backward), y = γ (x − μ)/√(σ² + eps) + β,
+    into ``out`` (default a new array; ``out=x`` overwrites x, which the caller must own). x contiguous.
+
+    Six passes over (M, d), M = every leading position: μ as one matrix-vector product x·1/d (a BLAS
+    call instead of NumPy's per-row reduction), x − μ into out, σ² = Σ (x − μ)²/d by ``einsum`` (a
+    row dot product, no (M, d) square), then × r, × γ, + β in place (r = 1/√(σ² + eps), per row).
+    The rows' sums are summed in another order than the plain op's (within the rounding of
+    :func:`layernorm_forward`). Nothing is checked: a non-finite row gives a non-finite output,
+    which the caller detects (:func:`transformer_np.model.encoder.encoder_forward` does, once)."""
+    d = x.shape[-1]
+    key = (d, x.dtype)
+    if key not in _ONES:
+        _ONES[key] = np.ones(d, dtype=x.dtype)
+    x2 = x.reshape(-1, d)                                   # (M, d) view
+    y = np.empty(x.shape, dtype=x.dtype) if out is None else out   # C-contiguous
+    y2 = y.reshape(-1, d)                                   # (M, d) view
+    mu = x2 @ _ONES[key]                                    # (M,) row sums
+    mu /= d                                                 # μ
+    rstd = np.empty_like(mu)                                # (M,)
+
+    def rows(r: slice) -> None:
+        yr = np.subtract(x2[r], mu[r, None], out=y2[r])     # x − μ
+        var = np.einsum("ij,ij->i", yr, yr)                 # (r,) Σ (x − μ)²
+        var /= d
+        var += eps
+        np.sqrt(var, out=var)
+        np.divide(1.0, var, out=rstd[r])                    # r = 1/√(σ² + eps)
+        yr *= rstd[r, None]
+        yr *= gamma
+        yr += beta
+
+    _rows_parallel(rows, x2.shape[0])
+    return y
+
+
 # ----------------------------------------------------------------------------- activation and FFN
 _BLOCK = 16384   # elements per block: ~64 KB in float32, so f's ~10 live temporaries fit in L2
 _GELU32_BLOCK = 65536   # the fused float32 GELU: 4 scratch arrays of 256 KB (measured best of 8–128 Ki)
@@ -119,44 +162,102 @@ def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos) -
     np.multiply(z, a, out=out)                              # f(z) = z Φ(z), last: out may be z itself
 
 
-def activation_forward(z: np.ndarray, activation: str = "gelu") -> tuple[np.ndarray, dict]:
+def _gelu32_value(z: np.ndarray, out: np.ndarray, a, s, e) -> None:
+    """GELU of a float32 block z into ``out`` (which may be z itself), value only (inference);
+    a, s, e are float32 scratch arrays of z's size. 25 in-place passes against :func:`_gelu32`'s 31,
+    three scratch arrays against five, and the same Φ(−|z|) (the same M, the same exp):
+
+        e      = |z| Φ(−|z|) = |z| exp(−z²/2) M(s)
+        f(z)   = max(z, 0) − e
+
+    one identity for both signs, no select: for z > 0, z Φ(z) = z − z Φ(−z) = relu(z) − |z| Φ(−|z|)
+    (Φ(z) = 1 − Φ(−z)); for z ≤ 0, z Φ(z) = −|z| Φ(−|z|) = relu(z) − |z| Φ(−|z|).
+    No derivative is formed (nothing keeps f'(z) for inference)."""
+    np.abs(z, out=a)                                        # |z|
+    np.multiply(a, _GELU32_U, out=s)                        # u
+    np.add(s, 1.0, out=e)
+    np.divide(s, e, out=s)                                  # s = u / (1 + u) ∈ [0, 1)
+    np.multiply(s, _GELU32_M[-1], out=e)                    # Horner, in place: e = M(s)
+    e += _GELU32_M[-2]
+    for c in _GELU32_M[-3::-1]:
+        e *= s
+        e += c
+    np.square(a, out=s)
+    s *= -0.5
+    np.exp(s, out=s)                                        # exp(−z²/2)
+    e *= s                                                  # Φ(−|z|)
+    e *= a                                                  # |z| Φ(−|z|)
+    np.maximum(z, 0.0, out=out)                             # relu(z), last reads of z: out may be z itself
+    out -= e
+
+
+def _activation_value(z: np.ndarray, activation: str) -> np.ndarray:
+    """f(z) alone (inference), the plain kernel's value arithmetic per element — bit for bit — except
+    float32 exact GELU (:func:`_gelu32_value`)."""
+    if activation == "relu":
+        return z * (z > 0)                                  # the plain op's z · [z > 0] (−0.0 kept)
+    if activation == "gelu_tanh":
+        return z * (0.5 * (1.0 + np.tanh(_SQRT_2_OVER_PI * z * (1.0 + _TANH_C * (z * z)))))
+    return z * (0.5 * (1.0 + _erf(z * _INV_SQRT2)))         # exact GELU, float64 (the plain op's value)
+
+
+def activation_forward(z: np.ndarray, activation: str = "gelu", for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """(f(z), f'(z)) evaluated on consecutive blocks of the flattened z (same cache as the plain op).
 
     Exact GELU in float32 runs the fused single-range kernel :func:`_gelu32` (same maths, different
     rounding: within 1e-7 of the plain op's erf-based values); everything else the plain kernel's
-    arithmetic per element, bit for bit."""
-    return _activation(z, activation)
+    arithmetic per element, bit for bit.
+
+    ``for_backward=False`` (inference): f(z) only, no derivative — float32 exact GELU by
+    :func:`_gelu32_value` (the same Φ as :func:`_gelu32`, fewer passes), the others by the plain
+    kernel's value arithmetic; the cache is ``{"kind": "activation", "for_backward": False}`` and
+    :func:`activation_backward` refuses it."""
+    return _activation(z, activation, for_backward=for_backward)
 
 
-def _activation(z: np.ndarray, activation: str, in_place: bool = False) -> tuple[np.ndarray, dict]:
+def _activation(z: np.ndarray, activation: str, in_place: bool = False,
+                for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """:func:`activation_forward`; ``in_place=True`` writes f(z) over z (contiguous, and the caller's
     own: :func:`ffn_forward` does not keep U = z W_1 + b_1), saving one (…, d_ff) array."""
     out = z if in_place and z.flags.c_contiguous else np.empty_like(z)
-    grad = np.empty_like(z)
-    z_flat, out_flat, grad_flat = z.reshape(-1), out.reshape(-1), grad.reshape(-1)   # (size,)
+    grad = np.empty_like(z) if for_backward else None
+    z_flat, out_flat = z.reshape(-1), out.reshape(-1)                                 # (size,)
+    grad_flat = grad.reshape(-1) if for_backward else None
     if activation == "gelu" and z.dtype == np.float32:
         starts = range(0, z_flat.size, _GELU32_BLOCK)
         workers = min(get_num_threads(), len(starts))
 
         def run(w: int) -> None:                            # every workers-th block, own scratch arrays
             size = min(_GELU32_BLOCK, z_flat.size)
-            scratch = [np.empty(size, dtype=z.dtype) for _ in range(4)] + [np.empty(size, dtype=bool)]
+            if for_backward:
+                scratch = [np.empty(size, dtype=z.dtype) for _ in range(4)] + [np.empty(size, dtype=bool)]
+            else:
+                scratch = [np.empty(size, dtype=z.dtype) for _ in range(3)]
             for start in starts[w::workers]:
                 block = slice(start, start + _GELU32_BLOCK)
                 m = min(_GELU32_BLOCK, z_flat.size - start)
-                _gelu32(z_flat[block], out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
+                if for_backward:
+                    _gelu32(z_flat[block], out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
+                else:
+                    _gelu32_value(z_flat[block], out_flat[block], *(x[:m] for x in scratch))
 
         _parallel(run, workers)
     else:
         f = _ACTIVATION_FUNCS[activation]
         for start in range(0, z_flat.size, _BLOCK):
             block = slice(start, start + _BLOCK)
-            out_flat[block], grad_flat[block] = f(z_flat[block])
+            if for_backward:
+                out_flat[block], grad_flat[block] = f(z_flat[block])
+            else:
+                out_flat[block] = _activation_value(z_flat[block], activation)
+    if not for_backward:
+        return out, {"kind": "activation", "activation": activation, "for_backward": False}
     return out, {"kind": "activation", "activation": activation, "grad": grad}
 
 
 def activation_backward(da: np.ndarray, cache: dict) -> np.ndarray:
     """dz = da ⊙ f'(z), by row chunks in parallel."""
+    check_for_backward(cache, "activation_forward")
     return _activation_backward_into(da, cache, np.empty_like(da))
 
 
@@ -169,17 +270,25 @@ def _activation_backward_into(da: np.ndarray, cache: dict, dz: np.ndarray | None
     return dz
 
 
-def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu") -> tuple[np.ndarray, dict]:
+def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu", for_backward: bool = True) -> tuple[np.ndarray, dict]:
+    """FFN(z) = f(z W_1 + b_1) W_2 + b_2 with f(U) written over U (U is ours and not kept).
+
+    ``for_backward=False`` (inference): the same products, f(U) by the value-only kernel (no f'(U),
+    see :func:`activation_forward`), and a cache ``{"kind": "ffn", "for_backward": False}`` that keeps
+    nothing — :func:`ffn_backward` refuses it."""
     hidden, c1 = linear_forward(z, p["W_1"], p["b_1"])       # (..., d_ff)
-    act, ca = _activation(hidden, activation, in_place=True)  # f(U) in U's buffer: U is ours, not kept
+    act, ca = _activation(hidden, activation, in_place=True, for_backward=for_backward)   # f(U) in U's buffer
     del hidden
     out, c2 = linear_forward(act, p["W_2"], p["b_2"])        # (..., d_model)
+    if not for_backward:
+        return out, {"kind": "ffn", "for_backward": False}
     return out, {"kind": "ffn", "lin1": c1, "act": ca, "lin2": c2}
 
 
 def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Backward of :func:`ffn_forward`; ``free_cache`` releases f(z) and f'(z) (each (..., d_ff),
     the largest arrays of the layer) as soon as they are used."""
+    check_for_backward(cache, "ffn_forward")
     take = reader(cache, free_cache)
     c2 = take("lin2")
     W_2, act = c2["W"], c2["x"]                              # f(U): (..., d_ff)
