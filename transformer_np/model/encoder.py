@@ -266,11 +266,16 @@ def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: n
     _check_paths(fast, store_attention)
     check_bool(for_backward, "for_backward")
     if not for_backward:
-        with np.errstate(over="ignore", invalid="ignore"):
-            out, cache = _layer_forward(x, p, config, mask, training, rng, fast, store_attention, False)
-        if not all_finite(out):   # the parameters are scanned only now (inference keeps no fingerprints)
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                out, cache = _layer_forward(x, p, config, mask, training, rng, fast, store_attention, False)
+            if not all_finite(out):
+                raise NonFiniteError(f"the forward pass overflowed {x.dtype} in this layer: its output is not "
+                                     f"finite although the input and the parameters are; the input or weight "
+                                     f"scale is too large for this dtype (rescale them, or use float64)")
+        except NonFiniteError:    # the parameters are scanned only now (inference keeps no fingerprints)
             _raise_nonfinite_param(p, layer_param_shapes(config), "p")
-            _raise_overflow("forward", [x, out], x.dtype)
+            raise
         return out, cache
     guard = ParamGuard(p, layer_param_shapes(config), label="p")
     _check_finite_params(p, guard, "p")

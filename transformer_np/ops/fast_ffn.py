@@ -85,8 +85,9 @@ def _layernorm_value(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: fl
     call instead of NumPy's per-row reduction), x − μ into out, σ² = Σ (x − μ)²/d by ``einsum`` (a
     row dot product, no (M, d) square), then × r, × γ, + β in place (r = 1/√(σ² + eps), per row).
     The rows' sums are summed in another order than the plain op's (within the rounding of
-    :func:`layernorm_forward`). Nothing is checked: a non-finite row gives a non-finite output,
-    which the caller detects (:func:`transformer_np.model.encoder.encoder_forward` does, once)."""
+    :func:`layernorm_forward`). A row whose variance is not finite (NaN/inf in x, or (x − μ)²
+    overflowing) raises :class:`~transformer_np.errors.NonFiniteError` as the plain op does — without
+    the check, r = 1/√inf = 0 would turn an overflowed row into a finite β."""
     d = x.shape[-1]
     key = (d, x.dtype)
     if key not in _ONES:
@@ -102,6 +103,7 @@ def _layernorm_value(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: fl
         yr = np.subtract(x2[r], mu[r, None], out=y2[r])     # x − μ
         var = np.einsum("ij,ij->i", yr, yr)                 # (r,) Σ (x − μ)²
         var /= d
+        check_variance(var, yr)                             # an overflowed row is refused, not turned into β
         var += eps
         np.sqrt(var, out=var)
         np.divide(1.0, var, out=rstd[r])                    # r = 1/√(σ² + eps)
