@@ -193,6 +193,23 @@ def test_value_only_float32_gelu_against_math_erfc():
     assert f[-6] == 0.0 and f[-5] == 0.0                      # exact: relu(±0) − 0·Φ(0)
 
 
+def test_value_only_gelu_coefficients_are_the_interpolant_they_claim_to_be():
+    """Degree-7 Chebyshev interpolant of N(s)/s, N = |z| Φ(−|z|) exp(z²/2), s = |z|/(|z| + K), on
+    |z| ∈ [0, 13.2], converted to monomials in s (float64 conversion noise only)."""
+    from numpy.polynomial import chebyshev as C
+    from numpy.polynomial import polynomial as P
+    K, amax = fast_ffn._GELU32V_K, 13.2
+    smax = amax / (amax + K)
+    nodes = np.cos((2 * np.arange(8) + 1) * np.pi / 16)
+    s_nodes = (nodes + 1) / 2 * smax
+    a = K * s_nodes / (1 - s_nodes)
+    n_over_s = np.array([v * 0.5 * math.erfc(v / math.sqrt(2)) * math.exp(v * v / 2) for v in a]) / s_nodes
+    mono = np.zeros(1)
+    for ci in C.cheb2poly(C.chebfit(nodes, n_over_s, 7))[::-1]:          # x = 2 s / smax − 1
+        mono = P.polyadd(P.polymul(mono, [-1, 2 / smax]), [ci])
+    np.testing.assert_allclose(fast_ffn._GELU32V_G, mono, rtol=1e-9, atol=1e-12)   # float64 conversion noise
+
+
 @pytest.mark.parametrize("size", [1, 5, 65_535, 65_536, 200_003])
 def test_value_only_kernels_by_blocks(size):
     """f(z) by blocks is the one-block kernel (float32 GELU), and the plain op's value bit for bit
