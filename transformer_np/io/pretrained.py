@@ -522,6 +522,10 @@ class PretrainedEncoder:
         ``{"last_hidden_state": H^(N), "hidden_states": [H^(0), …, H^(N)] (N + 1 arrays
         (B, T, d)), "attentions": [A^(1), …, A^(N)] (N arrays (B, h, T, T))}`` with only the
         requested keys. Padding positions hold numbers but mean nothing.
+
+        Runs for inference (``encoder_forward(..., for_backward=False)``): no parameter
+        fingerprints and no cache for a backward; the attention matrices are kept only when
+        ``output_attentions`` asks for them.
         """
         dt = _check_dtype(dtype)
         for flag, name in ((output_hidden_states, "output_hidden_states"), (output_attentions, "output_attentions")):
@@ -557,7 +561,8 @@ class PretrainedEncoder:
         benchmark's 1,000 sentences 21,784 instead of 24,920 token positions). Sorting happens
         within chunks of ``_SORT_CHUNK`` batches, which bounds the tokenised arrays for a large
         corpus. Each sentence's embedding does not depend on its batch (padding is masked)
-        beyond float round-off.
+        beyond float round-off. The stack runs for inference without attention matrices
+        (``for_backward=False, store_attention=False``).
         """
         sentences = _check_sentences(sentences)
         if not isinstance(normalize, bool):
