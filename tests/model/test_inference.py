@@ -230,6 +230,20 @@ def test_value_only_kernels_by_blocks(size):
                 np.testing.assert_array_equal(f, ref)          # exact: elementwise, the same ufuncs per element
 
 
+@pytest.mark.parametrize("for_backward", [True, False])
+def test_activations_of_a_transposed_or_strided_input(for_backward):
+    """A non-C-contiguous z (a transpose, a strided view): f(z) was written into a copy and lost before."""
+    r = np.random.default_rng(1)
+    for dtype in (np.float32, np.float64):
+        for z in (r.standard_normal((64, 3)).astype(dtype).T, r.standard_normal((3, 64)).astype(dtype)[:, ::2]):
+            for act in ("gelu", "gelu_tanh", "relu"):
+                f, c = fast.activation_forward(z, act, for_backward=for_backward)
+                f_plain, c_plain = plain.activation_forward(z, act)
+                assert_paths_close(f, f_plain, paths=("fast", "plain"), k=1)
+                if for_backward:
+                    assert_paths_close(c["grad"], c_plain["grad"], paths=("fast", "plain"), k=1)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 16), (4, 33, 384), (5, 7)])
 def test_value_only_layernorm(dtype, shape):

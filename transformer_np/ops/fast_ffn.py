@@ -230,8 +230,10 @@ def _activation(z: np.ndarray, activation: str, in_place: bool = False,
                 for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """:func:`activation_forward`; ``in_place=True`` writes f(z) over z (contiguous, and the caller's
     own: :func:`ffn_forward` does not keep U = z W_1 + b_1), saving one (…, d_ff) array."""
-    out = z if in_place and z.flags.c_contiguous else np.empty_like(z)
-    grad = np.empty_like(z) if for_backward else None
+    # C order: the flat views below must be views (np.empty_like keeps a transposed z's F order, whose
+    # reshape(-1) is a copy — the results would be written into it and lost)
+    out = z if in_place and z.flags.c_contiguous else np.empty(z.shape, dtype=z.dtype)
+    grad = np.empty(z.shape, dtype=z.dtype) if for_backward else None
     z_flat, out_flat = z.reshape(-1), out.reshape(-1)                                 # (size,)
     grad_flat = grad.reshape(-1) if for_backward else None
     if activation == "gelu" and z.dtype == np.float32:
