@@ -231,6 +231,24 @@ def test_value_only_kernels_by_blocks(size):
 
 
 @pytest.mark.parametrize("for_backward", [True, False])
+@pytest.mark.parametrize("shape", [(3, 5), (70, 1536), (2, 40_000), (65_537, 1)])
+def test_the_bias_added_by_blocks_is_the_separate_add(for_backward, shape):
+    """ffn_forward adds b_1 to each block of rows just before its activation: f(U + b) bit for bit."""
+    r = np.random.default_rng(shape[0])
+    for dtype in (np.float32, np.float64):
+        U = (2 * r.standard_normal(shape)).astype(dtype)
+        b = r.standard_normal(shape[-1]).astype(dtype)
+        for act in ("gelu", "relu"):
+            ref, c_ref = fast_ffn._activation(U + b, act, for_backward=for_backward)
+            f, c = fast_ffn._activation(U.copy(), act, in_place=True, for_backward=for_backward, bias=b)
+            np.testing.assert_array_equal(f, ref)      # exact: the same z + b, then the same kernel per element
+            if for_backward:
+                np.testing.assert_array_equal(c["grad"], c_ref["grad"])   # exact: as above
+            f_view, _ = fast_ffn._activation(U.T.copy().T, act, in_place=True, for_backward=for_backward, bias=b)
+            np.testing.assert_array_equal(f_view, ref)   # exact: an F-ordered U is copied with the bias first
+
+
+@pytest.mark.parametrize("for_backward", [True, False])
 def test_activations_of_a_transposed_or_strided_input(for_backward):
     """A non-C-contiguous z (a transpose, a strided view): f(z) was written into a copy and lost before."""
     r = np.random.default_rng(1)

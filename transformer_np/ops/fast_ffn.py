@@ -226,10 +226,17 @@ def activation_forward(z: np.ndarray, activation: str = "gelu", for_backward: bo
     return _activation(z, activation, for_backward=for_backward)
 
 
-def _activation(z: np.ndarray, activation: str, in_place: bool = False,
-                for_backward: bool = True) -> tuple[np.ndarray, dict]:
+def _activation(z: np.ndarray, activation: str, in_place: bool = False, for_backward: bool = True,
+                bias: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """:func:`activation_forward`; ``in_place=True`` writes f(z) over z (contiguous, and the caller's
-    own: :func:`ffn_forward` does not keep U = z W_1 + b_1), saving one (…, d_ff) array."""
+    own: :func:`ffn_forward` does not keep U = z W_1 + b_1), saving one (…, d_ff) array.
+
+    ``bias`` (d,), with ``in_place``: f(z + b), the bias added to each block of whole rows just before
+    its activation, while the block is in cache (the same z + b as a separate pass, one pass over the
+    (…, d_ff) array fewer: :func:`ffn_forward` hands U = z W_1 here without b_1)."""
+    if bias is not None and not (in_place and z.flags.c_contiguous):
+        z = z + bias                                       # a copy of ours: the bias goes in first
+        bias, in_place = None, True
     # C order: the flat views below must be views (np.empty_like keeps a transposed z's F order, whose
     # reshape(-1) is a copy — the results would be written into it and lost)
     out = z if in_place and z.flags.c_contiguous else np.empty(z.shape, dtype=z.dtype)
@@ -237,25 +244,33 @@ def _activation(z: np.ndarray, activation: str, in_place: bool = False,
     z_flat, out_flat = z.reshape(-1), out.reshape(-1)                                 # (size,)
     grad_flat = grad.reshape(-1) if for_backward else None
     if activation == "gelu" and z.dtype == np.float32:
-        starts = range(0, z_flat.size, _GELU32_BLOCK)
+        d = z.shape[-1] if z.ndim else 1
+        step = _GELU32_BLOCK if bias is None else max(1, _GELU32_BLOCK // d) * d   # whole rows with a bias
+        starts = range(0, z_flat.size, step)
         workers = min(get_num_threads(), len(starts))
 
         def run(w: int) -> None:                            # every workers-th block, own scratch arrays
-            size = min(_GELU32_BLOCK, z_flat.size)
+            size = min(step, z_flat.size)
             if for_backward:
                 scratch = [np.empty(size, dtype=z.dtype) for _ in range(4)] + [np.empty(size, dtype=bool)]
             else:
                 scratch = [np.empty(size, dtype=z.dtype) for _ in range(3)]
             for start in starts[w::workers]:
-                block = slice(start, start + _GELU32_BLOCK)
-                m = min(_GELU32_BLOCK, z_flat.size - start)
+                block = slice(start, start + step)
+                m = min(step, z_flat.size - start)
+                zb = z_flat[block]
+                if bias is not None:
+                    zb.reshape(-1, d).__iadd__(bias)        # z + b, rows of this block (in place: z is ours)
                 if for_backward:
-                    _gelu32(z_flat[block], out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
+                    _gelu32(zb, out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
                 else:
-                    _gelu32_value(z_flat[block], out_flat[block], *(x[:m] for x in scratch))
+                    _gelu32_value(zb, out_flat[block], *(x[:m] for x in scratch))
 
         _parallel(run, workers)
     else:
+        if bias is not None:
+            z2 = z.reshape(-1, z.shape[-1])
+            _rows_parallel(lambda r: z2[r].__iadd__(bias), z2.shape[0])   # z + b (z is ours)
         f = _ACTIVATION_FUNCS[activation]
         for start in range(0, z_flat.size, _BLOCK):
             block = slice(start, start + _BLOCK)
@@ -284,13 +299,16 @@ def _activation_backward_into(da: np.ndarray, cache: dict, dz: np.ndarray | None
 
 
 def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu", for_backward: bool = True) -> tuple[np.ndarray, dict]:
-    """FFN(z) = f(z W_1 + b_1) W_2 + b_2 with f(U) written over U (U is ours and not kept).
+    """FFN(z) = f(z W_1 + b_1) W_2 + b_2 with f(U) written over U (U is ours and not kept), b_1 added
+    to each block of rows of z W_1 just before its activation (one pass over (…, d_ff) fewer).
 
     ``for_backward=False`` (inference): the same products, f(U) by the value-only kernel (no f'(U),
     see :func:`activation_forward`), and a cache ``{"kind": "ffn", "for_backward": False}`` that keeps
     nothing — :func:`ffn_backward` refuses it."""
-    hidden, c1 = linear_forward(z, p["W_1"], p["b_1"])       # (..., d_ff)
-    act, ca = _activation(hidden, activation, in_place=True, for_backward=for_backward)   # f(U) in U's buffer
+    hidden, c1 = linear_forward(z, p["W_1"])                 # (..., d_ff): z W_1, b_1 added by blocks below
+    c1["has_bias"] = True                                    # the backward's db_1 = Σ dU (b_1 is not read)
+    act, ca = _activation(hidden, activation, in_place=True, for_backward=for_backward,
+                          bias=p["b_1"])                     # f(U) in U's buffer, U = z W_1 + b_1
     del hidden
     out, c2 = linear_forward(act, p["W_2"], p["b_2"])        # (..., d_model)
     if not for_backward:
