@@ -169,7 +169,10 @@ def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos) -
 # |z| ∈ [0, 13.2] (past it, exp(−z²/2) underflows float32), computed in float64 from math.erfc and converted
 # to monomial form (tests/model/test_inference.py recomputes it). Its own relative error is 9e-8 for
 # |z| ≤ 3 and 4.3e-7 on the whole range (the fused kernel's M: 4e-7 and 3.7e-6); K = 3.375 was the best
-# of a scan of [1, 8] for that error.
+# of a scan of [1, 8] for that error. The Gaussian factor is taken as exp2(−z² log₂e / 2): NumPy's float32
+# exp2 costs half its exp here (0.25 against 0.47 ns per element, 1 thread); the rounded constant moves the
+# kernel's measured relative error from 1.5e-6 to 1.8e-6 for z in [−6, −3], and leaves it at 5.8e-7 above −3.
+_GELU32V_C = -0.5 / math.log(2.0)
 _GELU32V_K = 3.375
 _GELU32V_G = (1.6875000514752858, -2.8567104423553698, 2.2101951836058187, -0.36960199092756973,
               -0.44999249797057794, -0.0024710642724583287, 0.30524582738563666, -0.12553688569806024)
@@ -181,7 +184,8 @@ def _gelu32_value(z: np.ndarray, out: np.ndarray, a, s, e) -> None:
     alike), three scratch arrays instead of five:
 
         s      = |z| / (|z| + K)                         (two passes: no separate u = |z|/K)
-        e      = |z| Φ(−|z|) = exp(−z²/2) N(s),   N(s) = s g(s)   (the factor |z| is inside N)
+        e      = |z| Φ(−|z|) = exp(−z²/2) N(s),   N(s) = s g(s)   (the factor |z| is inside N;
+                                                               exp(−z²/2) as an exp2)
         f(z)   = max(z, 0) − e
 
     one identity for both signs, no select: for z > 0, z Φ(z) = z − z Φ(−z) = relu(z) − |z| Φ(−|z|)
@@ -195,8 +199,8 @@ def _gelu32_value(z: np.ndarray, out: np.ndarray, a, s, e) -> None:
         e += c
         e *= s
     np.square(a, out=a)
-    a *= -0.5
-    np.exp(a, out=a)                                        # exp(−z²/2)
+    a *= _GELU32V_C
+    np.exp2(a, out=a)                                       # exp(−z²/2) = 2^(−z² log₂e / 2)
     e *= a                                                  # |z| Φ(−|z|)
     np.maximum(z, 0.0, out=out)                             # relu(z), the last read of z: out may be z itself
     out -= e
