@@ -123,8 +123,9 @@ _GELU32_BLOCK = 65536   # the fused float32 GELU: 4 scratch arrays of 256 KB (me
 # written as exp(−z²/2) · M(s), s = u/(1 + u), u = 0.35·y; M is the degree-7 Chebyshev interpolant of
 # ½ erfc(y)·exp(y²) in s on y ∈ [0, 9.3] (past 9.3, exp(−y²) underflows float32), computed in float64
 # from math.erfc and converted to monomial form (tests/ops/test_fast_path.py recomputes it). Its own
-# relative error is below 1e-8; evaluated in float32 the GELU's max |error| against math.erfc is
-# 0.5 ulp of the output, and Φ's 8e-8 (the plain float32 erf: 7e-8).
+# relative error is 4e-7 for |z| ≤ 3 and 3.7e-6 at most on the range (re-measured in round 4 against
+# math.erfc on 30,000 points; an earlier note here said below 1e-8); evaluated in float32 the GELU's max
+# |error| against math.erfc is 0.5 ulp of the output, and Φ's 8e-8 (the plain float32 erf: 7e-8).
 _GELU32_U = 0.35 / math.sqrt(2.0)
 _GELU32_M = (0.499999999204887, -1.611969966833993, 2.469635567446595, -2.22066213465722, 0.9680755321575066,
              0.10529391102585882, -0.31254956062974737, 0.10245409066632219)
@@ -133,7 +134,7 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos) -> None:
     """GELU and its derivative of a float32 block z into ``out`` (which may be z itself) and ``grad``;
-    a, s, e, E (float32) and pos (bool) are scratch arrays of z's size. 28 in-place passes, none of
+    a, s, e, E (float32) and pos (bool) are scratch arrays of z's size. 31 in-place passes, none of
     them a gather, a select or a second exp:
 
         e     = Φ(−|z|) = exp(−z²/2) M(s)
