@@ -217,7 +217,8 @@ def _activation_value(z: np.ndarray, activation: str) -> np.ndarray:
     return z * (0.5 * (1.0 + _erf(z * _INV_SQRT2)))         # exact GELU, float64 (the plain op's value)
 
 
-def activation_forward(z: np.ndarray, activation: str = "gelu", for_backward: bool = True) -> tuple[np.ndarray, dict]:
+def activation_forward(z: np.ndarray, activation: str = "gelu", *,
+                       for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """(f(z), f'(z)) evaluated on consecutive blocks of the flattened z (same cache as the plain op).
 
     Exact GELU in float32 runs the fused single-range kernel :func:`_gelu32` (same maths, different
@@ -303,7 +304,8 @@ def _activation_backward_into(da: np.ndarray, cache: dict, dz: np.ndarray | None
     return dz
 
 
-def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu", for_backward: bool = True) -> tuple[np.ndarray, dict]:
+def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu", *,
+                for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """FFN(z) = f(z W_1 + b_1) W_2 + b_2 with f(U) written over U (U is ours and not kept), b_1 added
     to each block of rows of z W_1 just before its activation (one pass over (…, d_ff) fewer).
 
