@@ -30,6 +30,11 @@ two give the same outputs and gradients.
 
 Checks happen here, once: :func:`encoder_forward` / :func:`encoder_layer_forward` check the
 config, the parameters, the inputs and the masks, and the kernels below them check nothing.
+``for_backward=False`` (inference) runs the same layers keeping nothing for a backward: no
+parameter fingerprints, no activation derivative, each layer's residual sums and LayerNorms in
+its own buffers (:func:`_layer_infer`); a non-finite parameter is then looked for, and named, only
+when the output is not finite.
+
 The backward refuses a cache that can no longer be used
 (:class:`~transformer_np.errors.StaleCacheError`): one freed by ``free_cache=True``
 (:mod:`transformer_np.ops.cache`), or one whose parameters changed since the forward (a
