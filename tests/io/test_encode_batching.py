@@ -35,15 +35,16 @@ def test_encode_matches_one_sentence_at_a_time(model, monkeypatch, batch_size, s
 
 def test_batches_are_padded_to_their_own_longest_sentence(model, monkeypatch):
     widths = []
-    forward = P.PretrainedEncoder.forward
+    run = P.PretrainedEncoder._run                     # the stack on one checked batch, for inference
 
-    def spy(self, batch, *a, **k):
-        widths.append((batch["input_ids"].shape[1], int(batch["attention_mask"].sum(axis=1).max()),
-                       int(batch["attention_mask"].sum(axis=1).min())))
-        return forward(self, batch, *a, **k)
+    def spy(self, ids, mask, tt, dt, store_attention):
+        assert store_attention is False                # encode keeps no attention matrix
+        widths.append((ids.shape[1], int(mask.sum(axis=1).max()), int(mask.sum(axis=1).min())))
+        return run(self, ids, mask, tt, dt, store_attention)
 
-    monkeypatch.setattr(P.PretrainedEncoder, "forward", spy)
+    monkeypatch.setattr(P.PretrainedEncoder, "_run", spy)
     model.encode(SENTENCES, batch_size=3)
+    assert widths
     assert all(T == longest for T, longest, _ in widths)               # no column of pure padding
     assert [w[1] for w in widths] == sorted((w[1] for w in widths), reverse=True)   # longest first
     assert widths[0][2] >= widths[1][1]                                 # sorted across batches

@@ -26,6 +26,7 @@ from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
 from ..model.encoder import encoder_backward, encoder_forward
 from ..model.params import check_param_arrays
+from ..ops.cache import check_for_backward
 from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embeddings import embedding_backward, embedding_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
@@ -61,8 +62,8 @@ def _stack_params(params: dict) -> dict:
 
 
 def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_type_ids=None,
-               inputs_embeds=None, training: bool = False, rng: np.random.Generator | None = None
-               ) -> tuple[np.ndarray, dict]:
+               inputs_embeds=None, training: bool = False, rng: np.random.Generator | None = None, *,
+               store_attention: bool = True, for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """Run a family model (or a bare HF layer) on ``input_ids`` (B, n).
 
     Args:
@@ -72,6 +73,9 @@ def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_
         input_ids, attention_mask (1 = real, 0 = padding), token_type_ids: as HF's.
         inputs_embeds: only for a bare layer (``config.bare_layer``): the layer's input (B, n, d).
         training, rng: dropout, as in :func:`encoder_forward`.
+        store_attention, for_backward: as in :func:`encoder_forward` (keyword only); with
+            ``for_backward=False`` (inference) the cache keeps ``hidden_states`` and ``attentions``
+            only, and :func:`hf_backward` refuses it.
 
     Returns:
         ``(H, cache)``: H^(N) (B, n, d_model); ``cache["hidden_states"]`` (H^(0) … H^(N), H^(0)
@@ -79,7 +83,8 @@ def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_
     """
     if isinstance(config, EncoderConfig):
         return encoder_forward(params, config, input_ids=input_ids, attention_mask=attention_mask,
-                               token_type_ids=token_type_ids, inputs_embeds=inputs_embeds, training=training, rng=rng)
+                               token_type_ids=token_type_ids, inputs_embeds=inputs_embeds, training=training, rng=rng,
+                               store_attention=store_attention, for_backward=for_backward)
     if not isinstance(config, HFEncoderConfig):
         raise InputTypeError(f"config must be an EncoderConfig or HFEncoderConfig, got {describe(config)}")
     dtype = validate_hf_params(params, config)
@@ -88,11 +93,13 @@ def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_
             raise InputValueError(f"a bare {config.model_type} layer takes inputs_embeds (its input H, (B, n, d)), "
                                   "not input_ids / token_type_ids")
         return encoder_forward(_stack_params(params), config.stack, inputs_embeds=inputs_embeds,
-                               attention_mask=attention_mask, training=training, rng=rng)
+                               attention_mask=attention_mask, training=training, rng=rng,
+                               store_attention=store_attention, for_backward=for_backward)
     if inputs_embeds is not None or input_ids is None:
         raise InputValueError(f"a {config.model_type} model takes input_ids (B, n); inputs_embeds is only for a "
                               "bare layer (HF's inputs_embeds replaces the word lookup only, ours would be H^(0))")
     check_bool(training, "training")
+    check_bool(for_backward, "for_backward")
     ids = as_int_array(input_ids, "input_ids", ndim=2)
     B, n = ids.shape
     if attention_mask is not None:
@@ -122,8 +129,12 @@ def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_
         H0, c["project"] = linear_forward(H0, params["embeddings.project.W"], params["embeddings.project.b"])
     H0 = H0.astype(dtype, copy=False)                                                         # (B, n, d)
     H, c["stack"] = encoder_forward(_stack_params(params), config.stack, inputs_embeds=H0,
-                                    attention_mask=attention_mask, training=training, rng=rng)
+                                    attention_mask=attention_mask, training=training, rng=rng,
+                                    store_attention=store_attention, for_backward=for_backward)
     c["hidden_states"], c["attentions"] = c["stack"]["hidden_states"], c["stack"]["attentions"]
+    if not for_backward:           # the front-end's caches feed only a backward
+        c = {"kind": "hf_model", "config": config, "for_backward": False, "hidden_states": c["hidden_states"],
+             "attentions": c["attentions"]}
     return H, c
 
 
@@ -136,6 +147,7 @@ def hf_backward(dH: np.ndarray, cache: dict, free_cache: bool = False) -> dict:
     if isinstance(cache, dict) and cache.get("kind") == "encoder":
         return encoder_backward(dH, cache, free_cache=free_cache)
     check_cache(cache, "cache", "hf_model")
+    check_for_backward(cache, "hf_forward")
     config: HFEncoderConfig = cache["config"]
     grads = encoder_backward(dH, cache["stack"], free_cache=free_cache)
     dH0 = grads.pop("inputs_embeds")                                                          # (B, n, d)

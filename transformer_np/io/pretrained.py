@@ -522,14 +522,17 @@ class PretrainedEncoder:
         ``{"last_hidden_state": H^(N), "hidden_states": [H^(0), …, H^(N)] (N + 1 arrays
         (B, T, d)), "attentions": [A^(1), …, A^(N)] (N arrays (B, h, T, T))}`` with only the
         requested keys. Padding positions hold numbers but mean nothing.
+
+        Runs for inference (``encoder_forward(..., for_backward=False)``): no parameter
+        fingerprints and no cache for a backward; the attention matrices are kept only when
+        ``output_attentions`` asks for them.
         """
         dt = _check_dtype(dtype)
         for flag, name in ((output_hidden_states, "output_hidden_states"), (output_attentions, "output_attentions")):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {describe(flag)}")
         ids, mask, tt = self._check_batch(batch)
-        H, cache = hf_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask,
-                              token_type_ids=tt)
+        H, cache = self._run(ids, mask, tt, dt, store_attention=output_attentions)
         if not (output_hidden_states or output_attentions):
             return H
         out = {"last_hidden_state": H}
@@ -538,6 +541,13 @@ class PretrainedEncoder:
         if output_attentions:
             out["attentions"] = list(cache["attentions"])
         return out
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray, tt: np.ndarray | None, dt: np.dtype,
+             store_attention: bool) -> tuple[np.ndarray, dict]:
+        """The stack for inference (``for_backward=False``: no parameter fingerprints, no cache for a
+        backward; attention matrices kept only when ``store_attention``) on checked arrays."""
+        return hf_forward(self.params_as(dt), self.config, input_ids=ids, attention_mask=mask, token_type_ids=tt,
+                          store_attention=store_attention, for_backward=False)
 
     def encode(self, sentences, normalize: bool = True, dtype=np.float32, batch_size: int = 32) -> np.ndarray:
         """Sentence embeddings (B, d_model) as sentence-transformers computes them: tokenise
@@ -551,7 +561,8 @@ class PretrainedEncoder:
         benchmark's 1,000 sentences 21,784 instead of 24,920 token positions). Sorting happens
         within chunks of ``_SORT_CHUNK`` batches, which bounds the tokenised arrays for a large
         corpus. Each sentence's embedding does not depend on its batch (padding is masked)
-        beyond float round-off.
+        beyond float round-off. The stack runs for inference without attention matrices
+        (``for_backward=False, store_attention=False``).
         """
         sentences = _check_sentences(sentences)
         if not isinstance(normalize, bool):
@@ -568,7 +579,8 @@ class PretrainedEncoder:
                 idx = order[start:start + batch_size]
                 T = int(lengths[idx].max())                                     # this batch's longest
                 batch = {k: v[idx, :T] for k, v in tokens.items()}              # (b, T)
-                H = self.forward(batch, dtype=dt)                               # (b, T, d)
+                H = self._run(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), dt,
+                              store_attention=False)[0]                         # (b, T, d)
                 e = self._sentence_head(pool(H, batch["attention_mask"], self.pooling))  # (b, embedding_dim)
                 out[c0 + idx] = l2_normalize(e) if normalize else e
         return out

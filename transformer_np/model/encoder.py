@@ -30,6 +30,11 @@ two give the same outputs and gradients.
 
 Checks happen here, once: :func:`encoder_forward` / :func:`encoder_layer_forward` check the
 config, the parameters, the inputs and the masks, and the kernels below them check nothing.
+``for_backward=False`` (inference) runs the same layers keeping nothing for a backward: no
+parameter fingerprints, no activation derivative, each layer's residual sums and LayerNorms in
+its own buffers (:func:`_layer_infer`); a non-finite parameter is then looked for, and named, only
+when the output is not finite.
+
 The backward refuses a cache that can no longer be used
 (:class:`~transformer_np.errors.StaleCacheError`): one freed by ``free_cache=True``
 (:mod:`transformer_np.ops.cache`), or one whose parameters changed since the forward (a
@@ -55,9 +60,10 @@ from ..errors import InputTypeError, InputValueError, NonFiniteError
 from ..ops import fast as _fast_ops
 from ..ops import plain as _plain_ops
 from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
-from ..ops.cache import FREED_MESSAGE, ParamGuard, check_not_freed, reader
+from ..ops.cache import FREED_MESSAGE, ParamGuard, check_for_backward, check_not_freed, reader
 from ..ops.dropout import _dropout_backward, _dropout_forward
 from ..ops.embeddings import _embeddings_backward, _embeddings_forward, _raise_table_row
+from ..ops.fast_ffn import _layernorm_value
 from ..ops.feedforward import FFN_PARAM_NAMES
 from ..ops.masks import _padding_mask, combine_masks, validate_attention_mask
 from .config import EncoderConfig
@@ -80,8 +86,17 @@ def _ops(fast: bool):
 
 # ----------------------------------------------------------------------------- one layer
 def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
-                   training: bool, rng, fast: bool, store_attention: bool = True) -> tuple[np.ndarray, dict]:
-    """One encoder layer, unchecked (the caller has checked x, p, mask, training and rng)."""
+                   training: bool, rng, fast: bool, store_attention: bool = True,
+                   for_backward: bool = True) -> tuple[np.ndarray, dict]:
+    """One encoder layer, unchecked (the caller has checked x, p, mask, training and rng).
+
+    ``for_backward=False``: :func:`_layer_infer` on the fast path; the plain path computes its
+    textbook cache as usual and keeps only the attention weights of it (:func:`_inference_cache`)."""
+    if not for_backward:
+        if fast:
+            return _layer_infer(x, p, config, mask, training, rng, store_attention)
+        out, c = _layer_forward(x, p, config, mask, training, rng, fast)
+        return out, _inference_cache(c)
     ops = _ops(fast)
     keep_a = {} if store_attention else {"store_attention": False}      # fast path only (checked by callers)
     attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
@@ -106,6 +121,53 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
         f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
         out, c["res2"] = ops.residual_forward(z, f)                                       # H^(ℓ) = Z + FFN(LN(Z))
     return out, c
+
+
+def _inference_cache(c: dict) -> dict:
+    """What an inference cache keeps of a layer's cache: its kind, path, shape and attention weights."""
+    return {"kind": "encoder_layer", "for_backward": False, "fast": c["fast"], "norm_position": c["norm_position"],
+            "shape": c["shape"], "attn": {"kind": "mha", "for_backward": False,
+                                          "attn": {"weights": c["attn"]["attn"]["weights"]}}}
+
+
+def _layer_infer(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
+                 training: bool, rng, store_attention: bool) -> tuple[np.ndarray, dict]:
+    """The fast path's layer for inference: the same sublayers as :func:`_layer_forward`, their
+    inference kernels (no cache entry a backward needs, no f'(U)), and the residual sums and LayerNorms
+    written in buffers the layer owns (each sublayer's output is a new array; x is never written):
+
+        Post-LN:  a = MHA(x);  a += x;  Z = LN_1(a) in a;  f = FFN(Z);  f += Z;  H = LN_2(f) in f
+        Pre-LN:   Y = LN_1(x);  a = MHA(Y);  a += x (= Z);  Y = LN_2(Z);  f = FFN(Y);  f += Z (= H)
+    """
+    ops = _fast_ops
+    attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
+    drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
+    dropout = training and drop > 0
+
+    def mha(y: np.ndarray) -> tuple[np.ndarray, dict]:
+        a, ca = ops.mha_forward(y, attn_p, h, mask, drop, training, rng, store_attention=store_attention,
+                                for_backward=False)                       # (B, n, d), a new array
+        return (ops.dropout_forward(a, drop, training, rng)[0] if dropout else a), ca
+
+    def ffn(y: np.ndarray) -> np.ndarray:
+        f = ops.ffn_forward(y, ffn_p, config.activation, for_backward=False)[0]   # (B, n, d), a new array
+        return ops.dropout_forward(f, drop, training, rng)[0] if dropout else f
+
+    if config.norm_position == "post":
+        a, ca = mha(x)
+        a += x                                                                # H + MHA(H)
+        z = _layernorm_value(a, p["ln1.gamma"], p["ln1.beta"], eps, out=a)   # Z
+        f = ffn(z)
+        f += z                                                                # Z + FFN(Z)
+        out = _layernorm_value(f, p["ln2.gamma"], p["ln2.beta"], eps, out=f)  # H^(ℓ)
+    else:
+        a, ca = mha(_layernorm_value(x, p["ln1.gamma"], p["ln1.beta"], eps))
+        a += x                                                                # Z = H + MHA(LN(H))
+        f = ffn(_layernorm_value(a, p["ln2.gamma"], p["ln2.beta"], eps))
+        f += a                                                                # H^(ℓ) = Z + FFN(LN(Z))
+        out = f
+    return out, {"kind": "encoder_layer", "for_backward": False, "fast": True,
+                 "norm_position": config.norm_position, "shape": x.shape, "attn": ca}
 
 
 def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, dict]:
@@ -183,7 +245,8 @@ def _check_dropout_rng(config: EncoderConfig, training, rng) -> None:
 
 def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None = None,
                           training: bool = False, rng: np.random.Generator | None = None,
-                          fast: bool = True, store_attention: bool = True) -> tuple[np.ndarray, dict]:
+                          fast: bool = True, store_attention: bool = True, *,
+                          for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """One encoder layer H^(ℓ−1) → H^(ℓ), both (B, n, d_model).
 
     ``p`` holds the layer's parameters without the "layers.ℓ." prefix (``attn.W_Q``, …,
@@ -191,6 +254,9 @@ def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: n
     (B, h, n, n) (see :mod:`transformer_np.ops.masks`). The placement comes from
     ``config.norm_position``. ``fast=False`` runs the plain (textbook) kernels.
     ``store_attention=False`` (fast path only) keeps no attention matrix: see :func:`encoder_forward`.
+    ``for_backward=False`` (inference): see :func:`encoder_forward`; the cache then holds
+    ``cache["attn"]["attn"]["weights"]`` (A, or None with ``store_attention=False``) and
+    :func:`encoder_layer_backward` refuses it.
     """
     if not isinstance(config, EncoderConfig):
         raise InputTypeError(f"config must be an EncoderConfig, got {describe(config)}")
@@ -203,11 +269,41 @@ def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: n
         check_attention_mask(mask, (B, config.n_heads, n, n), x.dtype)
     _check_dropout_rng(config, training, rng)
     _check_paths(fast, store_attention)
+    check_bool(for_backward, "for_backward")
+    if not for_backward:
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                out, cache = _layer_forward(x, p, config, mask, training, rng, fast, store_attention, False)
+            if not all_finite(out):
+                raise NonFiniteError(f"the forward pass overflowed {x.dtype} in this layer: its output is not "
+                                     f"finite although the input and the parameters are; the input or weight "
+                                     f"scale is too large for this dtype (rescale them, or use float64)")
+        except NonFiniteError:    # the parameters are scanned only now (inference keeps no fingerprints)
+            _raise_nonfinite_param(p, layer_param_shapes(config), "p")
+            raise
+        return out, cache
     guard = ParamGuard(p, layer_param_shapes(config), label="p")
     _check_finite_params(p, guard, "p")
     out, cache = _layer_forward(x, p, config, mask, training, rng, fast, store_attention)
     cache["guard"] = guard
     return out, cache
+
+
+def _raise_nonfinite_param(params: dict, names, label: str = "params") -> None:
+    """Raise :class:`NonFiniteError` naming the first of ``names`` in ``params`` that holds NaN/inf (the
+    error path of an inference forward whose output is not finite); return when they are all finite."""
+    for name in names:
+        a = params[name]
+        if not all_finite(a):
+            _raise_nonfinite(label, name, a)
+
+
+def _raise_nonfinite(label: str, name: str, a: np.ndarray) -> None:
+    bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+    first = np.unravel_index(int(np.argmin(np.isfinite(a))), a.shape)
+    raise NonFiniteError(f"{label}[{name!r}] must contain only finite values, got {bad} NaN/inf entries "
+                         f"(the first at index {tuple(int(i) for i in first)}: {a[first]}); the weights are "
+                         f"corrupt or came from a diverged run")
 
 
 def _check_finite_params(params: dict, guard: ParamGuard, label: str = "params") -> None:
@@ -216,12 +312,7 @@ def _check_finite_params(params: dict, guard: ParamGuard, label: str = "params")
     fingerprint is not finite (NaN/inf inside, or a sum that overflowed) is scanned in full."""
     for name, fp in guard.prints.items():
         if not all_finite(fp) and not all_finite(params[name]):
-            a = params[name]
-            bad = int(a.size - np.count_nonzero(np.isfinite(a)))
-            first = np.unravel_index(int(np.argmin(np.isfinite(a))), a.shape)
-            raise NonFiniteError(f"{label}[{name!r}] must contain only finite values, got {bad} NaN/inf entries "
-                                 f"(the first at index {tuple(int(i) for i in first)}: {a[first]}); the weights are "
-                                 f"corrupt or came from a diverged run")
+            _raise_nonfinite(label, name, params[name])
 
 
 def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
@@ -233,6 +324,7 @@ def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = Fal
     :class:`~transformer_np.errors.StaleCacheError`.
     """
     check_cache(cache, "cache", "encoder_layer")
+    check_for_backward(cache, "encoder_layer_forward")
     check_bool(free_cache, "free_cache")
     check_not_freed(cache)
     check_dout(dout, "dout", cache["shape"])
@@ -293,7 +385,8 @@ def _check_inputs(config, dtype, input_ids, attention_mask, token_type_ids, inpu
 def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attention_mask=None,
                     token_type_ids=None, inputs_embeds=None, training: bool = False,
                     rng: np.random.Generator | None = None, extra_mask: np.ndarray | None = None,
-                    fast: bool = True, store_attention: bool = True) -> tuple[np.ndarray, dict]:
+                    fast: bool = True, store_attention: bool = True, *,
+                    for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """Run the encoder stack. Give exactly one of ``input_ids`` (B, n) and ``inputs_embeds``
     (B, n, d_model) — the latter is H^(0) itself and skips the embedding block.
 
@@ -316,6 +409,16 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
             the same; ``cache["attentions"]`` then holds None, and
             :func:`transformer_np.ops.fast.attention_weights` rebuilds a layer's A on request
             (``attention_weights(cache["layers"][ℓ]["attn"]["attn"])``).
+        for_backward: False for inference (keyword only): the same output to rounding, and a cache
+            that keeps only what the API reports — ``hidden_states``, and ``attentions`` (None
+            entries with ``store_attention=False``) — and nothing a backward needs, so
+            :func:`encoder_backward` refuses it. The fast path then runs each layer's inference
+            kernels: no parameter fingerprints (:class:`~transformer_np.ops.cache.ParamGuard`), no
+            activation derivative, attention that keeps only its weights, residual sums and
+            LayerNorms in the layer's own buffers. The plain path (``fast=False``) computes its
+            textbook caches as usual and drops them. Non-finite parameters are still refused, naming
+            the parameter: they are looked for only when the output is not finite (NaN and inf
+            propagate through every op of a layer), instead of before every forward.
 
     Returns:
         ``(H, cache)``: H of shape (B, n, d_model), in the params' dtype. The cache feeds
@@ -333,6 +436,7 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
     dtype = validate_params(params, config)
     _check_dropout_rng(config, training, rng)
     _check_paths(fast, store_attention)
+    check_bool(for_backward, "for_backward")
     x, attention_mask, token_type_ids = _check_inputs(config, dtype, input_ids, attention_mask,
                                                       token_type_ids, inputs_embeds)
     B, n = x.shape[:2]
@@ -341,44 +445,64 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
         check_attention_mask(extra_mask, (B, config.n_heads, n, n), dtype, "extra_mask")
         mask = combine_masks(mask, extra_mask)
     names = list(param_shapes(config))
-    guard = ParamGuard(params, [k for k in names if k not in LOOKUP_TABLES],
-                       identity_only=[k for k in names if k in LOOKUP_TABLES])
-    _check_finite_params(params, guard)
-    cache: dict = {"kind": "encoder", "config": config, "from_ids": input_ids is not None, "fast": fast,
-                   "guard": guard}
-    if input_ids is not None:
-        emb = sub_params(params, "embeddings.")
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):
-                e, cache["embeddings"] = _embeddings_forward(emb, x, token_type_ids, config.positional,
-                                                             float(config.layer_norm_eps), config.embedding_layer_norm)
-        except NonFiniteError:
-            _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
-            raise
-        if not all_finite(e):   # lookup tables are checked on the rows read, here, not in full at every call
-            _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
-        H, cache["emb_drop"] = _dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
+    cache: dict = {"kind": "encoder", "config": config, "from_ids": input_ids is not None, "fast": fast}
+    if for_backward:
+        guard = ParamGuard(params, [k for k in names if k not in LOOKUP_TABLES],
+                           identity_only=[k for k in names if k in LOOKUP_TABLES])
+        _check_finite_params(params, guard)
+        cache["guard"] = guard
     else:
-        H = x                                                                       # H^(0) = inputs_embeds
-    ops = _ops(fast)
-    hidden, attns, layer_caches = [H], [], []
-    # Overflow is detected once, after the stack, and reported as an error (below) rather than
-    # as a stream of RuntimeWarnings followed by a NaN output.
-    with np.errstate(over="ignore", invalid="ignore"):
-        for layer in range(config.n_layers):
-            p = sub_params(params, layer_prefix(config, layer))
-            H, lc = _layer_forward(H, p, config, mask, training, rng, fast, store_attention)   # (B, n, d)
-            lc["guard"] = guard              # encoder_layer_backward on this layer checks the model's params
-            hidden.append(H)
-            attns.append(lc["attn"]["attn"]["weights"])                             # (B, h, n, n) or None
-            layer_caches.append(lc)
-        if config.use_final_layer_norm:
-            H, cache["final_ln"] = ops.layernorm_forward(H, params["final_ln.gamma"], params["final_ln.beta"],
-                                                         float(config.layer_norm_eps))
-    if not all_finite(H):
-        _raise_overflow("forward", hidden, dtype)
-    cache.update(layers=layer_caches, hidden_states=hidden, attentions=attns, out_shape=H.shape,
-                 dtype=dtype)
+        cache["for_backward"] = False
+    try:
+        if input_ids is not None:
+            emb = sub_params(params, "embeddings.")
+            try:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    e, cache["embeddings"] = _embeddings_forward(emb, x, token_type_ids, config.positional,
+                                                                 float(config.layer_norm_eps),
+                                                                 config.embedding_layer_norm)
+            except NonFiniteError:
+                _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
+                raise
+            if not all_finite(e):   # lookup tables are checked on the rows read, here, not in full at every call
+                _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
+            H, cache["emb_drop"] = _dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
+        else:
+            H = x                                                                       # H^(0) = inputs_embeds
+        ops = _ops(fast)
+        hidden, attns, layer_caches = [H], [], []
+        # Overflow is detected once, after the stack, and reported as an error (below) rather than
+        # as a stream of RuntimeWarnings followed by a NaN output.
+        with np.errstate(over="ignore", invalid="ignore"):
+            for layer in range(config.n_layers):
+                p = sub_params(params, layer_prefix(config, layer))
+                H, lc = _layer_forward(H, p, config, mask, training, rng, fast, store_attention,
+                                       for_backward)                                       # (B, n, d)
+                if for_backward:
+                    lc["guard"] = guard          # encoder_layer_backward on this layer checks the model's params
+                    layer_caches.append(lc)
+                hidden.append(H)
+                attns.append(lc["attn"]["attn"]["weights"])                             # (B, h, n, n) or None
+            if config.use_final_layer_norm:
+                g, b, eps = params["final_ln.gamma"], params["final_ln.beta"], float(config.layer_norm_eps)
+                if for_backward:
+                    H, cache["final_ln"] = ops.layernorm_forward(H, g, b, eps)
+                elif fast:
+                    H = _layernorm_value(H, g, b, eps)
+                else:
+                    H = ops.layernorm_forward(H, g, b, eps)[0]
+        if not all_finite(H):
+            _raise_overflow("forward", hidden, dtype)
+    except NonFiniteError:
+        if not for_backward:     # inference took no fingerprints: a non-finite parameter is named here
+            _raise_nonfinite_param(params, [k for k in names if k not in LOOKUP_TABLES])
+        raise
+    if for_backward:
+        cache["layers"] = layer_caches
+    else:                            # the embedding block's cache feeds only a backward
+        cache.pop("embeddings", None)
+        cache.pop("emb_drop", None)
+    cache.update(hidden_states=hidden, attentions=attns, out_shape=H.shape, dtype=dtype)
     return H, cache
 
 
@@ -415,6 +539,7 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
         NonFiniteError: dH is not finite, or the backward overflowed the dtype.
     """
     check_cache(cache, "cache", "encoder")
+    check_for_backward(cache, "encoder_forward")
     config: EncoderConfig = cache["config"]
     check_bool(return_hidden_grads, "return_hidden_grads")
     check_bool(free_cache, "free_cache")

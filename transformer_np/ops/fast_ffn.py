@@ -11,8 +11,11 @@ import math
 import numpy as np
 
 from ._threads import _parallel, _rows_parallel, get_num_threads
+from .activations import _C as _TANH_C
 from .activations import _FUNCS as _ACTIVATION_FUNCS
-from .cache import reader
+from .activations import _INV_SQRT2, _SQRT_2_OVER_PI
+from .cache import check_for_backward, reader
+from .erf import _erf
 from .layernorm import check_variance
 
 __all__ = ["linear_forward", "linear_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
@@ -70,6 +73,48 @@ def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     return dx, dgamma, dbeta
 
 
+_ONES: dict = {}   # (d, dtype) -> a vector of d ones: the row sums of _layernorm_value as one matrix-vector product
+
+
+def _layernorm_value(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """LayerNorm's value alone (inference: nothing kept for a backward), y = γ (x − μ)/√(σ² + eps) + β,
+    into ``out`` (default a new array; ``out=x`` overwrites x, which the caller must own). x contiguous.
+
+    Six passes over (M, d), M = every leading position: μ as one matrix-vector product x·1/d (a BLAS
+    call instead of NumPy's per-row reduction), x − μ into out, σ² = Σ (x − μ)²/d by ``einsum`` (a
+    row dot product, no (M, d) square), then × r, × γ, + β in place (r = 1/√(σ² + eps), per row).
+    The rows' sums are summed in another order than the plain op's (within the rounding of
+    :func:`layernorm_forward`). A row whose variance is not finite (NaN/inf in x, or (x − μ)²
+    overflowing) raises :class:`~transformer_np.errors.NonFiniteError` as the plain op does — without
+    the check, r = 1/√inf = 0 would turn an overflowed row into a finite β."""
+    d = x.shape[-1]
+    key = (d, x.dtype)
+    if key not in _ONES:
+        _ONES[key] = np.ones(d, dtype=x.dtype)
+    x2 = x.reshape(-1, d)                                   # (M, d) view
+    y = np.empty(x.shape, dtype=x.dtype) if out is None else out   # C-contiguous
+    y2 = y.reshape(-1, d)                                   # (M, d) view
+    mu = x2 @ _ONES[key]                                    # (M,) row sums
+    mu /= d                                                 # μ
+    rstd = np.empty_like(mu)                                # (M,)
+
+    def rows(r: slice) -> None:
+        yr = np.subtract(x2[r], mu[r, None], out=y2[r])     # x − μ
+        var = np.einsum("ij,ij->i", yr, yr)                 # (r,) Σ (x − μ)²
+        var /= d
+        check_variance(var, yr)                             # an overflowed row is refused, not turned into β
+        var += eps
+        np.sqrt(var, out=var)
+        np.divide(1.0, var, out=rstd[r])                    # r = 1/√(σ² + eps)
+        yr *= rstd[r, None]
+        yr *= gamma
+        yr += beta
+
+    _rows_parallel(rows, x2.shape[0])
+    return y
+
+
 # ----------------------------------------------------------------------------- activation and FFN
 _BLOCK = 16384   # elements per block: ~64 KB in float32, so f's ~10 live temporaries fit in L2
 _GELU32_BLOCK = 65536   # the fused float32 GELU: 4 scratch arrays of 256 KB (measured best of 8–128 Ki)
@@ -78,8 +123,9 @@ _GELU32_BLOCK = 65536   # the fused float32 GELU: 4 scratch arrays of 256 KB (me
 # written as exp(−z²/2) · M(s), s = u/(1 + u), u = 0.35·y; M is the degree-7 Chebyshev interpolant of
 # ½ erfc(y)·exp(y²) in s on y ∈ [0, 9.3] (past 9.3, exp(−y²) underflows float32), computed in float64
 # from math.erfc and converted to monomial form (tests/ops/test_fast_path.py recomputes it). Its own
-# relative error is below 1e-8; evaluated in float32 the GELU's max |error| against math.erfc is
-# 0.5 ulp of the output, and Φ's 8e-8 (the plain float32 erf: 7e-8).
+# relative error is 4e-7 for |z| ≤ 3 and 3.7e-6 at most on the range (re-measured in round 4 against
+# math.erfc on 30,000 points; an earlier note here said below 1e-8); evaluated in float32 the GELU's max
+# |error| against math.erfc is 0.5 ulp of the output, and Φ's 8e-8 (the plain float32 erf: 7e-8).
 _GELU32_U = 0.35 / math.sqrt(2.0)
 _GELU32_M = (0.499999999204887, -1.611969966833993, 2.469635567446595, -2.22066213465722, 0.9680755321575066,
              0.10529391102585882, -0.31254956062974737, 0.10245409066632219)
@@ -88,7 +134,7 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos) -> None:
     """GELU and its derivative of a float32 block z into ``out`` (which may be z itself) and ``grad``;
-    a, s, e, E (float32) and pos (bool) are scratch arrays of z's size. 28 in-place passes, none of
+    a, s, e, E (float32) and pos (bool) are scratch arrays of z's size. 31 in-place passes, none of
     them a gather, a select or a second exp:
 
         e     = Φ(−|z|) = exp(−z²/2) M(s)
@@ -119,44 +165,133 @@ def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos) -
     np.multiply(z, a, out=out)                              # f(z) = z Φ(z), last: out may be z itself
 
 
-def activation_forward(z: np.ndarray, activation: str = "gelu") -> tuple[np.ndarray, dict]:
+# The value-only float32 GELU (inference, :func:`_gelu32_value`): |z| Φ(−|z|) = exp(−z²/2) N(s) with
+# s = |z|/(|z| + K) ∈ [0, 1) and N(s) = s·g(s), g the degree-7 Chebyshev interpolant of N/s in s on
+# |z| ∈ [0, 13.2] (past it, exp(−z²/2) underflows float32), computed in float64 from math.erfc and converted
+# to monomial form (tests/model/test_inference.py recomputes it). Its own relative error is 9e-8 for
+# |z| ≤ 3 and 4.3e-7 on the whole range (the fused kernel's M: 4e-7 and 3.7e-6); K = 3.375 was the best
+# of a scan of [1, 8] for that error. The Gaussian factor is taken as exp2(−z² log₂e / 2): NumPy's float32
+# exp2 costs half its exp here (0.25 against 0.47 ns per element, 1 thread); the rounded constant moves the
+# kernel's measured relative error from 1.5e-6 to 1.8e-6 for z in [−6, −3], and leaves it at 5.8e-7 above −3.
+_GELU32V_C = -0.5 / math.log(2.0)
+_GELU32V_K = 3.375
+_GELU32V_G = (1.6875000514752858, -2.8567104423553698, 2.2101951836058187, -0.36960199092756973,
+              -0.44999249797057794, -0.0024710642724583287, 0.30524582738563666, -0.12553688569806024)
+
+
+def _gelu32_value(z: np.ndarray, out: np.ndarray, a, s, e) -> None:
+    """GELU of a float32 block z into ``out`` (which may be z itself), value only (inference);
+    a, s, e are float32 scratch arrays of z's size. 24 in-place passes (:func:`_gelu32`: 31, counted
+    alike), three scratch arrays instead of five:
+
+        s      = |z| / (|z| + K)                         (two passes: no separate u = |z|/K)
+        e      = |z| Φ(−|z|) = exp(−z²/2) N(s),   N(s) = s g(s)   (the factor |z| is inside N;
+                                                               exp(−z²/2) as an exp2)
+        f(z)   = max(z, 0) − e
+
+    one identity for both signs, no select: for z > 0, z Φ(z) = z − z Φ(−z) = relu(z) − |z| Φ(−|z|)
+    (Φ(z) = 1 − Φ(−z)); for z ≤ 0, z Φ(z) = −|z| Φ(−|z|) = relu(z) − |z| Φ(−|z|).
+    No derivative is formed (nothing keeps f'(z) for inference)."""
+    np.abs(z, out=a)                                        # |z|
+    np.add(a, _GELU32V_K, out=e)
+    np.divide(a, e, out=s)                                  # s = |z| / (|z| + K) ∈ [0, 1)
+    np.multiply(s, _GELU32V_G[-1], out=e)                   # Horner, in place: e = N(s) = s g(s)
+    for c in _GELU32V_G[-2::-1]:
+        e += c
+        e *= s
+    np.square(a, out=a)
+    a *= _GELU32V_C
+    np.exp2(a, out=a)                                       # exp(−z²/2) = 2^(−z² log₂e / 2)
+    e *= a                                                  # |z| Φ(−|z|)
+    np.maximum(z, 0.0, out=out)                             # relu(z), the last read of z: out may be z itself
+    out -= e
+
+
+def _activation_value(z: np.ndarray, activation: str) -> np.ndarray:
+    """f(z) alone (inference), the plain kernel's value arithmetic per element — bit for bit — except
+    float32 exact GELU (:func:`_gelu32_value`)."""
+    if activation == "relu":
+        return z * (z > 0)                                  # the plain op's z · [z > 0] (−0.0 kept)
+    if activation == "gelu_tanh":
+        return z * (0.5 * (1.0 + np.tanh(_SQRT_2_OVER_PI * z * (1.0 + _TANH_C * (z * z)))))
+    return z * (0.5 * (1.0 + _erf(z * _INV_SQRT2)))         # exact GELU, float64 (the plain op's value)
+
+
+def activation_forward(z: np.ndarray, activation: str = "gelu", *,
+                       for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """(f(z), f'(z)) evaluated on consecutive blocks of the flattened z (same cache as the plain op).
 
     Exact GELU in float32 runs the fused single-range kernel :func:`_gelu32` (same maths, different
     rounding: within 1e-7 of the plain op's erf-based values); everything else the plain kernel's
-    arithmetic per element, bit for bit."""
-    return _activation(z, activation)
+    arithmetic per element, bit for bit.
+
+    ``for_backward=False`` (inference): f(z) only, no derivative — float32 exact GELU by
+    :func:`_gelu32_value` (the same Φ as :func:`_gelu32`, fewer passes), the others by the plain
+    kernel's value arithmetic; the cache is ``{"kind": "activation", "for_backward": False}`` and
+    :func:`activation_backward` refuses it."""
+    return _activation(z, activation, for_backward=for_backward)
 
 
-def _activation(z: np.ndarray, activation: str, in_place: bool = False) -> tuple[np.ndarray, dict]:
+def _activation(z: np.ndarray, activation: str, in_place: bool = False, for_backward: bool = True,
+                bias: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """:func:`activation_forward`; ``in_place=True`` writes f(z) over z (contiguous, and the caller's
-    own: :func:`ffn_forward` does not keep U = z W_1 + b_1), saving one (…, d_ff) array."""
-    out = z if in_place and z.flags.c_contiguous else np.empty_like(z)
-    grad = np.empty_like(z)
-    z_flat, out_flat, grad_flat = z.reshape(-1), out.reshape(-1), grad.reshape(-1)   # (size,)
+    own: :func:`ffn_forward` does not keep U = z W_1 + b_1), saving one (…, d_ff) array.
+
+    ``bias`` (d,), with ``in_place``: f(z + b), the bias added to each block of whole rows just before
+    its activation, while the block is in cache (the same z + b as a separate pass, one pass over the
+    (…, d_ff) array fewer: :func:`ffn_forward` hands U = z W_1 here without b_1)."""
+    if bias is not None and not (in_place and z.flags.c_contiguous):
+        z = z + bias                                       # a copy of ours: the bias goes in first
+        bias, in_place = None, True
+    # C order: the flat views below must be views (np.empty_like keeps a transposed z's F order, whose
+    # reshape(-1) is a copy — the results would be written into it and lost)
+    out = z if in_place and z.flags.c_contiguous else np.empty(z.shape, dtype=z.dtype)
+    grad = np.empty(z.shape, dtype=z.dtype) if for_backward else None
+    z_flat, out_flat = z.reshape(-1), out.reshape(-1)                                 # (size,)
+    grad_flat = grad.reshape(-1) if for_backward else None
     if activation == "gelu" and z.dtype == np.float32:
-        starts = range(0, z_flat.size, _GELU32_BLOCK)
+        d = z.shape[-1] if z.ndim else 1
+        step = _GELU32_BLOCK if bias is None else max(1, _GELU32_BLOCK // d) * d   # whole rows with a bias
+        starts = range(0, z_flat.size, step)
         workers = min(get_num_threads(), len(starts))
 
         def run(w: int) -> None:                            # every workers-th block, own scratch arrays
-            size = min(_GELU32_BLOCK, z_flat.size)
-            scratch = [np.empty(size, dtype=z.dtype) for _ in range(4)] + [np.empty(size, dtype=bool)]
+            size = min(step, z_flat.size)
+            if for_backward:
+                scratch = [np.empty(size, dtype=z.dtype) for _ in range(4)] + [np.empty(size, dtype=bool)]
+            else:
+                scratch = [np.empty(size, dtype=z.dtype) for _ in range(3)]
             for start in starts[w::workers]:
-                block = slice(start, start + _GELU32_BLOCK)
-                m = min(_GELU32_BLOCK, z_flat.size - start)
-                _gelu32(z_flat[block], out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
+                block = slice(start, start + step)
+                m = min(step, z_flat.size - start)
+                zb = z_flat[block]
+                if bias is not None:
+                    zb.reshape(-1, d).__iadd__(bias)        # z + b, rows of this block (in place: z is ours)
+                if for_backward:
+                    _gelu32(zb, out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
+                else:
+                    _gelu32_value(zb, out_flat[block], *(x[:m] for x in scratch))
 
         _parallel(run, workers)
     else:
+        if bias is not None:
+            z2 = z.reshape(-1, z.shape[-1])
+            _rows_parallel(lambda r: z2[r].__iadd__(bias), z2.shape[0])   # z + b (z is ours)
         f = _ACTIVATION_FUNCS[activation]
         for start in range(0, z_flat.size, _BLOCK):
             block = slice(start, start + _BLOCK)
-            out_flat[block], grad_flat[block] = f(z_flat[block])
+            if for_backward:
+                out_flat[block], grad_flat[block] = f(z_flat[block])
+            else:
+                out_flat[block] = _activation_value(z_flat[block], activation)
+    if not for_backward:
+        return out, {"kind": "activation", "activation": activation, "for_backward": False}
     return out, {"kind": "activation", "activation": activation, "grad": grad}
 
 
 def activation_backward(da: np.ndarray, cache: dict) -> np.ndarray:
     """dz = da ⊙ f'(z), by row chunks in parallel."""
+    check_for_backward(cache, "activation_forward")
     return _activation_backward_into(da, cache, np.empty_like(da))
 
 
@@ -169,17 +304,29 @@ def _activation_backward_into(da: np.ndarray, cache: dict, dz: np.ndarray | None
     return dz
 
 
-def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu") -> tuple[np.ndarray, dict]:
-    hidden, c1 = linear_forward(z, p["W_1"], p["b_1"])       # (..., d_ff)
-    act, ca = _activation(hidden, activation, in_place=True)  # f(U) in U's buffer: U is ours, not kept
+def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu", *,
+                for_backward: bool = True) -> tuple[np.ndarray, dict]:
+    """FFN(z) = f(z W_1 + b_1) W_2 + b_2 with f(U) written over U (U is ours and not kept), b_1 added
+    to each block of rows of z W_1 just before its activation (one pass over (…, d_ff) fewer).
+
+    ``for_backward=False`` (inference): the same products, f(U) by the value-only kernel (no f'(U),
+    see :func:`activation_forward`), and a cache ``{"kind": "ffn", "for_backward": False}`` that keeps
+    nothing — :func:`ffn_backward` refuses it."""
+    hidden, c1 = linear_forward(z, p["W_1"])                 # (..., d_ff): z W_1, b_1 added by blocks below
+    c1["has_bias"] = True                                    # the backward's db_1 = Σ dU (b_1 is not read)
+    act, ca = _activation(hidden, activation, in_place=True, for_backward=for_backward,
+                          bias=p["b_1"])                     # f(U) in U's buffer, U = z W_1 + b_1
     del hidden
     out, c2 = linear_forward(act, p["W_2"], p["b_2"])        # (..., d_model)
+    if not for_backward:
+        return out, {"kind": "ffn", "for_backward": False}
     return out, {"kind": "ffn", "lin1": c1, "act": ca, "lin2": c2}
 
 
 def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Backward of :func:`ffn_forward`; ``free_cache`` releases f(z) and f'(z) (each (..., d_ff),
     the largest arrays of the layer) as soon as they are used."""
+    check_for_backward(cache, "ffn_forward")
     take = reader(cache, free_cache)
     c2 = take("lin2")
     W_2, act = c2["W"], c2["x"]                              # f(U): (..., d_ff)
