@@ -21,9 +21,8 @@ def test_the_limit_call_covers_the_batches_and_layers_encode_runs(monkeypatch, m
     enc = minilm
     sentences = _sentences(70)
     seen = []
-    real_forward = enc.forward
-    monkeypatch.setattr(enc, "forward", lambda batch, **kw: seen.append(batch["input_ids"].shape)
-                        or real_forward(batch, **kw))
+    real_run = enc._run                                   # the stack on one checked (b, T) batch
+    monkeypatch.setattr(enc, "_run", lambda ids, *a, **kw: seen.append(ids.shape) or real_run(ids, *a, **kw))
     enc.encode(sentences, batch_size=16)
     made, ran = [], []
     real_limit = minilm_limit.limit_call
