@@ -96,7 +96,7 @@ def run(args) -> int:
         shapes = [parse_shape(s) for s in (args.shape or ["bert-base"])]
         if len(shapes) != 1:
             raise ValueError(f"--busy-study runs one shape, got {len(shapes)} --shape values")
-        rows = busy_study(shapes[0][1], (args.dtype or ["float32"])[0], rounds=args.rounds or 5,
+        rows = busy_study(shapes[0][1], (args.dtype or ["float32"])[0], rounds=args.rounds or 5, settle=args.settle,
                           log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
         print(json.dumps({"busy_study": rows}, indent=1) if args.json else format_busy_study(rows))
         return 0
