@@ -29,7 +29,8 @@ from ..perf.bench import (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="only bert-base float32, 5 rounds, no memory or MiniLM runs (about a minute on a quiet "
-                             "2-core machine; the full run takes 15-20 minutes)")
+                             "2-core machine; the full run, about 14 minutes, twice its time before each timed call "
+                             "was settled: see --settle)")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON instead of a table (no progress lines; warnings on stderr)")
     parser.add_argument("--shape", action="append", default=None, metavar="NAME|B,n,d,h,d_ff",
@@ -49,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--settle", type=float, default=SETTLE_S, metavar="SECONDS",
                         help=f"untimed calls of a side, for at least this long (and at least one call), before each "
                              f"of its timed calls, so that the other library's idle threads have stopped spinning "
-                             f"(OpenBLAS's spin for ~0.1 s after a call and slow torch's next call at 2 threads); "
+                             f"(OpenBLAS's spin for ~0.1 s after a call and slow torch's next call at 2 threads; even "
+                             f"at 1 thread torch's short calls ran slower straight after NumPy's); "
                              f"default {SETTLE_S:g}. Roughly doubles a row's time against timing back to back")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement (it starts "
                                                                      "fresh processes)")
