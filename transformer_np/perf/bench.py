@@ -22,9 +22,11 @@ ratio. A block is *settled* (:func:`settled_call`): untimed calls of its own sid
 OpenBLAS's idle worker threads spin for 2**28 TSC cycles (~0.1 s here) before they sleep, and
 with 2 threads on 2 cores a spinning NumPy worker takes a core from torch's next call (measured:
 torch's bert-base fwd 67–110 ms alone, 143–173 ms straight after a NumPy call, which made the
-old back-to-back ratios flatter NumPy); torch's threads park within a few ms. With 1 thread there
-is no worker to spin. An idle pause instead of the untimed calls is no fix: on this VM both
-sides came back slower from a sleep (CPU frequency and scheduler wake-up).
+old back-to-back ratios flatter NumPy); torch's threads park within a few ms. With 1 thread no
+worker spins, yet torch's short calls still ran slower straight after NumPy's (attn-512 fwd:
+4.6 ms alone, 6.9–14.5 ms after NumPy, with no page faults: the caches' state, probably); settled
+blocks remove that too. An idle pause instead of the untimed calls is no fix: on this VM both
+sides came back slower from a sleep (NumPy 179 → 233 ms, torch 110 → 150 ms).
 
 The NumPy limit (:mod:`transformer_np.perf.limit`): each round also runs, third, the work NumPy
 cannot avoid for the row — every matrix product of the layer as one ``np.matmul`` call, plus one
