@@ -26,9 +26,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 # ----------------------------------------------------------------------------- timing logic
+_INSTANT = (lambda: None, lambda: None)   # untimed settle calls that take no (fake) time
+
+
 def test_interleaved_ratio_is_median_of_per_round_ratios(monkeypatch):
     """A fake clock: a takes 2, 9, 4 units and b takes 1, 3, 1, so the per-round ratios are
-    2, 3, 4 (median 3), while median(a)/median(b) would be 4/1 = 4: the per-round rule wins."""
+    2, 3, 4 (median 3), while median(a)/median(b) would be 4/1 = 4: the per-round rule wins.
+    (The settle calls are instant fakes here; tests/perf/test_settle.py checks them.)"""
     durations = iter([0, 0,            # warm-up a, b
                       2, 1, 9, 3, 4, 1])
     clock = {"t": 0.0}
@@ -37,7 +41,7 @@ def test_interleaved_ratio_is_median_of_per_round_ratios(monkeypatch):
         clock["t"] += next(durations)
 
     monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["t"])
-    out = bench.interleaved(tick, tick, rounds=3, warmup=1)
+    out = bench.interleaved(tick, tick, rounds=3, warmup=1, settle=0.0, warm=_INSTANT)
     assert out["ratios"] == [2.0, 3.0, 4.0]
     assert out["ratio"] == 3.0
     assert out["a_ms"] == 4000.0 and out["b_ms"] == 1000.0
@@ -53,22 +57,24 @@ def test_interleaved_reports_the_spread_of_the_rounds(monkeypatch):
         clock["t"] += next(durations)
 
     monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["t"])
-    out = bench.interleaved(tick, tick, rounds=5, warmup=1)
+    out = bench.interleaved(tick, tick, rounds=5, warmup=1, settle=0.0, warm=_INSTANT)
     assert out["spread"] == {"min": 2.0, "q1": 3.0, "median": 4.0, "q3": 5.0, "max": 10.0, "rel_range": 2.0}
     assert bench.spread([1.5])["rel_range"] == 0.0
 
 
 def test_interleaved_cpu_clock_reads_the_process_time(monkeypatch):
-    """clock="cpu" times by time.process_time (the wall clock is not read at all)."""
+    """clock="cpu" times by time.process_time; the wall clock (which advances 100 units a call here)
+    is read only to count the settle time."""
     durations = iter([0, 0, 3, 1, 6, 2])
-    clock = {"t": 0.0}
+    cpu, wall = {"t": 0.0}, {"t": 0.0}
 
     def tick():
-        clock["t"] += next(durations)
+        cpu["t"] += next(durations)
+        wall["t"] += 100
 
-    monkeypatch.setattr(bench.time, "process_time", lambda: clock["t"])
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: 1 / 0)
-    out = bench.interleaved(tick, tick, rounds=2, warmup=1, clock="cpu")
+    monkeypatch.setattr(bench.time, "process_time", lambda: cpu["t"])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: wall["t"])
+    out = bench.interleaved(tick, tick, rounds=2, warmup=1, clock="cpu", settle=0.0, warm=_INSTANT)
     assert out["ratios"] == [3.0, 3.0]
 
 

@@ -70,7 +70,8 @@ def test_attention_bound_rows():
 
 
 def test_interleaved_third_call_is_timed_in_every_round(monkeypatch):
-    """A B C per round: c's times 1, 2, 3 against a's 2, 2, 2 → c_ms median 2000, c/a ratios 0.5, 1, 1.5."""
+    """A B C per round: c's times 1, 2, 3 against a's 2, 2, 2 → c_ms median 2000, c/a ratios 0.5, 1, 1.5.
+    (Instant fake settle calls: tests/perf/test_settle.py checks those.)"""
     durations = iter([0, 0, 0,            # warm-up a, b, c
                       2, 1, 1, 2, 1, 2, 2, 1, 3])
     clock = {"t": 0.0}
@@ -80,7 +81,8 @@ def test_interleaved_third_call_is_timed_in_every_round(monkeypatch):
 
     seen = []
     monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["t"])
-    out = bench.interleaved(tick, tick, rounds=3, warmup=1, c=tick, progress=lambda i, k: seen.append((i, k)))
+    out = bench.interleaved(tick, tick, rounds=3, warmup=1, c=tick, progress=lambda i, k: seen.append((i, k)),
+                            settle=0.0, warm=(lambda: None,) * 3)
     assert out["c_ms"] == 2000.0 and out["c_over_a"] == [0.5, 1.0, 1.5]
     assert out["ratios"] == [2.0, 2.0, 2.0]
     assert seen == [(1, 3), (2, 3), (3, 3)]
@@ -94,10 +96,11 @@ def test_unsteady_row_is_rerun_until_steady_or_budget(monkeypatch):
     def fake(attempts):
         it = iter(attempts)
 
-        def interleaved(a, b, rounds, warmup=1, clock="wall", c=None, progress=None):
+        def interleaved(a, b, rounds, warmup=1, clock="wall", c=None, progress=None, settle=None):
             ratios = next(it)
             out = {"a_ms": 1e3 * sorted(ratios)[1], "b_ms": 1e3, "ratio": sorted(ratios)[1], "ratios": ratios,
-                   "spread": bench.spread(ratios), "c_ms": 500.0, "c_over_a": [0.5 / r for r in ratios]}
+                   "spread": bench.spread(ratios), "c_ms": 500.0, "c_over_a": [0.5 / r for r in ratios],
+                   "settle_s": settle, "settle_calls": [1, 1, 1]}
             for i in range(rounds):
                 progress(i + 1, rounds)
             return out

@@ -14,6 +14,7 @@ import sys
 from ..perf.bench import (
     DTYPES,
     MODES,
+    SETTLE_S,
     SHAPES,
     busy_study,
     format_busy_study,
@@ -27,7 +28,9 @@ from ..perf.bench import (
 # ----------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
-                        help="only bert-base float32, 5 rounds, no memory or MiniLM runs (under a minute)")
+                        help="only bert-base float32, 5 rounds, no memory or MiniLM runs (about a minute on a quiet "
+                             "2-core machine; the full run, about 14 minutes, twice its time before each timed call "
+                             "was settled: see --settle)")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON instead of a table (no progress lines; warnings on stderr)")
     parser.add_argument("--shape", action="append", default=None, metavar="NAME|B,n,d,h,d_ff",
@@ -44,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="round budget of a row whose per-round ratios spread by more than 30%% of their "
                              "median: it is run again with fresh rounds until steady or this many rounds are "
                              "spent (default: 3 x --rounds)")
+    parser.add_argument("--settle", type=float, default=SETTLE_S, metavar="SECONDS",
+                        help=f"untimed calls of a side, for at least this long (and at least one call), before each "
+                             f"of its timed calls, so that the other library's idle threads have stopped spinning "
+                             f"(OpenBLAS's spin for ~0.1 s after a call and slow torch's next call at 2 threads; even "
+                             f"at 1 thread torch's short calls ran slower straight after NumPy's); "
+                             f"default {SETTLE_S:g}. Roughly doubles a row's time against timing back to back")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement (it starts "
                                                                      "fresh processes)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
@@ -73,12 +82,14 @@ def run(args) -> int:
         raise ValueError(f"--max-rounds must be at least --rounds ({rounds}), got {args.max_rounds}")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if not 0 <= args.settle <= 60:
+        raise ValueError(f"--settle must be a number of seconds from 0 to 60, got {args.settle}")
     if args.clock == "cpu" and args.threads != 1:
         raise ValueError(f"--clock cpu needs --threads 1 (CPU time of several threads counts their waiting), "
                          f"got --threads {args.threads}")
     if args.profile == "minilm":
         from ..perf.profile import format_minilm_profile, minilm_profile
-        doc = minilm_profile(rounds=args.rounds or 3, threads=args.threads, clock=args.clock,
+        doc = minilm_profile(rounds=args.rounds or 3, threads=args.threads, clock=args.clock, settle=args.settle,
                              log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
         print(json.dumps({"minilm_profile": doc}, indent=1) if args.json else format_minilm_profile(doc))
         return 0
@@ -87,7 +98,7 @@ def run(args) -> int:
         shapes = [parse_shape(s) for s in (args.shape or ["bert-base"])]
         if len(shapes) != 1:
             raise ValueError(f"--busy-study runs one shape, got {len(shapes)} --shape values")
-        rows = busy_study(shapes[0][1], (args.dtype or ["float32"])[0], rounds=args.rounds or 5,
+        rows = busy_study(shapes[0][1], (args.dtype or ["float32"])[0], rounds=args.rounds or 5, settle=args.settle,
                           log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
         print(json.dumps({"busy_study": rows}, indent=1) if args.json else format_busy_study(rows))
         return 0
@@ -99,12 +110,13 @@ def run(args) -> int:
         raise ValueError(f"--clock cpu needs --threads 1 (CPU time of several threads counts their waiting), "
                          f"got --threads {args.threads}")
     doc = run_benchmark(shapes, dtypes, MODES, rounds, memory, args.threads, log, recompute, args.clock,
-                        args.max_rounds)
+                        args.max_rounds, args.settle)
     if args.minilm or not (args.quick or args.shape or args.dtype):
         if log:
             log("MiniLM encode against sentence-transformers …")
         try:
-            doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"], clock=args.clock)
+            doc["minilm"] = minilm_throughput(threads=doc["machine"]["threads"], clock=args.clock,
+                                              settle=args.settle)
         except ImportError as e:
             doc["minilm"] = {"unavailable": str(e)}
         if "unavailable" in doc["minilm"] and not args.json:

@@ -13,10 +13,20 @@ and the same number of threads (``torch.set_num_threads`` = OpenBLAS's thread co
   parameter and to the input, on both sides (torch: ``y.backward(dY)``, grads set to None
   before each call so nothing accumulates).
 
-How it is timed. After one warm-up call of each, the two run interleaved, A B A B …, for
-``rounds`` rounds; the quoted ratio is the *median of the per-round ratios* NumPy/torch.
-This machine's speed drifts from call to call (other jobs share its cores); a drift slower
-than one round hits both sides of that round alike and cancels in its ratio.
+How it is timed. After one warm-up call of each, the two run in alternating blocks, NumPy's
+then torch's (then the limit's, below), for ``rounds`` rounds; the quoted ratio is the *median of
+the per-round ratios* NumPy/torch. This machine's speed drifts from call to call (other jobs share
+its cores); a drift slower than one round hits both sides of that round alike and cancels in its
+ratio. A block is *settled* (:func:`settled_call`): untimed calls of its own side for at least
+:data:`SETTLE_S` seconds and at least one call, then the timed call. The reason: after a call,
+OpenBLAS's idle worker threads spin for 2**28 TSC cycles (~0.1 s here) before they sleep, and
+with 2 threads on 2 cores a spinning NumPy worker takes a core from torch's next call (measured:
+torch's bert-base fwd 67–110 ms alone, 143–173 ms straight after a NumPy call, which made the
+old back-to-back ratios flatter NumPy); torch's threads park within a few ms. With 1 thread no
+worker spins, yet torch's short calls still ran slower straight after NumPy's (attn-512 fwd:
+4.6 ms alone, 6.9–14.5 ms after NumPy, with no page faults: the caches' state, probably); settled
+blocks remove that too. An idle pause instead of the untimed calls is no fix: on this VM both
+sides came back slower from a sleep (NumPy 179 → 233 ms, torch 110 → 150 ms).
 
 The NumPy limit (:mod:`transformer_np.perf.limit`): each round also runs, third, the work NumPy
 cannot avoid for the row — every matrix product of the layer as one ``np.matmul`` call, plus one
@@ -58,7 +68,8 @@ import numpy as np
 from .._compat import forward_moved as _forward_moved
 from ..model.flops import layer_flops
 
-__all__ = ["SHAPES", "DTYPES", "MODES", "build_pair", "interleaved", "spread", "matmul_peak", "machine_info",
+__all__ = ["SHAPES", "DTYPES", "MODES", "build_pair", "SETTLE_S", "settled_call", "interleaved", "spread",
+           "matmul_peak", "machine_info",
            "OtherLoad", "other_load", "busy_warnings", "recommended_threads", "BUSY_CORES", "UNSTEADY_SPREAD",
            "run_benchmark", "measure_memory", "torch_saved_nbytes", "cache_report", "format_table",
            "minilm_throughput", "busy_study", "format_busy_study"]
@@ -137,6 +148,7 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
         layer.eval()
 
         def np_call():
+            # the fwd row's NumPy call: the one line to change for another forward (e.g. inference)
             return encoder_layer_forward(x, p, config, **kw)
 
         def torch_call():
@@ -167,40 +179,71 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
 #: one thread each side — then it is the work done, whatever share of the cores other processes leave).
 CLOCKS = ("wall", "cpu")
 
+#: Seconds of untimed calls of a side (by the wall clock, and at least one call) before each of its timed
+#: calls. OpenBLAS's idle worker threads spin for 2**28 TSC cycles (0.10 s at this machine's 2.6 GHz) after
+#: a call before they sleep, and on 2 cores a spinning NumPy worker steals a core from torch's next call
+#: (bert-base fwd 67–110 ms alone, 143–173 ms right after a NumPy call); twice that timeout lets them park.
+SETTLE_S = 0.2
+
+
+def settled_call(fn: Callable, settle: float, now: Callable[[], float], warm: Callable | None = None
+                 ) -> tuple[float, int]:
+    """(time of one call of ``fn`` by ``now``, untimed calls made before it).
+
+    First ``warm`` (default ``fn`` itself) is called until ``settle`` seconds of the wall clock have
+    passed since this block began, and at least once: so the timed call follows a call of its own
+    side, and any other library's threads have been idle for at least ``settle`` seconds."""
+    warm = fn if warm is None else warm
+    t0, calls = time.perf_counter(), 0
+    while True:
+        warm()
+        calls += 1
+        if time.perf_counter() - t0 >= settle:
+            break
+    t1 = now()
+    fn()
+    return now() - t1, calls
+
 
 def interleaved(a: Callable, b: Callable, rounds: int, warmup: int = 1, clock: str = "wall",
-                c: Callable | None = None, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Time a and b alternately (A B A B …); medians of the times and of the per-round a/b,
-    and the spread of those ratios (:func:`spread`). ``clock``: one of :data:`CLOCKS`.
+                c: Callable | None = None, progress: Callable[[int, int], None] | None = None,
+                settle: float = SETTLE_S, warm: tuple[Callable | None, ...] | None = None) -> dict:
+    """Time a and b in alternating blocks; medians of the times and of the per-round a/b, and the
+    spread of those ratios (:func:`spread`). ``clock``: one of :data:`CLOCKS`.
 
-    ``c`` (optional) runs third in every round (A B C A B C …), timed the same way (``c_ms``: its
-    median); the bench's NumPy-limit call. ``progress(i, rounds)`` is called after round i (1-based)."""
+    Each round is a block of a, then a block of b (then of ``c``, if given: the bench's NumPy-limit
+    call, ``c_ms`` its median). A block is :func:`settled_call`: untimed calls of its own side for at
+    least ``settle`` seconds (and at least one), then one timed call — so no timed call directly
+    follows a call of the other side, whose worker threads may still be spinning. ``warm`` (one entry
+    per side, None for the side itself) gives a cheaper untimed call for a side whose call is long
+    (MiniLM's encode of 1,000 sentences settles on a short batch). ``progress(i, rounds)`` is called
+    after round i (1-based); ``settle_calls``: the median untimed calls per block, per side."""
     now = (lambda: time.perf_counter()) if clock == "wall" else (lambda: time.process_time())
+    sides = [a, b] + ([c] if c is not None else [])
+    warm = tuple(warm) if warm is not None else (None,) * len(sides)
+    if len(warm) != len(sides):
+        raise ValueError(f"warm must give one entry per side ({len(sides)}), got {len(warm)}")
+    _check_settle(settle)
     for _ in range(warmup):
-        a()
-        b()
-        if c is not None:
-            c()
-    ta, tb, tc = [], [], []
+        for fn in sides:
+            fn()
+    times: list[list[float]] = [[] for _ in sides]
+    calls: list[list[int]] = [[] for _ in sides]
     for i in range(rounds):
-        t0 = now()
-        a()
-        t1 = now()
-        b()
-        t2 = now()
-        ta.append(t1 - t0)
-        tb.append(t2 - t1)
-        if c is not None:
-            c()
-            tc.append(now() - t2)
+        for k, fn in enumerate(sides):
+            t, n = settled_call(fn, settle, now, warm[k])
+            times[k].append(t)
+            calls[k].append(n)
         if progress is not None:
             progress(i + 1, rounds)
+    ta, tb = times[0], times[1]
     ratios = [x / y for x, y in zip(ta, tb)]
     out = {"a_ms": 1e3 * statistics.median(ta), "b_ms": 1e3 * statistics.median(tb),
-           "ratio": statistics.median(ratios), "ratios": ratios, "spread": spread(ratios)}
+           "ratio": statistics.median(ratios), "ratios": ratios, "spread": spread(ratios),
+           "settle_s": settle, "settle_calls": [statistics.median(n) for n in calls]}
     if c is not None:
-        out["c_ms"] = 1e3 * statistics.median(tc)
-        out["c_over_a"] = [z / x for x, z in zip(ta, tc)]
+        out["c_ms"] = 1e3 * statistics.median(times[2])
+        out["c_over_a"] = [z / x for x, z in zip(ta, times[2])]
     return out
 
 
@@ -356,7 +399,7 @@ def busy_warnings(doc: dict) -> list[str]:
 # ----------------------------------------------------------------------------- the run
 def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = True,
                   threads: int | None = None, log=None, recompute: bool = False, clock: str = "wall",
-                  max_rounds: int | None = None) -> dict:
+                  max_rounds: int | None = None, settle: float = SETTLE_S) -> dict:
     """Every (shape, dtype, mode) row, plus memory and machine info; the ``--json`` document.
 
     ``recompute=True`` adds ``doc["recompute"]``: the same rows with the NumPy layer run with
@@ -367,6 +410,8 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     other processes as much as the code; a single thread's CPU time measures the work.
 
     ``max_rounds``: the round budget of an unsteady row (default 3 × ``rounds``, see :func:`_timed_row`).
+    ``settle``: seconds of untimed calls of a side before each of its timed calls (:func:`interleaved`;
+    ``machine["settle_s"]`` in the document).
     ``log`` (e.g. a printer to stderr) receives a progress line as each row starts, one every few
     seconds while a long row runs, and each row's result.
 
@@ -377,6 +422,7 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     if clock == "cpu" and threads != 1:
         raise ValueError(f"clock='cpu' needs threads=1 (CPU time of several threads counts their waiting), "
                          f"got threads={threads}")
+    _check_settle(settle)
     torch = _import_torch()
     others_before = other_load()
     blas_threads, source = _blas_threads()
@@ -397,16 +443,22 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     machine["other_load_cores_before"] = _round(others_before)
     machine["threads_lowered_from"] = lowered_from
     machine["clock"] = clock
+    machine["settle_s"] = settle
     from ..ops import _threads, fast
     fast_threads = _threads._THREADS
     fast.set_num_threads(threads)
     try:
         return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute, clock,
-                         max_rounds)
+                         max_rounds, settle)
     finally:
         _threads._THREADS = fast_threads
         if limiter is not None:
             limiter.restore_original_limits()
+
+
+def _check_settle(settle) -> None:
+    if isinstance(settle, bool) or not isinstance(settle, (int, float)) or not settle >= 0 or settle > 60:
+        raise ValueError(f"settle must be a number of seconds from 0 to 60, got {settle!r}")
 
 
 def recommended_threads(others: float | None = None, available: int | None = None) -> int:
@@ -438,11 +490,12 @@ def _limit_blas_threads(threads: int):
 
 
 def _timed_row(name, dims, dtype, mode, rounds, peak, store_attention=True, clock="wall", threads: int = 1,
-               max_rounds: int | None = None, progress=None) -> dict:
+               max_rounds: int | None = None, progress=None, settle: float = SETTLE_S) -> dict:
     """One interleaved NumPy-vs-torch row (see :func:`run_benchmark`), with its NumPy limit.
 
-    Every round runs NumPy, torch and the limit (:func:`transformer_np.perf.limit.limit_call`) back to
-    back. A row whose per-round ratios spread by more than :data:`UNSTEADY_SPREAD` of their median is
+    Every round runs a block of NumPy, of torch and of the limit (:func:`transformer_np.perf.limit.limit_call`),
+    each block settled (:func:`interleaved`: ``settle`` seconds of untimed calls of its own side before
+    its timed call). A row whose per-round ratios spread by more than :data:`UNSTEADY_SPREAD` of their median is
     run again with fresh rounds while the round budget ``max_rounds`` (default ``3 * rounds``) allows;
     the steadiest attempt is reported, with ``steady`` False when none was steady."""
     from .limit import attention_bound, limit_call
@@ -454,7 +507,7 @@ def _timed_row(name, dims, dtype, mode, rounds, peak, store_attention=True, cloc
     while used + rounds <= budget:
         attempts += 1
         with OtherLoad() as others:
-            t = interleaved(np_call, torch_call, rounds, clock=clock, c=limit,
+            t = interleaved(np_call, torch_call, rounds, clock=clock, c=limit, settle=settle,
                             progress=None if progress is None else
                             (lambda i, k, a=attempts, u=used: progress(a, u + i, budget)))
         used += rounds
@@ -475,7 +528,8 @@ def _timed_row(name, dims, dtype, mode, rounds, peak, store_attention=True, cloc
             "other_load_cores": _round(max(seen)) if seen else None,
             "limit_s": round(t["c_ms"] / 1e3, 6), "limit_fraction": round(statistics.median(t["c_over_a"]), 3),
             "limit_torch_ratio": round(t["c_ms"] / t["b_ms"], 3), "attention_bound": attention_bound(dims),
-            "steady": t["spread"]["rel_range"] <= UNSTEADY_SPREAD, "attempts": attempts, "rounds_run": used}
+            "steady": t["spread"]["rel_range"] <= UNSTEADY_SPREAD, "attempts": attempts, "rounds_run": used,
+            "settle_calls": dict(zip(("numpy", "torch", "limit"), t["settle_calls"]))}
 
 
 def _log_row(log, row, label: str = "") -> None:
@@ -492,14 +546,16 @@ def _log_row(log, row, label: str = "") -> None:
 class _Progress:
     """Progress lines for ``log``: one as each row starts, then at most one every ``every`` seconds."""
 
-    def __init__(self, log, total: int, every: float = 3.0):
+    def __init__(self, log, total: int, every: float = 3.0, settle: float = SETTLE_S):
         self.log, self.total, self.every, self.done, self._last = log, total, every, 0, 0.0
+        self.settle = settle
 
     def start(self, what: str, rounds: int) -> None:
         self.done += 1
         self.what = what
         if self.log:
-            self.log(f"[{self.done}/{self.total}] {what}: {rounds} rounds of NumPy, torch and the NumPy limit …")
+            self.log(f"[{self.done}/{self.total}] {what}: {rounds} rounds of NumPy, torch and the NumPy limit "
+                     f"(each timed call after {self.settle:g} s of its own side's untimed calls) …")
         self._last = time.perf_counter()
 
     def round(self, attempt: int, used: int, budget: int) -> None:
@@ -511,11 +567,11 @@ class _Progress:
 
 
 def _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute=False, clock="wall",
-              max_rounds=None) -> dict:
+              max_rounds=None, settle=SETTLE_S) -> dict:
     peaks = {}
     results, recomputed = [], []
-    prog = _Progress(log, len(shapes) * len(dtypes) * len(modes) * (2 if recompute else 1))
-    kw = dict(clock=clock, threads=threads, max_rounds=max_rounds, progress=prog.round)
+    prog = _Progress(log, len(shapes) * len(dtypes) * len(modes) * (2 if recompute else 1), settle=settle)
+    kw = dict(clock=clock, threads=threads, max_rounds=max_rounds, progress=prog.round, settle=settle)
     for name, dims in shapes:
         for dtype in dtypes:
             if dtype not in peaks:
@@ -568,9 +624,11 @@ def _fmt_cores(v: float | None) -> str:
 
 
 def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | None = None,
-                      clock: str = "wall") -> dict:
+                      clock: str = "wall", settle: float = SETTLE_S) -> dict:
     """Sentences/s of :meth:`PretrainedEncoder.encode` (float32) vs sentence-transformers on the
-    same ``n_sentences`` generated sentences, interleaved, median of per-round ratios."""
+    same ``n_sentences`` generated sentences, in alternating settled blocks (:func:`interleaved`; a
+    block's untimed calls encode the first 64 sentences), median of per-round ratios."""
+    _check_settle(settle)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch = _import_torch()
     try:
@@ -589,21 +647,24 @@ def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | N
         if threads != _blas_threads()[0]:
             limiter = _limit_blas_threads(threads)
     try:
-        return _minilm_rounds(ours, st, n_sentences, rounds, clock)
+        return _minilm_rounds(ours, st, n_sentences, rounds, clock, settle)
     finally:
         _threads._THREADS = fast_threads
         if limiter is not None:
             limiter.restore_original_limits()
 
 
-def _minilm_rounds(ours, st, n_sentences: int, rounds: int, clock: str = "wall") -> dict:
+def _minilm_rounds(ours, st, n_sentences: int, rounds: int, clock: str = "wall", settle: float = SETTLE_S) -> dict:
     sentences = _sentences(n_sentences)
+    short = sentences[:64]
     t = interleaved(lambda: ours.encode(sentences, batch_size=32),
-                    lambda: st.encode(sentences, batch_size=32, normalize_embeddings=True), rounds, clock=clock)
+                    lambda: st.encode(sentences, batch_size=32, normalize_embeddings=True), rounds, clock=clock,
+                    settle=settle, warm=(lambda: ours.encode(short, batch_size=32),
+                                         lambda: st.encode(short, batch_size=32, normalize_embeddings=True)))
     agree = float(np.abs(ours.encode(sentences[:64]) - st.encode(sentences[:64], normalize_embeddings=True)).max())
     return {"sentences": n_sentences, "numpy_per_s": round(n_sentences / (t["a_ms"] / 1e3), 1),
             "sentence_transformers_per_s": round(n_sentences / (t["b_ms"] / 1e3), 1),
-            "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds, "clock": clock,
+            "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds, "clock": clock, "settle_s": settle,
             "max_abs_diff_embeddings": agree}
 
 
@@ -655,7 +716,9 @@ def format_table(doc: dict) -> str:
                   f"matmul peak {mach.get('matmul_peak_gflops')} GFLOP/s, load average "
                   f"{mach.get('load_average')} before / {mach.get('load_average_after')} after, other processes "
                   f"{_fmt_cores(mach.get('other_load_cores_before'))} cores before the run; times by the "
-                  f"{'process CPU time' if mach.get('clock') == 'cpu' else 'wall clock'}."]
+                  f"{'process CPU time' if mach.get('clock') == 'cpu' else 'wall clock'}"
+                  + (f", each timed call after {mach['settle_s']:g} s (and at least one call) of its own side's "
+                     f"untimed calls" if mach.get("settle_s") is not None else "") + "."]
     for w in doc.get("warnings", []):
         lines += ["", f"**Warning:** {w}"]
     if "minilm" in doc:

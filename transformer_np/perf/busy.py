@@ -18,9 +18,9 @@ _SPIN = "import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.ti
 _BUSY_CHILD = r"""
 import json, os, statistics, sys, time
 import numpy as np, torch
-from transformer_np.perf.bench import build_pair, OtherLoad, other_load
+from transformer_np.perf.bench import build_pair, OtherLoad, other_load, settled_call
 dims, dtype, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
-threads, rounds = int(sys.argv[4]), int(sys.argv[5])
+threads, rounds, settle = int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 torch.set_num_threads(threads)
 np_call, torch_call, _ = build_pair(tuple(dims), dtype, mode)
 tick = os.sysconf("SC_CLK_TCK")
@@ -45,8 +45,11 @@ np_call(); torch_call()
 before = other_load(0.5)   # while this process sleeps: the rounds of a small shape are too short to sample
 rows = []
 with OtherLoad() as others:
-    for _ in range(rounds):
-        rows.append(timed(np_call) + timed(torch_call))
+    for _ in range(rounds):   # settled blocks, as the bench's rows: untimed calls of a side before its timed one
+        row = []
+        for fn in (np_call, torch_call):
+            settled_call(lambda fn=fn: row.extend(timed(fn)), settle, time.perf_counter, fn)
+        rows.append(tuple(row))
 ratios = [a / c for a, _, c, _ in rows]
 print(json.dumps({"numpy_ms": 1e3 * statistics.median(r[0] for r in rows),
                   "torch_ms": 1e3 * statistics.median(r[2] for r in rows),
@@ -58,18 +61,24 @@ print(json.dumps({"numpy_ms": 1e3 * statistics.median(r[0] for r in rows),
 
 
 def busy_study(dims=None, dtype: str = "float32", mode: str = "fwd+bwd", threads=(1, 2),
-               spinners=(0, 1, 2), rounds: int = 5, spin_seconds: float = 600.0, log=None) -> list[dict]:
+               spinners=(0, 1, 2), rounds: int = 5, spin_seconds: float = 600.0, log=None,
+               settle: float | None = None) -> list[dict]:
     """Thread count × background load, measured: the data behind :func:`recommended_threads`.
 
     For every (threads, k) cell, k busy-loop processes are started, each in its own session (so the
     scheduler treats them as another user's jobs, as on a shared JupyterHub node), each stopping by
     itself after ``spin_seconds`` and killed by its pid when the cell is done; then a fresh process with
-    OpenBLAS and torch limited to ``threads`` runs the layer pair interleaved for ``rounds`` rounds.
+    OpenBLAS and torch limited to ``threads`` runs the layer pair in ``rounds`` rounds of settled blocks
+    (each timed call after ``settle`` seconds of its own side's untimed calls, default
+    :data:`transformer_np.perf.bench.SETTLE_S`; see :func:`transformer_np.perf.bench.interleaved`).
     Each row: median times and ratio, the per-round range of the ratio, the CPU seconds per call
     (all threads of the process: work *and* the busy-waiting of threads waiting for each other), and the
     cores used by other processes (spinners included) during the rounds and in 0.5 s just before them.
     Linux only (reads /proc). ``dims`` defaults to the bert-base shape."""
-    from .bench import SHAPES, _fmt_cores  # here: bench imports this module at its end
+    from .bench import SETTLE_S, SHAPES, _check_settle, _fmt_cores  # here: bench imports this module at its end
+
+    settle = SETTLE_S if settle is None else settle
+    _check_settle(settle)
 
     dims = SHAPES["bert-base"] if dims is None else dims
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -82,7 +91,7 @@ def busy_study(dims=None, dtype: str = "float32", mode: str = "fwd+bwd", threads
                 env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t),
                            PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
                 proc = subprocess.run([sys.executable, "-c", _BUSY_CHILD, json.dumps(list(dims)), dtype, mode,
-                                       str(t), str(rounds)], capture_output=True, text=True, env=env,
+                                       str(t), str(rounds), repr(settle)], capture_output=True, text=True, env=env,
                                       timeout=spin_seconds, check=False)
             finally:
                 for p in procs:

@@ -2,7 +2,10 @@ r"""``bench --profile minilm``: where MiniLM's ``encode`` spends its time, next 
 
 Both encode the same generated sentences (:func:`transformer_np.perf.bench._sentences`), batch size
 32, float32, the same thread count; rounds alternate (ours, theirs, ours, …) and each part's time is
-the median over the rounds. The parts:
+the median over the rounds. Each side's timed call is settled as the bench's rows are
+(:func:`transformer_np.perf.bench.settled_call`): it follows at least ``settle`` seconds (and at least one
+call) of its own side's untimed encoding of the first 64 sentences, so the other library's idle worker
+threads have stopped spinning before it starts. The parts:
 
 * **tokenisation**: text → padded id arrays (ours: :meth:`PretrainedEncoder.tokenize`; theirs:
   ``SentenceTransformer.tokenize``, the Rust ``tokenizers`` library);
@@ -101,10 +104,26 @@ def _theirs_once(st, sentences, clock: str) -> dict:
     return {**t.parts, "total": total}
 
 
+def _settled_rounds(sides, rounds: int, settle: float, log=None) -> dict:
+    """``{name: [timed() of each round]}`` for ``sides`` = ((name, timed, warm), …), side after side in
+    every round, each ``timed()`` call settled by :func:`transformer_np.perf.bench.settled_call` (``warm``
+    called for at least ``settle`` seconds, and at least once, just before it). ``log(r)`` as round r starts."""
+    from . import bench
+
+    runs: dict = {name: [] for name, _, _ in sides}
+    for r in range(rounds):
+        if log:
+            log(r + 1)
+        for name, timed, warm in sides:
+            bench.settled_call(lambda t=timed, n=name: runs[n].append(t()), settle, time.perf_counter, warm)
+    return runs
+
+
 def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None = None, clock: str = "wall",
-                   log=None) -> dict:
+                   log=None, settle: float | None = None) -> dict:
     """The per-part times (seconds, median over ``rounds`` alternating rounds) of our ``encode`` and
-    sentence-transformers' on the same sentences, and each side's sentences per second."""
+    sentence-transformers' on the same sentences, and each side's sentences per second. ``settle``: seconds
+    of untimed calls of a side before each of its timed calls (default :data:`transformer_np.perf.bench.SETTLE_S`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from . import bench
 
@@ -120,6 +139,8 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
         raise ValueError(f"clock must be one of {', '.join(bench.CLOCKS)}, got {clock!r}")
     if clock == "cpu" and threads != 1:
         raise ValueError(f"clock='cpu' needs threads=1, got threads={threads}")
+    settle = bench.SETTLE_S if settle is None else settle
+    bench._check_settle(settle)
     ours = load_pretrained(MODEL_NAME)
     st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
     sentences = bench._sentences(n_sentences)
@@ -132,18 +153,20 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
     try:
         ours.encode(sentences[:64])                                   # warm-up: weights in float32, pools
         st.encode(sentences[:64])
-        runs = {"numpy": [], "sentence_transformers": []}
-        for r in range(rounds):
-            if log:
-                log(f"MiniLM profile: round {r + 1} of {rounds} ({n_sentences} sentences each side) …")
-            runs["numpy"].append(_ours_once(ours, sentences, clock))
-            runs["sentence_transformers"].append(_theirs_once(st, sentences, clock))
+        short = sentences[:64]
+        runs = _settled_rounds((("numpy", lambda: _ours_once(ours, sentences, clock),
+                                 lambda: ours.encode(short, batch_size=32)),
+                                ("sentence_transformers", lambda: _theirs_once(st, sentences, clock),
+                                 lambda: st.encode(short, batch_size=32))), rounds, settle,
+                               None if log is None else lambda r: log(
+                                   f"MiniLM profile: round {r} of {rounds} ({n_sentences} sentences each side, "
+                                   f"each after {settle:g} s of its own side's untimed calls) …"))
     finally:
         _threads._THREADS = fast_threads
         torch.set_num_threads(torch_threads)
         if limiter is not None:
             limiter.restore_original_limits()
-    out = {"sentences": n_sentences, "rounds": rounds, "clock": clock,
+    out = {"sentences": n_sentences, "rounds": rounds, "clock": clock, "settle_s": settle,
            "threads": threads if threads is not None else bench._blas_threads()[0]}
     for side, rs in runs.items():
         parts = {k: statistics.median(r[k] for r in rs) for k in PARTS + ("total",)}
