@@ -169,6 +169,27 @@ def test_minilm_throughput_settles_each_side_on_a_short_batch(monkeypatch):
     assert doc["throughput_ratio"] == pytest.approx(1.0)
 
 
+def test_minilm_throughput_with_its_limit_times_three_settled_sides(monkeypatch):
+    """With ``limit``, each round also times the limit of encoding all sentences, settled on the limit of
+    the first 64; the document adds limit_s, limit_fraction and limit_torch_ratio."""
+    rec = Recorder(monkeypatch)
+    ours, st = _FakeEncoder(rec, "ours"), _FakeEncoder(rec, "st")
+
+    def limit(sentences):                                # half of an encode's fake time
+        def call():
+            start = rec.t
+            rec.t += 0.5e-3 * len(sentences)
+            rec.events.append(("call", f"limit:{len(sentences)}", start, rec.t))
+        return call
+
+    doc = bench._minilm_rounds(ours, st, n_sentences=200, rounds=3, clock="cpu", settle=0.2, limit=limit)
+    blocks = _check_blocks(rec, 0.2, lambda untimed, timed: untimed == timed.split(":")[0] + ":64")
+    assert blocks == [("ours:200", 4), ("st:200", 4), ("limit:200", 7)] * 3   # 0.032 × 7 ≥ 0.2 > 0.032 × 6
+    assert set(doc) == OLD_MINILM_KEYS | {"settle_s", "limit_s", "limit_fraction", "limit_torch_ratio"}
+    assert doc["limit_fraction"] == pytest.approx(0.5) and doc["limit_torch_ratio"] == pytest.approx(0.5)
+    assert doc["limit_s"] == pytest.approx(0.1)
+
+
 def test_minilm_profile_rounds_are_settled(monkeypatch):
     """``bench --profile minilm``'s rounds: ours then theirs, each timed pass after its own side's short
     encodes for the settle time; each side's results in round order."""

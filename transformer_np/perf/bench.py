@@ -148,8 +148,9 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
         layer.eval()
 
         def np_call():
-            # the fwd row's NumPy call: the one line to change for another forward (e.g. inference)
-            return encoder_layer_forward(x, p, config, **kw)
+            # inference, as torch's side runs under no_grad: no cache for a backward (for_backward=False);
+            # the attention weights are still kept unless store_attention=False (the recompute rows)
+            return encoder_layer_forward(x, p, config, for_backward=False, **kw)
 
         def torch_call():
             # op-by-op eager, like ours; the switch is global to torch: restore it after the call
@@ -647,25 +648,39 @@ def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | N
         if threads != _blas_threads()[0]:
             limiter = _limit_blas_threads(threads)
     try:
-        return _minilm_rounds(ours, st, n_sentences, rounds, clock, settle)
+        from .minilm_limit import minilm_limit_call
+
+        limit_threads = fast.get_num_threads()       # the elementwise threads encode runs with (set above)
+        return _minilm_rounds(ours, st, n_sentences, rounds, clock, settle,
+                              limit=lambda s: minilm_limit_call(ours, s, 32, limit_threads))
     finally:
         _threads._THREADS = fast_threads
         if limiter is not None:
             limiter.restore_original_limits()
 
 
-def _minilm_rounds(ours, st, n_sentences: int, rounds: int, clock: str = "wall", settle: float = SETTLE_S) -> dict:
+def _minilm_rounds(ours, st, n_sentences: int, rounds: int, clock: str = "wall", settle: float = SETTLE_S,
+                  limit: Callable[[list[str]], Callable[[], None]] | None = None) -> dict:
+    """Interleaved, settled rounds of ``ours.encode`` and ``st.encode`` (and of ``limit(sentences)()``, the
+    NumPy limit of that encode, when ``limit`` is given: keys ``limit_s``, ``limit_fraction`` and
+    ``limit_torch_ratio``, the limit over sentence-transformers' time)."""
     sentences = _sentences(n_sentences)
     short = sentences[:64]
     t = interleaved(lambda: ours.encode(sentences, batch_size=32),
                     lambda: st.encode(sentences, batch_size=32, normalize_embeddings=True), rounds, clock=clock,
-                    settle=settle, warm=(lambda: ours.encode(short, batch_size=32),
-                                         lambda: st.encode(short, batch_size=32, normalize_embeddings=True)))
+                    c=None if limit is None else limit(sentences), settle=settle,
+                    warm=(lambda: ours.encode(short, batch_size=32),
+                          lambda: st.encode(short, batch_size=32, normalize_embeddings=True))
+                    + (() if limit is None else (limit(short),)))
     agree = float(np.abs(ours.encode(sentences[:64]) - st.encode(sentences[:64], normalize_embeddings=True)).max())
-    return {"sentences": n_sentences, "numpy_per_s": round(n_sentences / (t["a_ms"] / 1e3), 1),
-            "sentence_transformers_per_s": round(n_sentences / (t["b_ms"] / 1e3), 1),
-            "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds, "clock": clock, "settle_s": settle,
-            "max_abs_diff_embeddings": agree}
+    doc = {"sentences": n_sentences, "numpy_per_s": round(n_sentences / (t["a_ms"] / 1e3), 1),
+           "sentence_transformers_per_s": round(n_sentences / (t["b_ms"] / 1e3), 1),
+           "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds, "clock": clock, "settle_s": settle,
+           "max_abs_diff_embeddings": agree}
+    if limit is not None:
+        doc.update(limit_s=round(t["c_ms"] / 1e3, 4), limit_fraction=round(statistics.median(t["c_over_a"]), 3),
+                   limit_torch_ratio=round(t["c_ms"] / t["b_ms"], 3))
+    return doc
 
 
 def _sentences(count: int, seed: int = 0) -> list[str]:
@@ -725,7 +740,10 @@ def format_table(doc: dict) -> str:
         m = doc["minilm"]
         lines += ["", f"MiniLM encode ({m['sentences']} sentences, float32): NumPy {m['numpy_per_s']:.0f}/s, "
                       f"sentence-transformers {m['sentence_transformers_per_s']:.0f}/s, "
-                      f"ratio {m['throughput_ratio']:.2f}."]
+                      f"ratio {m['throughput_ratio']:.2f}"
+                      + (f"; NumPy limit {m['limit_s']:.2f} s ({m['limit_fraction']:.2f} of NumPy's time, "
+                         f"{m['limit_torch_ratio']:.2f}x sentence-transformers' time)" if "limit_s" in m else "")
+                      + "."]
     return "\n".join(lines)
 
 
