@@ -7,7 +7,6 @@ on OpenBLAS's. Every element is computed by the same operations whichever thread
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,27 +19,21 @@ __all__ = ["get_num_threads", "set_num_threads"]
 
 # ----------------------------------------------------------------------------- threads
 # NumPy releases the GIL inside a ufunc's inner loop, so the elementwise passes of disjoint parts of an
-# array (GELU blocks, rows of a softmax block) run in parallel on Python threads, as the BLAS calls run
-# on OpenBLAS's. The count follows OpenBLAS's own default (OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS,
-# else the CPUs this process may run on), so `OPENBLAS_NUM_THREADS=1` makes the whole layer serial;
-# set_num_threads() overrides it (the bench sets both to its --threads).
+# array (GELU blocks, rows of a softmax block) can run in parallel on Python threads, as the BLAS calls run
+# on OpenBLAS's. By default they do not: one thread. Measured on the 2-core VM (quiet, 2026-12-02 03:20 UTC,
+# OpenBLAS 0.3.31 SkylakeX with 2 threads, settled calls, median of 7): a second Python thread for the
+# elementwise passes made every benchmark layer slower — attn-512 fwd 9.1 -> 11.5 ms, long fwd 134 -> 222,
+# minilm fwd 16.5 -> 20.0, bert-base fwd+bwd 309 -> 330 — because OpenBLAS's idle worker keeps spinning on
+# the other core for ~0.1 s after each product, and the two threads then share one core with it.
+# set_num_threads(n) opts in (results are the same whatever the count).
 _THREADS: int | None = None
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _POOL_LOCK = threading.Lock()
+_DEFAULT_THREADS = 1
 
 
 def _default_threads() -> int:
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        try:
-            n = int(os.environ.get(var, "").split(",")[0])
-        except ValueError:
-            continue
-        if n >= 1:
-            return n
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:                                   # not Linux
-        return max(1, os.cpu_count() or 1)
+    return _DEFAULT_THREADS
 
 
 def get_num_threads() -> int:
@@ -49,9 +42,11 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n: int | None) -> None:
-    """Use ``n`` threads for the fast path's elementwise passes (None: OpenBLAS's default rule,
-    OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / the usable CPUs). The results do not depend on it:
-    every element is computed by the same operations whichever thread runs it."""
+    """Use ``n`` threads for the fast path's elementwise passes (None: the default, 1 — with OpenBLAS's
+    workers spinning between products, a second elementwise thread was measured slower on every
+    benchmark layer; see the module's comment). The results do not depend on it: every element is
+    computed by the same operations whichever thread runs it. The matrix products use OpenBLAS's own
+    threads either way (``OPENBLAS_NUM_THREADS``, or threadpoolctl)."""
     global _THREADS
     if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
         raise InputTypeError(f"n must be a positive int or None, got {type(n).__name__} {n!r}")

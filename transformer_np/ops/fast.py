@@ -47,10 +47,11 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
 * **Fused float32 GELU** (:func:`_gelu32`): one range, one exp, no gather or select, 28 in-place
   passes on blocks of 64 Ki elements (2.3× the blocked erf); other activations and float64 keep
   the plain kernels' arithmetic on blocks of 16 Ki elements (bit for bit the plain result).
-* **Threads for the elementwise passes** (:func:`set_num_threads`): NumPy releases the GIL inside
-  a ufunc's loop, so GELU blocks, softmax rows and bias adds run on a small thread pool, as the
-  matrix products run on OpenBLAS's threads; every element is computed the same way whatever
-  the count.
+* **Threads for the elementwise passes, opt-in** (:func:`set_num_threads`): NumPy releases the GIL
+  inside a ufunc's loop, so GELU blocks, softmax rows and bias adds can run on a small thread pool;
+  every element is computed the same way whatever the count. The default is one thread: with
+  OpenBLAS's workers spinning between products, a second one was measured slower on every
+  benchmark layer (:mod:`transformer_np.ops._threads` has the numbers).
 * **Cache freeing** (``free_cache=True`` in :func:`mha_backward`, :func:`ffn_backward`): each
   entry is removed as it is read (:func:`transformer_np.ops.cache.reader`), so the largest arrays
   (A, f(U), f'(U)) are released mid-backward; dW₂ is computed before ∂L/∂f(U) so that f(U) goes first.

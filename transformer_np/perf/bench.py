@@ -416,8 +416,9 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     ``log`` (e.g. a printer to stderr) receives a progress line as each row starts, one every few
     seconds while a long row runs, and each row's result.
 
-    The fast path's elementwise threads (:func:`transformer_np.ops.fast.set_num_threads`) are set to
-    ``threads`` for the run, like OpenBLAS's and torch's, and restored after it."""
+    The fast path's elementwise threads (:func:`transformer_np.ops.fast.set_num_threads`) are the
+    library's default for the run (1: a second one was measured slower at 2 BLAS threads; the limit's
+    exp pass still uses ``threads``), recorded as ``machine["elementwise_threads"]``, and restored after it."""
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
     if clock == "cpu" and threads != 1:
@@ -447,7 +448,8 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     machine["settle_s"] = settle
     from ..ops import _threads, fast
     fast_threads = _threads._THREADS
-    fast.set_num_threads(threads)
+    fast.set_num_threads(None)                   # the library's default elementwise threads (1: see ops._threads)
+    machine["elementwise_threads"] = fast.get_num_threads()
     try:
         return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute, clock,
                          max_rounds, settle)
@@ -644,13 +646,13 @@ def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | N
     limiter, fast_threads = None, _threads._THREADS
     if threads is not None:
         torch.set_num_threads(threads)
-        fast.set_num_threads(threads)
+        fast.set_num_threads(None)                # the library's default elementwise threads, as encode runs
         if threads != _blas_threads()[0]:
             limiter = _limit_blas_threads(threads)
     try:
         from .minilm_limit import minilm_limit_call
 
-        limit_threads = fast.get_num_threads()       # the elementwise threads encode runs with (set above)
+        limit_threads = _blas_threads()[0]           # the limit's exp pass is spread over the run's threads
         return _minilm_rounds(ours, st, n_sentences, rounds, clock, settle,
                               limit=lambda s: minilm_limit_call(ours, s, 32, limit_threads))
     finally:

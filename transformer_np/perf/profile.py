@@ -147,7 +147,7 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
     limiter, fast_threads, torch_threads = None, _threads._THREADS, torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
-        fast.set_num_threads(threads)
+        fast.set_num_threads(None)                # the library's default elementwise threads, as encode runs
         if threads != bench._blas_threads()[0]:
             limiter = bench._limit_blas_threads(threads)
     try:
