@@ -29,8 +29,8 @@ from ..perf.bench import (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="only bert-base float32, 5 rounds, no memory or MiniLM runs (about a minute on a quiet "
-                             "2-core machine; the full run, about 14 minutes, twice its time before each timed call "
-                             "was settled: see --settle)")
+                             "2-core machine; the full run took 10.5-13 minutes there, about twice its time before "
+                             "each timed call was settled: see --settle)")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON instead of a table (no progress lines; warnings on stderr)")
     parser.add_argument("--shape", action="append", default=None, metavar="NAME|B,n,d,h,d_ff",
