@@ -137,3 +137,33 @@ def assert_folder_refused(folder, *fragments) -> str:
         assert f in msg, msg
     return msg
 
+
+
+def nontrivial_params(cfg, seed: int, dtype) -> dict:
+    """Glorot weights and non-trivial LayerNorm γ, β and biases for ``cfg`` (γ = 1, β = 0 and zero biases
+    would hide their gradients, or a misplaced one)."""
+    import transformer_np as tnp
+
+    p = tnp.init_params(cfg, seed=seed, init="xavier", std=0.5)
+    r = np.random.default_rng(seed + 7)
+    for k, v in p.items():
+        leaf = k.rsplit(".", 1)[-1]
+        if leaf == "gamma":
+            p[k] = 1 + 0.1 * r.standard_normal(v.shape)
+        elif leaf == "beta" or leaf.startswith("b_"):
+            p[k] = 0.1 * r.standard_normal(v.shape)
+    return {k: v.astype(dtype) for k, v in p.items()}
+
+
+def attention_mask_case(kind: str, B: int, n_q: int, n_k: int, dtype, r) -> np.ndarray | None:
+    """An additive attention mask: ``"none"`` (None), ``"padding"`` ((B, 1, 1, n_k), the last keys of
+    batch 0 hidden) or any other kind: a random (B, 1, n_q, n_k) pattern with 30% of the keys hidden."""
+    import transformer_np as tnp
+
+    if kind == "none":
+        return None
+    if kind == "padding":
+        am = np.ones((B, n_k), dtype=np.int64)
+        am[0, max(1, n_k // 2):] = 0
+        return tnp.padding_mask(am, dtype)
+    return np.where(r.random((B, 1, n_q, n_k)) < 0.3, np.finfo(dtype).min, 0.0).astype(dtype)

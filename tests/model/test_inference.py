@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import transformer_np as tnp
-from tests.helpers import assert_paths_close
+from helpers import assert_paths_close, nontrivial_params
 from transformer_np.errors import InputTypeError, InputValueError, NonFiniteError
 from transformer_np.io.hf_model import hf_backward, hf_forward
 from transformer_np.model.encoder import encoder_layer_backward, encoder_layer_forward
@@ -26,17 +26,6 @@ def _cfg(**kw):
     return tnp.EncoderConfig(**base)
 
 
-def _params(cfg, dtype, seed=0):
-    """Glorot weights with non-trivial γ, β and biases (1 and 0 would hide a misplaced one)."""
-    p = tnp.init_params(cfg, seed=seed, init="xavier", std=0.5)
-    r = np.random.default_rng(seed + 7)
-    for k, v in p.items():
-        leaf = k.rsplit(".", 1)[-1]
-        if leaf == "gamma":
-            p[k] = 1 + 0.1 * r.standard_normal(v.shape)
-        elif leaf == "beta" or leaf.startswith("b_"):
-            p[k] = 0.1 * r.standard_normal(v.shape)
-    return {k: v.astype(dtype) for k, v in p.items()}
 
 
 def _inputs(cfg, ids: bool, dtype, B=3, n=7):
@@ -62,7 +51,7 @@ CASES = [dict(norm_position=norm, activation=act) for norm in ("post", "pre") fo
 @pytest.mark.parametrize("ids", [True, False])
 def test_inference_gives_the_outputs_of_both_paths(case, dtype, store, ids):
     cfg = _cfg(**case)
-    p, inp = _params(cfg, dtype), _inputs(cfg, ids, dtype)
+    p, inp = nontrivial_params(cfg, 0, dtype), _inputs(cfg, ids, dtype)
     H, c = tnp.encoder_forward(p, cfg, **inp, store_attention=store, for_backward=False)
     H_fast, c_fast = tnp.encoder_forward(p, cfg, **inp)                     # the training forward, fast path
     H_plain, c_plain = tnp.encoder_forward(p, cfg, **inp, fast=False)
@@ -87,7 +76,7 @@ def test_inference_gives_the_outputs_of_both_paths(case, dtype, store, ids):
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_inference_with_dropout_draws_what_the_training_forward_draws(norm):
     cfg = _cfg(norm_position=norm, dropout=0.2)
-    p, inp = _params(cfg, np.float64), _inputs(cfg, True, np.float64)
+    p, inp = nontrivial_params(cfg, 0, np.float64), _inputs(cfg, True, np.float64)
     H, _ = tnp.encoder_forward(p, cfg, **inp, training=True, rng=np.random.default_rng(5), for_backward=False)
     H_t, _ = tnp.encoder_forward(p, cfg, **inp, training=True, rng=np.random.default_rng(5))
     assert_paths_close(H, H_t, paths=("inference", "training forward"), k=_k(cfg))
@@ -96,7 +85,7 @@ def test_inference_with_dropout_draws_what_the_training_forward_draws(norm):
 @pytest.mark.parametrize("fast_path", [True, False])
 def test_the_inference_cache_keeps_what_the_api_reports_and_backwards_refuse_it(fast_path):
     cfg = _cfg()
-    p, inp = _params(cfg, np.float64), _inputs(cfg, True, np.float64)
+    p, inp = nontrivial_params(cfg, 0, np.float64), _inputs(cfg, True, np.float64)
     H, c = tnp.encoder_forward(p, cfg, **inp, fast=fast_path, for_backward=False)
     assert {"hidden_states", "attentions"} <= set(c)
     assert not {"layers", "guard", "embeddings", "emb_drop", "final_ln"} & set(c)
@@ -135,7 +124,7 @@ def test_the_kernels_refuse_an_inference_cache():
 @pytest.mark.parametrize("fast_path", [True, False])
 def test_a_nonfinite_parameter_is_still_refused_and_named(name, value, fast_path):
     cfg = _cfg()
-    p, inp = _params(cfg, np.float32), _inputs(cfg, True, np.float32)
+    p, inp = nontrivial_params(cfg, 0, np.float32), _inputs(cfg, True, np.float32)
     p[name].flat[1] = value
     with pytest.raises(NonFiniteError, match=rf"params\['{name}'\] must contain only finite values, got 1 NaN/inf"):
         tnp.encoder_forward(p, cfg, **inp, fast=fast_path, for_backward=False)
@@ -144,7 +133,7 @@ def test_a_nonfinite_parameter_is_still_refused_and_named(name, value, fast_path
 @pytest.mark.parametrize("fast_path", [True, False])
 def test_the_layer_api_names_a_nonfinite_parameter_and_reports_an_overflow(fast_path):
     cfg = _cfg()
-    p = sub_params(_params(cfg, np.float32), "layers.0.")
+    p = sub_params(nontrivial_params(cfg, 0, np.float32), "layers.0.")
     x = np.random.default_rng(0).standard_normal((2, 5, cfg.d_model)).astype(np.float32)
     bad = dict(p)
     bad["ffn.b_2"] = p["ffn.b_2"].copy()
@@ -159,7 +148,7 @@ def test_the_layer_api_names_a_nonfinite_parameter_and_reports_an_overflow(fast_
 
 def test_an_overflow_with_finite_parameters_is_reported_as_one():
     cfg = _cfg()
-    p = _params(cfg, np.float32)
+    p = nontrivial_params(cfg, 0, np.float32)
     p["layers.0.ffn.W_2"] = p["layers.0.ffn.W_2"] * np.float32(1e37)
     for fast_path in (True, False):       # as the training forward reports it (tests/model/test_edge_cases.py)
         with pytest.raises(NonFiniteError, match=r"overflowed float32 in layer \d|variance of x is not finite"):
@@ -168,7 +157,7 @@ def test_an_overflow_with_finite_parameters_is_reported_as_one():
 
 def test_for_backward_is_a_keyword_bool():
     cfg = _cfg()
-    p, inp = _params(cfg, np.float64), _inputs(cfg, True, np.float64)
+    p, inp = nontrivial_params(cfg, 0, np.float64), _inputs(cfg, True, np.float64)
     with pytest.raises(InputTypeError, match="for_backward"):
         tnp.encoder_forward(p, cfg, **inp, for_backward=0)
     with pytest.raises(InputTypeError, match="for_backward"):
@@ -293,7 +282,7 @@ def test_value_only_layernorm(dtype, shape):
 
 def test_the_inference_layer_never_writes_its_input():
     cfg = _cfg(norm_position="pre")
-    p = sub_params(_params(cfg, np.float32), "layers.1.")
+    p = sub_params(nontrivial_params(cfg, 0, np.float32), "layers.1.")
     x = np.random.default_rng(0).standard_normal((2, 5, cfg.d_model)).astype(np.float32)
     before = x.copy()
     mask = _padding_mask(np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]), np.float32)

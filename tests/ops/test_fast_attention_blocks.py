@@ -12,19 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import transformer_np as tnp
-from helpers import assert_paths_close
+from helpers import assert_paths_close, attention_mask_case
 from transformer_np.ops import fast, fast_attention, plain
-
-
-def _mask(kind: str, B: int, n_q: int, n_k: int, dtype, r) -> np.ndarray | None:
-    if kind == "none":
-        return None
-    if kind == "padding":
-        am = np.ones((B, n_k), dtype=np.int64)
-        am[0, max(1, n_k // 2):] = 0
-        return tnp.padding_mask(am, dtype)
-    return np.where(r.random((B, 1, n_q, n_k)) < 0.3, np.finfo(dtype).min, 0.0).astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -44,7 +33,7 @@ def test_blocked_training_attention_agrees_with_plain(monkeypatch, dtype, mask_k
     K = r.standard_normal((B, h, n_k, d_k)).astype(dtype)
     V = r.standard_normal((B, h, n_k, d_v)).astype(dtype)
     dO = r.standard_normal((B, h, n_q, d_v)).astype(dtype)
-    mask = _mask(mask_kind, B, n_q, n_k, dtype, r)
+    mask = attention_mask_case(mask_kind, B, n_q, n_k, dtype, r)
     Op, cp = plain.attention_forward(Q, K, V, mask, p, p > 0, np.random.default_rng(1))
     gp = plain.attention_backward(dO, cp)
     k = max(n_k, n_q, d_k)                                   # the longest reduction (dK sums over the n_q rows)
@@ -71,7 +60,7 @@ def test_short_rows_keep_the_plain_softmax_backward(monkeypatch, store, ones):
     K = r.standard_normal((B, h, n_k, d_k))
     V = r.standard_normal((B, h, n_k, d_v))
     dO = r.standard_normal((B, h, n_q, d_v))
-    mask = _mask("padding", B, n_q, n_k, np.float64, r)
+    mask = attention_mask_case("padding", B, n_q, n_k, np.float64, r)
     Op, cp = plain.attention_forward(Q, K, V, mask)
     gp = plain.attention_backward(dO, cp)
     Of, cf = fast.attention_forward(Q, K, V, mask, store_attention=store)
@@ -89,7 +78,7 @@ def test_short_heads_go_several_to_a_block(monkeypatch, store, ones):
     r = np.random.default_rng(33)
     B, h, n, d_k = 4, 3, 6, 4
     Q, K, V, dO = (r.standard_normal((B, h, n, d_k)) for _ in range(4))
-    mask = _mask("full", B, n, n, np.float64, r)
+    mask = attention_mask_case("full", B, n, n, np.float64, r)
     monkeypatch.setattr(fast_attention, "_ONES_MIN", 1 if ones else 10**9)
     Op, cp = plain.attention_forward(Q, K, V, mask)
     gp = plain.attention_backward(dO, cp)
@@ -113,7 +102,7 @@ def test_pool_threads_do_not_change_training_results(store):
     1 and 2 pool threads give the same bits (the same operations per element, the same BLAS calls)."""
     r = np.random.default_rng(34)
     Q, K, V, dO = (r.standard_normal((2, 2, 200, 16)).astype(np.float32) for _ in range(4))
-    mask = _mask("full", 2, 200, 200, np.float32, r)
+    mask = attention_mask_case("full", 2, 200, 200, np.float32, r)
     assert 200 * 200 * 4 >= fast_attention._POOL_MIN              # one block of every head, on the pool
     runs = []
     before = fast.get_num_threads()

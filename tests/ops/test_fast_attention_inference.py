@@ -17,22 +17,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import transformer_np as tnp
-from helpers import assert_paths_close
+from helpers import assert_paths_close, attention_mask_case
 from transformer_np.ops import fast, fast_attention, plain
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = st.sampled_from([np.float64, np.float32])
 
 
-def _mask(kind: str, B: int, n_q: int, n_k: int, dtype, r) -> np.ndarray | None:
-    if kind == "none":
-        return None
-    if kind == "padding":                                    # (B, 1, 1, n_k): the last keys of batch 0 hidden
-        am = np.ones((B, n_k), dtype=np.int64)
-        am[0, max(1, n_k // 2):] = 0
-        return tnp.padding_mask(am, dtype)
-    return np.where(r.random((B, 1, n_q, n_k)) < 0.3, np.finfo(dtype).min, 0.0).astype(dtype)   # any pattern
 
 
 def _check(Q, K, V, mask, store: bool, what: str = "") -> tuple[np.ndarray, np.ndarray | None]:
@@ -59,7 +50,7 @@ def test_inference_forward_agrees_with_plain(B, h, n_q, n_k, d_k, d_v, mask_kind
     Q = r.standard_normal((B, h, n_q, d_k)).astype(dtype)
     K = r.standard_normal((B, h, n_k, d_k)).astype(dtype)
     V = r.standard_normal((B, h, n_k, d_v)).astype(dtype)
-    _check(Q, K, V, _mask(mask_kind, B, n_q, n_k, dtype, r), store)
+    _check(Q, K, V, attention_mask_case(mask_kind, B, n_q, n_k, dtype, r), store)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -77,7 +68,7 @@ def test_several_row_blocks_per_head(monkeypatch, dtype, mask_kind, store, ones)
         Q = r.standard_normal((2, 3, n_q, d_k)).astype(dtype)
         K = r.standard_normal((2, 3, n_k, d_k)).astype(dtype)
         V = r.standard_normal((2, 3, n_k, 5)).astype(dtype)
-        _check(Q, K, V, _mask(mask_kind, 2, n_q, n_k, dtype, r), store, f"d_k={d_k}")
+        _check(Q, K, V, attention_mask_case(mask_kind, 2, n_q, n_k, dtype, r), store, f"d_k={d_k}")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -86,7 +77,7 @@ def test_long_rows_skip_the_max_and_agree(dtype, mask_kind):
     r = np.random.default_rng(21)
     B, h, n, d_k = 2, 2, 256, 16                             # past _SKIP_MIN_SCORES: the bound is used
     Q, K, V = (r.standard_normal((B, h, n, d_k)).astype(dtype) for _ in range(3))
-    mask = _mask(mask_kind, B, n, n, dtype, r)
+    mask = attention_mask_case(mask_kind, B, n, n, dtype, r)
     safe = fast_attention._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
     assert safe is not None and safe.all()                   # every row skips the max subtraction
     for store in (True, False):
@@ -168,7 +159,7 @@ def test_threads_do_not_change_the_result():
     same operations whichever thread runs it."""
     r = np.random.default_rng(9)
     Q, K, V = (r.standard_normal((2, 2, 300, 16)).astype(np.float32) for _ in range(3))
-    mask = _mask("full", 2, 300, 300, np.float32, r)
+    mask = attention_mask_case("full", 2, 300, 300, np.float32, r)
     before = fast.get_num_threads()
     try:
         fast.set_num_threads(1)

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import transformer_np as tnp
-from helpers import PATH_C, assert_paths_close
+from helpers import PATH_C, assert_paths_close, attention_mask_case, nontrivial_params
 from transformer_np.model.gradcheck import rel_error
 from transformer_np.model.params import sub_params
 from transformer_np.ops import fast, fast_attention, fast_ffn, plain
@@ -120,14 +120,6 @@ def test_softmax_in_place_and_out(rows, cols, scale, dtype, seed):
     assert_agree(tnp.softmax(x, out=np.empty_like(x)), ref, dtype, "public out=")
 
 
-def _mask(kind: str, B: int, n_q: int, n_k: int, dtype, r) -> np.ndarray | None:
-    if kind == "none":
-        return None
-    if kind == "padding":                                   # (B, 1, 1, n_k): the last keys of batch 0 hidden
-        am = np.ones((B, n_k), dtype=np.int64)
-        am[0, max(1, n_k // 2):] = 0
-        return tnp.padding_mask(am, dtype)
-    return np.where(r.random((B, 1, n_q, n_k)) < 0.3, np.finfo(dtype).min, 0.0).astype(dtype)   # any pattern
 
 
 MASKS = st.sampled_from(["none", "padding", "full"])
@@ -146,7 +138,7 @@ def test_attention(B, h, n_q, n_k, d_k, d_v, mask_kind, p, dtype, seed):
     K = r.standard_normal((B, h, n_k, d_k)).astype(dtype)
     V = r.standard_normal((B, h, n_k, d_v)).astype(dtype)
     dO = r.standard_normal((B, h, n_q, d_v)).astype(dtype)
-    mask = _mask(mask_kind, B, n_q, n_k, dtype, r)
+    mask = attention_mask_case(mask_kind, B, n_q, n_k, dtype, r)
     Op, cp = plain.attention_forward(Q, K, V, mask, p, p > 0, _rng(seed + 1))
     gp = dict(zip("QKV", plain.attention_backward(dO, cp)))
     for store in (True, False):                             # False: A recomputed by row blocks
@@ -176,7 +168,7 @@ def test_mha(B, n, h, d_k, mask_kind, p_drop, dtype, seed, free):
     x = r.standard_normal((B, n, d)).astype(dtype)
     dout = r.standard_normal((B, n, d)).astype(dtype)
     p = _mha_params(d, dtype, r)
-    mask = _mask(mask_kind, B, n, n, dtype, r)
+    mask = attention_mask_case(mask_kind, B, n, n, dtype, r)
     op, cp = plain.mha_forward(x, p, h, mask, p_drop, p_drop > 0, _rng(seed + 1))
     A = cp["attn"]["weights"]
     dxp, gp = plain.mha_backward(dout, cp, free)
@@ -275,17 +267,6 @@ def test_ffn(B, n, d, d_ff, act, dtype, seed, free):
 
 
 # ----------------------------------------------------------------------------- the whole stack
-def _params(cfg, seed: int, dtype) -> dict:
-    """Glorot weights and non-trivial LayerNorm γ, β and biases (γ = 1, β = 0 would hide their gradients)."""
-    p = tnp.init_params(cfg, seed=seed, init="xavier", std=0.5)
-    r = _rng(seed + 7)
-    for k, v in p.items():
-        leaf = k.rsplit(".", 1)[-1]
-        if leaf == "gamma":
-            p[k] = 1 + 0.1 * r.standard_normal(v.shape)
-        elif leaf == "beta" or leaf.startswith("b_"):
-            p[k] = 0.1 * r.standard_normal(v.shape)
-    return {k: v.astype(dtype) for k, v in p.items()}
 
 
 @st.composite
@@ -374,7 +355,7 @@ def test_encoder_stack_forward_and_every_gradient(s):
                             norm_position=s["norm"], final_layer_norm=s["norm"] == "pre", activation=s["act"],
                             vocab_size=31, max_len=8, type_vocab_size=2, dropout=0.1, layer_norm_eps=1e-5)
     dtype = s["dtype"]
-    params = _params(cfg, s["seed"], dtype)
+    params = nontrivial_params(cfg, s["seed"], dtype)
     r = _rng(s["seed"])
     B, n = s["B"], s["n"]
     mask = np.ones((B, n), dtype=np.int64)
@@ -413,7 +394,7 @@ def test_encoder_stack_forward_and_every_gradient(s):
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_layer_api_runs_either_path_and_its_backward_follows_the_forward(norm):
     cfg = tnp.EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, norm_position=norm, dropout=0.0)
-    p = sub_params(_params(cfg, 0, np.float64), "layers.0.")
+    p = sub_params(nontrivial_params(cfg, 0, np.float64), "layers.0.")
     x, dy = _rng(1).standard_normal((2, 5, 8)), _rng(2).standard_normal((2, 5, 8))
     (yf, cf), (yp, cp) = (tnp.encoder_layer_forward(x, p, cfg, fast=f) for f in (True, False))
     assert cf["fast"] is True and cp["fast"] is False
@@ -441,7 +422,7 @@ def test_plain_path_caches_the_scores_and_the_fast_path_does_not():
 def test_public_backwards_accept_the_fast_paths_caches():
     """mha_backward / attention_backward given a cache of the (default, fast) encoder layer."""
     cfg = tnp.EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
-    p = sub_params(_params(cfg, 3, np.float64), "layers.0.")
+    p = sub_params(nontrivial_params(cfg, 3, np.float64), "layers.0.")
     attn_p = sub_params(p, "attn.")
     x = _rng(3).standard_normal((2, 5, 8))
     dout = _rng(4).standard_normal((2, 5, 8))
@@ -515,7 +496,7 @@ def test_row_blocked_attention_equals_one_block(monkeypatch, mask_kind, dropout)
     r = _rng(0)
     B, h, n, dk = 2, 3, 11, 4
     Q, K, V, dO = (r.standard_normal((B, h, n, dk)) for _ in range(4))
-    mask = _mask(mask_kind, B, n, n, np.float64, r)
+    mask = attention_mask_case(mask_kind, B, n, n, np.float64, r)
 
     def run():
         O, c = fast.attention_forward(Q, K, V, mask, dropout, dropout > 0, _rng(1))
@@ -557,7 +538,7 @@ def test_attention_long_rows_use_the_output_row_sums(store, dtype, p):
     B, h, n, d_k = 2, 3, 40, 4
     Q, K, V = (r.standard_normal((B, h, n, d_k)).astype(dtype) for _ in range(3))
     dO = r.standard_normal((B, h, n, d_k)).astype(dtype)
-    mask = _mask("padding", B, n, n, dtype, r)
+    mask = attention_mask_case("padding", B, n, n, dtype, r)
     Op, cp = plain.attention_forward(Q, K, V, mask, p, p > 0, _rng(12))
     gp = dict(zip("QKV", plain.attention_backward(dO, cp)))
     Of, cf = fast.attention_forward(Q, K, V, mask, p, p > 0, _rng(12), store_attention=store)
@@ -571,7 +552,7 @@ def test_results_do_not_depend_on_the_thread_count(store):
     """The elementwise passes split over threads compute every element with the same operations:
     1 and 3 threads give bit-identical outputs and gradients (float32 GELU, blocks of scores, masks)."""
     cfg = tnp.EncoderConfig(n_layers=2, d_model=16, n_heads=2, d_ff=64, dropout=0.0)
-    params = {k: v.astype(np.float32) for k, v in _params(cfg, 5, np.float64).items()}
+    params = {k: v.astype(np.float32) for k, v in nontrivial_params(cfg, 5, np.float64).items()}
     r = _rng(5)
     x = r.standard_normal((3, 37, 16)).astype(np.float32)
     mask = np.ones((3, 37), dtype=np.int64)
@@ -652,7 +633,7 @@ def test_long_rows_skip_the_max_and_agree_with_plain(dtype, mask_kind):
     r = _rng(21)
     B, h, n, d_k = 2, 2, 256, 16                               # 2·2·256² scores: past _SKIP_MIN_SCORES
     Q, K, V, dO = (r.standard_normal((B, h, n, d_k)).astype(dtype) for _ in range(4))
-    mask = _mask(mask_kind, B, n, n, dtype, r)
+    mask = attention_mask_case(mask_kind, B, n, n, dtype, r)
     safe = fast_attention._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
     assert safe is not None and safe.all()                     # the skip is taken for every row
     _against_plain(Q, K, V, dO, mask, dtype, TOL[np.dtype(dtype)])
@@ -754,7 +735,7 @@ def test_the_bound_is_sound(B, n, d_k, scale, mask_kind, dtype, seed):
     elif mask_kind == "neg_inf":
         mask = np.where(r.random((B, 1, 1, n)) < 0.5, -np.inf, 0.0).astype(dtype)
     else:
-        mask = _mask(mask_kind, B, n, n, dtype, r)
+        mask = attention_mask_case(mask_kind, B, n, n, dtype, r)
     safe = fast_attention._no_max_rows(Q, K, V, mask, np.sqrt(d_k))
     if safe is None:
         return

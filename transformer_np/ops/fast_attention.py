@@ -115,19 +115,9 @@ def _no_max_rows(Q, K, V, mask, sqrt_dk: float) -> np.ndarray | None:
 
 def _exp_rows(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=None,
               normalise: bool = True) -> None:
-    """The forward softmax passes over rows S of a block, in place: S ← exp(S' − m) [/ ℓ], S' = S/√d_k + M
-    (the ÷ √d_k only when not folded into Q), m the row max (0 when ``skip_max``: see
-    :func:`_no_max_rows`), ℓ = Σ_j exp(S' − m). ``m`` / ``ell`` (…, r, 1) receive them when given."""
-    if not _folds(sqrt_dk):
-        S /= sqrt_dk                                         # ÷ √d_k like the plain path
-    if mask is not None:
-        S += mask
-    if skip_max:
-        if m is not None:
-            m.fill(0)
-    else:
-        S -= np.max(S, axis=-1, keepdims=True, out=m)
-    np.exp(S, out=S)
+    """The forward softmax passes over rows S of a block, in place: S ← exp(S' − m) [/ ℓ] (:func:`_exp_only`,
+    then ℓ = Σ_j exp(S' − m) and the division). ``m`` / ``ell`` (…, r, 1) receive them when given."""
+    _exp_only(S, sqrt_dk, mask, skip_max, m)
     ell = np.sum(S, axis=-1, keepdims=True, out=ell)
     if normalise:
         S /= ell
