@@ -46,15 +46,23 @@ def _relu(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return z * mask, mask.astype(z.dtype)
 
 
+def _gelu_cdf(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + _erf(z * _INV_SQRT2))                 # Φ(z)
+
+
 def _gelu(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    cdf = 0.5 * (1.0 + _erf(z * _INV_SQRT2))                 # Φ(z)
+    cdf = _gelu_cdf(z)
     pdf = np.exp(-0.5 * z * z) * _INV_SQRT_2PI              # φ(z)
     return z * cdf, cdf + z * pdf
 
 
+def _gelu_tanh_t(z: np.ndarray, z2: np.ndarray) -> np.ndarray:
+    return np.tanh(_SQRT_2_OVER_PI * z * (1.0 + _C * z2))    # t = tanh(√(2/π) (z + C z³))
+
+
 def _gelu_tanh(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     z2 = z * z
-    t = np.tanh(_SQRT_2_OVER_PI * z * (1.0 + _C * z2))
+    t = _gelu_tanh_t(z, z2)
     half_1pt = 0.5 * (1.0 + t)
     out = z * half_1pt
     grad = half_1pt + 0.5 * z * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _C * z2)
@@ -62,6 +70,11 @@ def _gelu_tanh(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 _FUNCS = {"relu": _relu, "gelu": _gelu, "gelu_tanh": _gelu_tanh}
+
+#: f(z) alone (inference), by the same operations as the value half of :data:`_FUNCS` (bit for bit).
+_VALUE_FUNCS = {"relu": lambda z: z * (z > 0),
+                "gelu": lambda z: z * _gelu_cdf(z),
+                "gelu_tanh": lambda z: z * (0.5 * (1.0 + _gelu_tanh_t(z, z * z)))}
 
 
 def _activation_forward(z: np.ndarray, activation: str = "gelu") -> tuple[np.ndarray, dict]:

@@ -11,11 +11,9 @@ import math
 import numpy as np
 
 from ._threads import _parallel, _rows_parallel, get_num_threads
-from .activations import _C as _TANH_C
 from .activations import _FUNCS as _ACTIVATION_FUNCS
-from .activations import _INV_SQRT2, _SQRT_2_OVER_PI
+from .activations import _VALUE_FUNCS as _ACTIVATION_VALUES
 from .cache import check_for_backward, reader
-from .erf import _erf
 from .layernorm import check_variance
 
 __all__ = ["linear_forward", "linear_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
@@ -207,16 +205,6 @@ def _gelu32_value(z: np.ndarray, out: np.ndarray, a, s, e) -> None:
     out -= e
 
 
-def _activation_value(z: np.ndarray, activation: str) -> np.ndarray:
-    """f(z) alone (inference), the plain kernel's value arithmetic per element — bit for bit — except
-    float32 exact GELU (:func:`_gelu32_value`)."""
-    if activation == "relu":
-        return z * (z > 0)                                  # the plain op's z · [z > 0] (−0.0 kept)
-    if activation == "gelu_tanh":
-        return z * (0.5 * (1.0 + np.tanh(_SQRT_2_OVER_PI * z * (1.0 + _TANH_C * (z * z)))))
-    return z * (0.5 * (1.0 + _erf(z * _INV_SQRT2)))         # exact GELU, float64 (the plain op's value)
-
-
 def activation_forward(z: np.ndarray, activation: str = "gelu", *,
                        for_backward: bool = True) -> tuple[np.ndarray, dict]:
     """(f(z), f'(z)) evaluated on consecutive blocks of the flattened z (same cache as the plain op).
@@ -283,7 +271,7 @@ def _activation(z: np.ndarray, activation: str, in_place: bool = False, for_back
             if for_backward:
                 out_flat[block], grad_flat[block] = f(z_flat[block])
             else:
-                out_flat[block] = _activation_value(z_flat[block], activation)
+                out_flat[block] = _ACTIVATION_VALUES[activation](z_flat[block])
     if not for_backward:
         return out, {"kind": "activation", "activation": activation, "for_backward": False}
     return out, {"kind": "activation", "activation": activation, "grad": grad}
