@@ -75,7 +75,7 @@ def _rng(seed):
 
 # ----------------------------------------------------------------------------- the two kernel sets
 #: the fast path's own: rebuilding A when the forward did not store it (store_attention=False)
-FAST_ONLY = {"attention_weights", "get_num_threads", "set_num_threads"}
+FAST_ONLY = {"attention_weights", "get_num_threads", "set_num_threads", "get_batch_threads", "set_batch_threads"}
 
 
 def test_both_paths_offer_the_same_kernels_with_the_same_signatures():
@@ -83,9 +83,10 @@ def test_both_paths_offer_the_same_kernels_with_the_same_signatures():
     for name in plain.__all__:
         f, p = list(inspect.signature(getattr(fast, name)).parameters), \
             list(inspect.signature(getattr(plain, name)).parameters)
-        # fast.softmax adds out=, fast.attention_forward / mha_forward add store_attention= and
-        # for_backward= (inference caches), fast.ffn_forward / activation_forward may add for_backward=
-        assert f[:len(p)] == p and set(f[len(p):]) <= {"out", "store_attention", "for_backward"}, name
+        # fast.softmax adds out=, fast.attention_forward / mha_forward add store_attention=,
+        # for_backward= (inference caches) and weights_out= (a shard's part of the batch's A),
+        # fast.ffn_forward / activation_forward may add for_backward=
+        assert f[:len(p)] == p and set(f[len(p):]) <= {"out", "store_attention", "for_backward", "weights_out"}, name
 
 
 # ----------------------------------------------------------------------------- op by op

@@ -59,6 +59,7 @@ from .._validate import (
 from ..errors import InputTypeError, InputValueError, NonFiniteError
 from ..ops import fast as _fast_ops
 from ..ops import plain as _plain_ops
+from ..ops._threads import _chunks, _in_shards, get_batch_threads
 from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
 from ..ops.cache import FREED_MESSAGE, ParamGuard, check_for_backward, check_not_freed, reader
 from ..ops.dropout import _dropout_backward, _dropout_forward
@@ -130,8 +131,56 @@ def _inference_cache(c: dict) -> dict:
                                           "attn": {"weights": c["attn"]["attn"]["weights"]}}}
 
 
+# The fast inference layer splits a batch over get_batch_threads() threads (ops/_threads.py has the rule and
+# the measurements) when every thread gets at least one sequence and the layer has at least _SHARD_MIN_FLOPS
+# of products: a split costs ~0.1 ms (handing a shard to a pool thread, waiting for it, OpenBLAS's thread
+# count set twice), the time of ~2**24 flops at one thread here; bench shapes have 2**28–2**35.
+_SHARD_MIN_FLOPS = 1 << 24
+
+
+def _shards(x: np.ndarray, config: EncoderConfig, dropout: bool) -> list[slice]:
+    """The batch slices the inference layer runs on their own threads ([all of x]: no split)."""
+    B, n, d = x.shape
+    threads = get_batch_threads()
+    flops = 2 * B * n * d * (4 * d + 2 * config.d_ff) + 4 * B * n * n * d   # the layer's products
+    if dropout or threads < 2 or B < threads or flops < _SHARD_MIN_FLOPS:
+        return [slice(0, B)]
+    return _chunks(B, threads)
+
+
+def _batch_part(mask: np.ndarray | None, rows: slice, B: int) -> np.ndarray | None:
+    """The part of an additive mask (broadcastable to (B, h, n, n)) for the sequences ``rows``."""
+    if mask is None or mask.ndim < 4 or mask.shape[0] != B:
+        return mask                                          # broadcast over the batch: whole
+    return mask[rows]
+
+
 def _layer_infer(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
                  training: bool, rng, store_attention: bool) -> tuple[np.ndarray, dict]:
+    """:func:`_layer_infer_one`, on shards of the batch in parallel when :func:`_shards` splits it:
+    each shard writes its sequences' rows of the output and of A (one (B, h, n, n) array)."""
+    parts = _shards(x, config, training and config.dropout > 0)
+    if len(parts) == 1:
+        return _layer_infer_one(x, p, config, mask, training, rng, store_attention)
+    B, n, _ = x.shape
+    out = np.empty_like(x)                                                   # (B, n, d)
+    A = np.empty((B, config.n_heads, n, n), dtype=x.dtype) if store_attention else None   # (B, h, n, n)
+
+    def shard(i: int) -> None:
+        rows = parts[i]
+        out[rows] = _layer_infer_one(x[rows], p, config, _batch_part(mask, rows, B), training, rng,
+                                     store_attention, None if A is None else A[rows])[0]   # (b, n, d)
+
+    _in_shards(shard, len(parts))
+    return out, {"kind": "encoder_layer", "for_backward": False, "fast": True,
+                 "norm_position": config.norm_position, "shape": x.shape,
+                 "attn": {"kind": "mha", "n_heads": config.n_heads, "for_backward": False,
+                          "attn": {"kind": "attention", "weights": A, "for_backward": False}}}
+
+
+def _layer_infer_one(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
+                     training: bool, rng, store_attention: bool,
+                     weights_out: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """The fast path's layer for inference: the same sublayers as :func:`_layer_forward`, their
     inference kernels (no cache entry a backward needs, no f'(U)), and the residual sums and LayerNorms
     written in buffers the layer owns (each sublayer's output is a new array; x is never written):
@@ -146,7 +195,7 @@ def _layer_infer(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray
 
     def mha(y: np.ndarray) -> tuple[np.ndarray, dict]:
         a, ca = ops.mha_forward(y, attn_p, h, mask, drop, training, rng, store_attention=store_attention,
-                                for_backward=False)                       # (B, n, d), a new array
+                                for_backward=False, weights_out=weights_out)   # (B, n, d), a new array
         return (ops.dropout_forward(a, drop, training, rng)[0] if dropout else a), ca
 
     def ffn(y: np.ndarray) -> np.ndarray:

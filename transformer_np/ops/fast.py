@@ -52,6 +52,12 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
   every element is computed the same way whatever the count. The default is one thread: with
   OpenBLAS's workers spinning between products, a second one was measured slower on every
   benchmark layer (:mod:`transformer_np.ops._threads` has the numbers).
+* **A batch split over threads, for inference** (:func:`set_batch_threads`): at two threads the
+  inference layer runs two halves of a batch on two threads with OpenBLAS at one thread in each
+  (via threadpoolctl), and ``PretrainedEncoder.encode`` runs whole batches on them in turn: every
+  product and elementwise pass of a half has a core to itself, and no OpenBLAS worker spins against
+  the elementwise passes. The default is BLAS's thread count; the numbers are in
+  :mod:`transformer_np.ops._threads`.
 * **Cache freeing** (``free_cache=True`` in :func:`mha_backward`, :func:`ffn_backward`): each
   entry is removed as it is read (:func:`transformer_np.ops.cache.reader`), so the largest arrays
   (A, f(U), f'(U)) are released mid-backward; dW₂ is computed before ∂L/∂f(U) so that f(U) goes first.
@@ -63,7 +69,7 @@ by the dtype for both paths (it is also the more accurate one in float32: ≤ 1.
 
 from __future__ import annotations
 
-from ._threads import get_num_threads, set_num_threads
+from ._threads import get_batch_threads, get_num_threads, set_batch_threads, set_num_threads
 from .dropout import _dropout_backward as dropout_backward
 from .dropout import _dropout_forward as dropout_forward
 from .fast_attention import attention_backward, attention_forward, attention_weights, mha_backward, mha_forward, softmax
@@ -80,7 +86,7 @@ from .fast_ffn import (
 from .residual import _residual_backward as residual_backward
 from .residual import _residual_forward as residual_forward
 
-__all__ = ["attention_weights", "get_num_threads", "set_num_threads",
+__all__ = ["attention_weights", "get_num_threads", "set_num_threads", "get_batch_threads", "set_batch_threads",
            "linear_forward", "linear_backward", "softmax", "attention_forward", "attention_backward",
            "mha_forward", "mha_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
            "activation_backward", "ffn_forward", "ffn_backward", "dropout_forward", "dropout_backward",

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..errors import InputTypeError, InputValueError
 from ._threads import _rows_parallel
 from .attention import split_heads
 from .cache import check_for_backward, reader
@@ -126,7 +127,8 @@ def _exp_rows(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=N
 def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndarray | None = None,
                       dropout_p: float = 0.0, training: bool = False, rng=None,
                       store_attention: bool = True, out: np.ndarray | None = None,
-                      for_backward: bool = True) -> tuple[np.ndarray, dict]:
+                      for_backward: bool = True, *, weights_out: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, dict]:
     """softmax(Q Kᵀ/√d_k + mask) V, S and A by blocks of query rows, A built in place.
 
     Without attention dropout (inference, or ``dropout_p = 0``) the work goes by blocks of heads
@@ -155,10 +157,16 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
     (:func:`mha_forward` passes the heads' view of its merged context, so merging the heads costs no
     copy). ``"weights"`` is then None; :func:`attention_weights` rebuilds A on request. With attention
     dropout in training the keep-mask is kept as booleans (n_q·n_k bytes).
+
+    ``weights_out`` (keyword only; with ``store_attention``), a C-contiguous (…, n_q, n_k) array of Q's
+    dtype, receives A, which is then that array (the sharded inference layer passes each shard its part
+    of the batch's A).
     """
+    _check_weights_out(weights_out, Q.shape[:-1] + (K.shape[-2],), Q.dtype, store_attention)
     if training and dropout_p != 0.0:
-        return _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_backward)
-    O, A, m, ell = _forward_heads(Q, K, V, mask, store_attention, out, stats=for_backward and not store_attention)
+        return _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_backward, weights_out)
+    O, A, m, ell = _forward_heads(Q, K, V, mask, store_attention, out, stats=for_backward and not store_attention,
+                                  weights_out=weights_out)
     if not for_backward:
         return O, {"kind": "attention", "weights": A, "for_backward": False}
     score_shape = Q.shape[:-1] + (K.shape[-2],)              # (..., n_q, n_k)
@@ -169,6 +177,21 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
     else:
         cache.update({"row_max": m, "row_sum": ell, "mask": mask, "keep": None, "drop_scale": None})
     return O, cache
+
+
+def _check_weights_out(weights_out, shape: tuple, dtype, store_attention: bool) -> None:
+    """Refuse a ``weights_out`` that cannot receive A (named, with what was expected and received)."""
+    if weights_out is None:
+        return
+    if not store_attention:
+        raise InputValueError("weights_out receives the attention weights: it needs store_attention=True")
+    if not isinstance(weights_out, np.ndarray) or weights_out.dtype != dtype:
+        got = weights_out.dtype if isinstance(weights_out, np.ndarray) else type(weights_out).__name__
+        raise InputTypeError(f"weights_out must be a numpy array of dtype {dtype}, got {got}")
+    if weights_out.shape != shape or not weights_out.flags.c_contiguous or not weights_out.flags.writeable:
+        raise InputValueError(f"weights_out must be a writeable C-contiguous array of shape {shape}, got shape "
+                              f"{weights_out.shape} (C-contiguous: {weights_out.flags.c_contiguous}, "
+                              f"writeable: {weights_out.flags.writeable})")
 
 
 # Scores per block, about _BLOCK_SCORES entries: each elementwise pass of the softmax (exp; scale, mask, max,
@@ -306,7 +329,7 @@ def _exp_only(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=N
 _ONES_MIN = 8
 
 
-def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool):
+def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool, weights_out=None):
     """The forward without attention dropout, by blocks of heads: (O, A or None, m or None, ℓ or None).
 
     Per block (:func:`_head_blocks`): P = exp((Q/√d_k) Kᵀ + M − m) in place (:func:`_exp_only`). Rows of
@@ -330,7 +353,7 @@ def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool):
         Vx, O1 = _per_head(V, lead, 2), O
         ell = np.empty(lead + (n_q, 1), dtype=dtype)         # (..., n_q, 1)
     defer = not store and n_k >= 2 * d_v                     # O = (P V)/ℓ (ones: always)
-    A = np.empty(lead + (n_q, n_k), dtype=dtype) if store else None   # (..., n_q, n_k)
+    A = (np.empty(lead + (n_q, n_k), dtype=dtype) if weights_out is None else weights_out) if store else None
     buf = None if store else _block_buffer(lead, n_q, n_k, dtype)     # (…, r, n_k)
     m = np.empty(lead + (n_q, 1), dtype=dtype) if stats else None     # (..., n_q, 1)
     masks = _per_head(mask, lead, 2)
@@ -361,7 +384,7 @@ def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool):
     return O, A, m, (ell if stats else None)
 
 
-def _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_backward):
+def _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_backward, weights_out=None):
     """:func:`attention_forward` with attention dropout in training: blocks of rows across every head
     (:func:`_row_blocks`), the softmax normalised before the dropout (the row sums are of the undropped
     P, so they cannot come from the product with the dropped block)."""
@@ -376,7 +399,7 @@ def _forward_dropout(Q, K, V, mask, dropout_p, rng, store_attention, out, for_ba
         return safe is not None and bool(safe[..., rows, :].all())
 
     if store_attention:
-        A = np.empty(score_shape, dtype=Q.dtype)
+        A = np.empty(score_shape, dtype=Q.dtype) if weights_out is None else weights_out   # (..., n_q, n_k)
         for rows in blocks:
             S = _block_scores(Q, Kt, sqrt_dk, rows, A[..., rows, :])   # (..., r, n_k) scores, in A's rows
             m_rows, no_max = _block_rows(mask, rows), skip(rows)
@@ -560,11 +583,13 @@ def _accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray, first: bool, scra
 
 def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = None,
                 dropout_p: float = 0.0, training: bool = False, rng=None,
-                store_attention: bool = True, for_backward: bool = True) -> tuple[np.ndarray, dict]:
+                store_attention: bool = True, for_backward: bool = True, *,
+                weights_out: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """MHA(X) with Q, K, V in one (B·n, 3d) array, written by three products into its column blocks
     (no concatenated [W_Q | W_K | W_V] copy is made or cached); Q, K, V are views of it.
-    ``store_attention=False``: see :func:`attention_forward`. ``for_backward=False`` (inference): the
-    cache holds only the attention's ``"weights"``; :func:`mha_backward` refuses it."""
+    ``store_attention=False``, ``weights_out`` (B, h, n, n): see :func:`attention_forward`.
+    ``for_backward=False`` (inference): the cache holds only the attention's ``"weights"``;
+    :func:`mha_backward` refuses it."""
     B, n, d = x.shape
     x2 = x.reshape(-1, d)                                            # (M, d)
     qkv = np.empty((x2.shape[0], 3 * d), dtype=x.dtype)              # (M, 3d): [Q | K | V]
@@ -577,7 +602,8 @@ def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = 
     ctx = np.empty((B, n, d), dtype=x.dtype)                         # Concat(head_1 … head_h): (B, n, d)
     heads = ctx.reshape(B, n, n_heads, d // n_heads).transpose(0, 2, 1, 3)   # (B, h, n, d_k) view of ctx
     _, attn_cache = attention_forward(qkv[0], qkv[1], qkv[2], mask, dropout_p, training, rng, store_attention,
-                                      out=heads, for_backward=for_backward)   # O written straight into ctx
+                                      out=heads, for_backward=for_backward,
+                                      weights_out=weights_out)       # O written straight into ctx
     out, o_cache = linear_forward(ctx, p["W_O"], p["b_O"])           # (B, n, d)
     if not for_backward:
         return out, {"kind": "mha", "n_heads": n_heads, "attn": attn_cache, "for_backward": False}
