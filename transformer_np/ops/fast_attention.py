@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..errors import InputTypeError, InputValueError
-from ._threads import _rows_parallel
+from ._threads import _chunks, _in_shards, _rows_parallel, get_batch_threads
 from .attention import split_heads
 from .cache import check_for_backward, reader
 from .dropout import _dropout_forward as dropout_forward
@@ -240,6 +240,32 @@ def _head_blocks(lead: tuple, n_q: int, n_k: int) -> list[tuple[tuple, slice]]:
             for outer in np.ndindex(*lead[:axis]) for c0 in range(0, lead[axis], count) for rows in row_slices]
 
 
+# The blocks of heads go to get_batch_threads() threads (OpenBLAS at one thread in each: _threads._in_shards)
+# when there are at least two heads' worth and the attention's products reach _SPLIT_MIN_FLOPS (a split costs
+# ~0.1 ms). Training layers gain most: their projections and FFN keep OpenBLAS's threads, while the scores'
+# products and passes, single-threaded between OpenBLAS calls otherwise, get both cores (the inference layer
+# splits its whole batch instead, and its shards do not split again).
+_SPLIT_MIN_FLOPS = 1 << 24
+
+
+def _shard_blocks(lead: tuple, n_q: int, n_k: int, d: int) -> list[list]:
+    """The blocks (:func:`_head_blocks`) in consecutive parts, one per thread; the blocks of one head stay
+    together (the backward accumulates dK and dV over a head's row blocks, in order). One part: no split."""
+    blocks = _head_blocks(lead, n_q, n_k)
+    threads = get_batch_threads()
+    if threads < 2 or len(blocks) < 2 or 4 * math.prod(lead) * n_q * n_k * d < _SPLIT_MIN_FLOPS:
+        return [blocks]
+    groups: list[list] = []
+    for block in blocks:
+        if groups and groups[-1][0][0] == block[0]:
+            groups[-1].append(block)                         # another row block of the same head(s)
+        else:
+            groups.append([block])
+    if len(groups) < 2:
+        return [blocks]
+    return [[b for g in groups[part] for b in g] for part in _chunks(len(groups), threads)]
+
+
 def _block_buffer(lead: tuple, n_q: int, n_k: int, dtype) -> np.ndarray:
     """Scratch for one block's (…, r, n_k) scores, of the largest block's shape (cut with :func:`_fit`)."""
     axis, count, r = _block_layout(lead, n_q, n_k)
@@ -354,30 +380,35 @@ def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool, weights_out=Non
         ell = np.empty(lead + (n_q, 1), dtype=dtype)         # (..., n_q, 1)
     defer = not store and n_k >= 2 * d_v                     # O = (P V)/ℓ (ones: always)
     A = (np.empty(lead + (n_q, n_k), dtype=dtype) if weights_out is None else weights_out) if store else None
-    buf = None if store else _block_buffer(lead, n_q, n_k, dtype)     # (…, r, n_k)
     m = np.empty(lead + (n_q, 1), dtype=dtype) if stats else None     # (..., n_q, 1)
     masks = _per_head(mask, lead, 2)
-    for ix, rows in _head_blocks(lead, n_q, n_k):
-        q = Qs[ix][..., rows, :]                             # (…, r, d_k)
-        P = np.matmul(q, Kt[ix], out=A[ix][..., rows, :] if store else _fit(buf, q.shape[:-1] + (n_k,)))
-        m_rows = None if masks is None else _block_rows(masks[ix], rows)
-        no_max = safe is not None and bool(safe[ix][..., rows, :].all())
-        m_r = None if m is None else m[ix][..., rows, :]
-        l_r = None if ones else ell[ix][..., rows, :]
+    parts = _shard_blocks(lead, n_q, n_k, Q.shape[-1])
 
-        def exp_rows(r: slice, P=P, m_rows=m_rows, no_max=no_max, m_r=m_r, l_r=l_r) -> None:
-            _exp_only(P[..., r, :], sqrt_dk, _block_rows(m_rows, r), no_max, _block_rows(m_r, r),
-                      _block_rows(l_r, r))
-            if not ones and not defer:
-                P[..., r, :] *= 1.0 / l_r[..., r, :]         # A = P/ℓ: stored, or short rows' plain order
+    def part(i: int) -> None:
+        buf = None if store else _block_buffer(lead, n_q, n_k, dtype)     # (…, r, n_k): this thread's
+        for ix, rows in parts[i]:
+            q = Qs[ix][..., rows, :]                         # (…, r, d_k)
+            P = np.matmul(q, Kt[ix], out=A[ix][..., rows, :] if store else _fit(buf, q.shape[:-1] + (n_k,)))
+            m_rows = None if masks is None else _block_rows(masks[ix], rows)
+            no_max = safe is not None and bool(safe[ix][..., rows, :].all())
+            m_r = None if m is None else m[ix][..., rows, :]
+            l_r = None if ones else ell[ix][..., rows, :]
 
-        _block_pass(exp_rows, P)
-        o_r = np.matmul(P, Vx[ix], out=O1[ix][..., rows, :])   # (…, r, d_v [+ 1]): P V [| ℓ]
-        if ones and store:
-            inv = 1.0 / o_r[..., d_v:]                       # (…, r, 1)
-            _block_pass(lambda r, P=P, inv=inv: P[..., r, :].__imul__(inv[..., r, :]), P)
-        elif defer and not ones:
-            o_r /= l_r                                       # deferred normalisation on (r, d_v)
+            def exp_rows(r: slice, P=P, m_rows=m_rows, no_max=no_max, m_r=m_r, l_r=l_r) -> None:
+                _exp_only(P[..., r, :], sqrt_dk, _block_rows(m_rows, r), no_max, _block_rows(m_r, r),
+                          _block_rows(l_r, r))
+                if not ones and not defer:
+                    P[..., r, :] *= 1.0 / l_r[..., r, :]     # A = P/ℓ: stored, or short rows' plain order
+
+            _block_pass(exp_rows, P)
+            o_r = np.matmul(P, Vx[ix], out=O1[ix][..., rows, :])   # (…, r, d_v [+ 1]): P V [| ℓ]
+            if ones and store:
+                inv = 1.0 / o_r[..., d_v:]                   # (…, r, 1)
+                _block_pass(lambda r, P=P, inv=inv: P[..., r, :].__imul__(inv[..., r, :]), P)
+            elif defer and not ones:
+                o_r /= l_r                                   # deferred normalisation on (r, d_v)
+
+    _in_shards(part, len(parts))
     if ones:
         np.divide(O1[..., :d_v], O1[..., d_v:], out=O)       # deferred normalisation on (n_q, d_v)
         ell = O1[..., d_v:].copy() if stats else None
@@ -515,16 +546,16 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
         G_left, G_right = _with_column(dO, -D), _with_column(Vh, 1)      # [dO | −D], [V | 1]: (…, n, d_v + 1)
     else:
         G_left, G_right = dO, Vh
-    gbuf = _block_buffer(lead, n_q, n_k, dtype)              # dA (then dS) of one block
     if A is not None:
         np.matmul(cache["A_drop"].swapaxes(-1, -2), dO, out=dV)   # (..., n_k, d_v)
     else:
-        pbuf = _block_buffer(lead, n_q, n_k, dtype)          # P of one block
         Qs = Q / sqrt_dk if _folds(sqrt_dk) else Q
         Kt, masks = _per_head(K.swapaxes(-1, -2), lead, 2), _per_head(cache["mask"], lead, 2)
         inv_ell = 1.0 / cache["row_sum"]                     # (..., n_q, 1)
         scale = None if keep is None else dtype.type(cache["drop_scale"])
-    for ix, rows in _head_blocks(lead, n_q, n_k):
+    parts = _shard_blocks(lead, n_q, n_k, Q.shape[-1])
+
+    def block(ix, rows: slice, gbuf: np.ndarray, pbuf: np.ndarray | None) -> None:
         first = rows.start == 0
         inv = None
         dO_r = dO[ix][..., rows, :]                          # (g, r, d_v)
@@ -565,6 +596,14 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
         Q_r = Q[ix][..., rows, :]
         _accumulate(dK[ix], G.swapaxes(-1, -2), Q_r * inv if (inv is not None and use_D) else Q_r, first,
                     scratch=A_rows if A is None else None)   # (g, n_k, d_k)
+
+    def part(i: int) -> None:
+        gbuf = _block_buffer(lead, n_q, n_k, dtype)          # dA (then dS) of one block: this thread's
+        pbuf = None if A is not None else _block_buffer(lead, n_q, n_k, dtype)   # P of one block
+        for ix, rows in parts[i]:
+            block(ix, rows, gbuf, pbuf)
+
+    _in_shards(part, len(parts))
     dQ /= sqrt_dk                                            # the 1/√d_k of S, on the (n, d_k) results:
     dK /= sqrt_dk                                            # fewer entries than the (n, n_k) dS
     return dQ, dK, dV

@@ -61,7 +61,8 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -72,7 +73,7 @@ __all__ = ["SHAPES", "DTYPES", "MODES", "build_pair", "SETTLE_S", "settled_call"
            "matmul_peak", "machine_info",
            "OtherLoad", "other_load", "busy_warnings", "recommended_threads", "BUSY_CORES", "UNSTEADY_SPREAD",
            "run_benchmark", "measure_memory", "torch_saved_nbytes", "cache_report", "format_table",
-           "minilm_throughput", "busy_study", "format_busy_study"]
+           "minilm_throughput", "library_thread_defaults", "busy_study", "format_busy_study"]
 
 #: name -> (batch B, sequence length n, d_model, heads h, d_ff)
 SHAPES = {
@@ -416,9 +417,11 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     ``log`` (e.g. a printer to stderr) receives a progress line as each row starts, one every few
     seconds while a long row runs, and each row's result.
 
-    The fast path's elementwise threads (:func:`transformer_np.ops.fast.set_num_threads`) are the
-    library's default for the run (1: a second one was measured slower at 2 BLAS threads; the limit's
-    exp pass still uses ``threads``), recorded as ``machine["elementwise_threads"]``, and restored after it."""
+    The fast path's thread settings are the library's defaults for the run (:func:`library_thread_defaults`):
+    one elementwise thread (a second one was measured slower at 2 BLAS threads; the limit's exp pass still
+    uses ``threads``), and ``threads`` batch threads (the inference layer splits its batch, attention its
+    heads, over them with OpenBLAS at one thread in each), recorded as ``machine["elementwise_threads"]``
+    and ``machine["batch_threads"]``, and restored after it."""
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
     if clock == "cpu" and threads != 1:
@@ -446,17 +449,30 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
     machine["threads_lowered_from"] = lowered_from
     machine["clock"] = clock
     machine["settle_s"] = settle
-    from ..ops import _threads, fast
-    fast_threads = _threads._THREADS
-    fast.set_num_threads(None)                   # the library's default elementwise threads (1: see ops._threads)
-    machine["elementwise_threads"] = fast.get_num_threads()
     try:
-        return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute, clock,
-                         max_rounds, settle)
+        with library_thread_defaults() as counts:
+            machine.update(counts)
+            return _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, recompute, clock,
+                             max_rounds, settle)
     finally:
-        _threads._THREADS = fast_threads
         if limiter is not None:
             limiter.restore_original_limits()
+
+
+@contextmanager
+def library_thread_defaults() -> Iterator[dict]:
+    """The fast path's thread settings at the library's defaults while the block runs, restored after it:
+    elementwise threads (:func:`transformer_np.ops.fast.set_num_threads`, default 1) and batch threads
+    (:func:`~transformer_np.ops.fast.set_batch_threads`, default BLAS's thread count, so the run's
+    ``threads``). Yields ``{"elementwise_threads": …, "batch_threads": …}`` as they are in the block."""
+    from ..ops import _threads, fast
+    saved = _threads._THREADS, _threads._BATCH_THREADS
+    fast.set_num_threads(None)
+    _threads._BATCH_THREADS = None               # (set_batch_threads(None) without its threadpoolctl check)
+    try:
+        yield {"elementwise_threads": fast.get_num_threads(), "batch_threads": fast.get_batch_threads()}
+    finally:
+        _threads._THREADS, _threads._BATCH_THREADS = saved
 
 
 def _check_settle(settle) -> None:
@@ -642,21 +658,20 @@ def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | N
 
     ours = load_pretrained(MODEL_NAME)
     st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
-    from ..ops import _threads, fast
-    limiter, fast_threads = None, _threads._THREADS
+    limiter = None
     if threads is not None:
         torch.set_num_threads(threads)
-        fast.set_num_threads(None)                # the library's default elementwise threads, as encode runs
         if threads != _blas_threads()[0]:
             limiter = _limit_blas_threads(threads)
     try:
         from .minilm_limit import minilm_limit_call
 
         limit_threads = _blas_threads()[0]           # the limit's exp pass is spread over the run's threads
-        return _minilm_rounds(ours, st, n_sentences, rounds, clock, settle,
-                              limit=lambda s: minilm_limit_call(ours, s, 32, limit_threads))
+        with library_thread_defaults() as counts:    # the library's defaults, as encode runs for a user
+            doc = _minilm_rounds(ours, st, n_sentences, rounds, clock, settle,
+                                 limit=lambda s: minilm_limit_call(ours, s, 32, limit_threads))
+        return {**doc, **counts}
     finally:
-        _threads._THREADS = fast_threads
         if limiter is not None:
             limiter.restore_original_limits()
 

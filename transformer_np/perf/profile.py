@@ -16,13 +16,15 @@ threads have stopped spinning before it starts. The parts:
 
 Each part is timed by wrapping the function that does it (ours: the encoder's embedding and layer
 functions; theirs: forward hooks on the BERT modules), so the parts of one call add up to its total
-with "other" the remainder. ``clock="cpu"`` (one thread) times by the process's CPU time.
+with "other" the remainder — ours times N when encode runs its batches on N threads (then each part is
+the sum of the threads' seconds). ``clock="cpu"`` (one thread) times by the process's CPU time.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from contextlib import contextmanager
 
@@ -32,17 +34,25 @@ __all__ = ["PARTS", "minilm_profile", "format_minilm_profile"]
 
 
 class _Timer:
+    """Seconds per part; each thread keeps its own stack of open parts (encode may run batches on
+    several threads: then the parts add up the threads' seconds)."""
+
     def __init__(self, clock: str):
         self.now = time.perf_counter if clock == "wall" else time.process_time
         self.parts = dict.fromkeys(PARTS, 0.0)
-        self._stack: list[tuple[str, float]] = []
+        self._local = threading.local()
+        self._lock = threading.Lock()
 
     def start(self, part: str) -> None:
-        self._stack.append((part, self.now()))
+        if not hasattr(self._local, "stack"):
+            self._local.stack = []
+        self._local.stack.append((part, self.now()))
 
     def stop(self) -> None:
-        part, t0 = self._stack.pop()
-        self.parts[part] += self.now() - t0
+        part, t0 = self._local.stack.pop()
+        elapsed = self.now() - t0
+        with self._lock:
+            self.parts[part] += elapsed
 
     def wrap(self, part: str, fn):
         def timed(*args, **kwargs):
@@ -65,8 +75,11 @@ def _patched(obj, name: str, value):
 
 
 def _ours_once(model, sentences, clock: str) -> dict:
+    """Our encode's parts; with batch threads (:func:`transformer_np.ops.fast.get_batch_threads`) > 1 the
+    parts add up every thread's seconds and "other" is threads × the total, less them."""
     from ..io import pretrained
     from ..model import encoder
+    from ..ops.fast import get_batch_threads
 
     t = _Timer(clock)
     with _patched(model, "tokenize", t.wrap("tokenisation", model.tokenize)), \
@@ -77,7 +90,7 @@ def _ours_once(model, sentences, clock: str) -> dict:
         t0 = t.now()
         model.encode(sentences, batch_size=32)
         total = t.now() - t0
-    t.parts["other"] = total - sum(t.parts.values())
+    t.parts["other"] = total * get_batch_threads() - sum(t.parts.values())
     return {**t.parts, "total": total}
 
 
@@ -133,7 +146,6 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
     except ImportError as e:
         raise ImportError("the MiniLM profile needs sentence-transformers: pip install sentence-transformers") from e
     from ..io.pretrained import MODEL_NAME, load_pretrained, model_folder
-    from ..ops import _threads, fast
 
     if clock not in bench.CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(bench.CLOCKS)}, got {clock!r}")
@@ -144,30 +156,29 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
     ours = load_pretrained(MODEL_NAME)
     st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
     sentences = bench._sentences(n_sentences)
-    limiter, fast_threads, torch_threads = None, _threads._THREADS, torch.get_num_threads()
+    limiter, torch_threads = None, torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
-        fast.set_num_threads(None)                # the library's default elementwise threads, as encode runs
         if threads != bench._blas_threads()[0]:
             limiter = bench._limit_blas_threads(threads)
     try:
-        ours.encode(sentences[:64])                                   # warm-up: weights in float32, pools
-        st.encode(sentences[:64])
-        short = sentences[:64]
-        runs = _settled_rounds((("numpy", lambda: _ours_once(ours, sentences, clock),
-                                 lambda: ours.encode(short, batch_size=32)),
-                                ("sentence_transformers", lambda: _theirs_once(st, sentences, clock),
-                                 lambda: st.encode(short, batch_size=32))), rounds, settle,
-                               None if log is None else lambda r: log(
-                                   f"MiniLM profile: round {r} of {rounds} ({n_sentences} sentences each side, "
-                                   f"each after {settle:g} s of its own side's untimed calls) …"))
+        with bench.library_thread_defaults() as counts:               # as encode runs for a user
+            ours.encode(sentences[:64])                               # warm-up: weights in float32, pools
+            st.encode(sentences[:64])
+            short = sentences[:64]
+            runs = _settled_rounds((("numpy", lambda: _ours_once(ours, sentences, clock),
+                                     lambda: ours.encode(short, batch_size=32)),
+                                    ("sentence_transformers", lambda: _theirs_once(st, sentences, clock),
+                                     lambda: st.encode(short, batch_size=32))), rounds, settle,
+                                   None if log is None else lambda r: log(
+                                       f"MiniLM profile: round {r} of {rounds} ({n_sentences} sentences each "
+                                       f"side, each after {settle:g} s of its own side's untimed calls) …"))
     finally:
-        _threads._THREADS = fast_threads
         torch.set_num_threads(torch_threads)
         if limiter is not None:
             limiter.restore_original_limits()
     out = {"sentences": n_sentences, "rounds": rounds, "clock": clock, "settle_s": settle,
-           "threads": threads if threads is not None else bench._blas_threads()[0]}
+           "threads": threads if threads is not None else bench._blas_threads()[0], **counts}
     for side, rs in runs.items():
         parts = {k: statistics.median(r[k] for r in rs) for k in PARTS + ("total",)}
         out[side] = {**{f"{k}_s": round(v, 4) for k, v in parts.items()},
@@ -187,6 +198,9 @@ def format_minilm_profile(doc: dict) -> str:
         x, y = a[f"{k}_s"], b[f"{k}_s"]
         ratio = f"{x / y:.2f}×" if y > 0 else "n/a"
         lines.append(f"| {k} | {x:.3f} | {y:.3f} | {ratio} |")
+    if doc.get("batch_threads", 1) > 1:
+        lines += ["", f"NumPy runs whole batches on {doc['batch_threads']} threads: its parts add up the threads' "
+                      f"seconds (other = {doc['batch_threads']} × total, less them); its total is the wall clock."]
     lines += ["", f"sentences/s: NumPy {a['sentences_per_s']:.0f}, sentence-transformers {b['sentences_per_s']:.0f} "
                   f"(throughput ratio {doc['throughput_ratio']:.2f})"]
     return "\n".join(lines)
