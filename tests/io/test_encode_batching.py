@@ -1,6 +1,7 @@
 """PretrainedEncoder.encode's batching (sorted by token count, each batch padded to its own
 longest sentence, input order restored): every sentence gets the embedding it gets alone."""
 
+import itertools
 import os
 
 import numpy as np
@@ -53,4 +54,4 @@ def test_batches_are_padded_to_their_own_longest_sentence(model, monkeypatch, th
     # sorted across batches, whichever thread ran which: each batch's shortest sentence is at least as
     # long as the next batch's longest
     by_length = sorted(widths, key=lambda w: -w[1])
-    assert all(a[2] >= b[1] for a, b in zip(by_length, by_length[1:]))
+    assert all(a[2] >= b[1] for a, b in itertools.pairwise(by_length))

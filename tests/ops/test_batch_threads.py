@@ -376,20 +376,12 @@ def _controlling_thread_rule(tpc) -> bool:
                     for lib in _threads._blas_libs()))
 
 
-BUG_CONTROLLING_THREAD = (
-    "bug in ops/_threads.py _blas_single: it sets and restores BLAS's counts with threadpoolctl's "
-    "lib.set_num_threads, which for a pthreads OpenBLAS takes effect only from threadpoolctl's controlling "
-    "thread (the first thread to set it, kept until released; _blas_single never releases it)")
-
-
 def _free_control(tpc) -> None:
     """No thread controls OpenBLAS's count (as in a process where nothing has set it yet)."""
     tpc.OpenBLASController.clear_controlling_thread(force=True)
 
 
-def test_a_split_in_another_thread_than_the_first_one_runs_blas_at_one_thread(tpc, request):
-    if _controlling_thread_rule(tpc):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=BUG_CONTROLLING_THREAD))
+def test_a_split_in_another_thread_than_the_first_one_runs_blas_at_one_thread(tpc):
     seen = []
 
     def later() -> None:
@@ -406,12 +398,10 @@ def test_a_split_in_another_thread_than_the_first_one_runs_blas_at_one_thread(tp
         worker.join(10)
         after = _blas_counts(tpc)
     assert after == before
-    assert seen == [{1}]                                      # fails: 3, the split ran with OpenBLAS at 3 threads
+    assert seen == [{1}]                                      # 3 if only the first thread could set it
 
 
-def test_blas_threads_are_restored_when_two_threads_regions_end_in_either_order(tpc, request):
-    if _controlling_thread_rule(tpc):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=BUG_CONTROLLING_THREAD))
+def test_blas_threads_are_restored_when_two_threads_regions_end_in_either_order(tpc):
     first_in, first_out, second_in, leave = (threading.Event() for _ in range(4))
 
     def first_region(i: int) -> None:

@@ -20,10 +20,17 @@ def test_the_limit_call_covers_the_batches_and_layers_encode_runs(monkeypatch, m
 
     enc = minilm
     sentences = _sentences(70)
-    seen = []
+    from transformer_np.io import pretrained
+
+    seen, threaded = [], []
     real_run = enc._run                                   # the stack on one checked (b, T) batch
+    monkeypatch.setattr(enc, "_run", lambda ids, *a, **kw: threaded.append(ids.shape) or real_run(ids, *a, **kw))
+    monkeypatch.setattr(pretrained, "get_batch_threads", lambda: 2)
+    enc.encode(sentences, batch_size=16)                  # two threads take the batches in turn: any order
     monkeypatch.setattr(enc, "_run", lambda ids, *a, **kw: seen.append(ids.shape) or real_run(ids, *a, **kw))
-    enc.encode(sentences, batch_size=16)
+    monkeypatch.setattr(pretrained, "get_batch_threads", lambda: 1)
+    enc.encode(sentences, batch_size=16)                  # one thread: the batches in encode's order
+    assert sorted(threaded) == sorted(seen)               # the same batches either way
     made, ran = [], []
     real_limit = minilm_limit.limit_call
 

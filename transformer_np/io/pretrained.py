@@ -598,6 +598,7 @@ class PretrainedEncoder:
             out[idx] = l2_normalize(e) if normalize else e
 
         workers = min(get_batch_threads(), len(batches))
+        self.params_as(dt)                                      # converted once, before any thread needs it
         if workers <= 1:
             for idx in batches:
                 one(idx)

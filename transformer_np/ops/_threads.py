@@ -184,7 +184,7 @@ def _blas_single() -> Iterator[None]:
         if _BLAS_DEPTH == 0:
             _BLAS_SAVED = [int(lib.get_num_threads()) for lib in libs]
             for lib in libs:
-                lib.set_num_threads(1)
+                _set_blas_threads(lib, 1)
         _BLAS_DEPTH += 1
     try:
         yield
@@ -193,7 +193,22 @@ def _blas_single() -> Iterator[None]:
             _BLAS_DEPTH -= 1
             if _BLAS_DEPTH == 0:
                 for lib, count in zip(libs, _BLAS_SAVED):
-                    lib.set_num_threads(count)
+                    _set_blas_threads(lib, count)
+
+
+def _set_blas_threads(lib, count: int) -> None:
+    """``lib.set_num_threads(count)`` from whichever thread calls it. threadpoolctl (3.8) lets only one
+    thread — the first to set a pthreads OpenBLAS's process-wide count, until it releases it — change
+    that count, and silently ignores the others: the regions of two threads, or a region in a thread
+    other than the first one's, would run OpenBLAS at its full count or leave it at one thread. So the
+    calling thread takes control for this one set and releases it (``clear_controlling_thread``; the
+    ref count of :func:`_blas_single` already keeps concurrent regions from fighting)."""
+    clear = getattr(type(lib), "clear_controlling_thread", None)   # OpenBLAS's controller, threadpoolctl ≥ 3.6
+    if clear is not None:
+        clear(force=True)
+    lib.set_num_threads(count)
+    if clear is not None:
+        clear()
 
 
 def _in_shards(fn: Callable[[int], None], count: int) -> None:
@@ -206,6 +221,8 @@ def _in_shards(fn: Callable[[int], None], count: int) -> None:
         return
     with _POOL_LOCK:
         if _SHARD_POOL is None or _SHARD_POOL[0] < count - 1:
+            if _SHARD_POOL is not None:
+                _SHARD_POOL[1].shutdown(wait=False)          # its threads end once their work is done
             _SHARD_POOL = (count - 1, ThreadPoolExecutor(count - 1, thread_name_prefix="transformer_np_shard"))
         pool = _SHARD_POOL[1]
     err = np.geterr()                                        # np.errstate is per thread: carry the caller's
