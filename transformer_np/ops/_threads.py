@@ -131,7 +131,7 @@ def _blas_libs() -> list:
 
 
 def get_batch_threads() -> int:
-    """Shards (threads) the fast inference layer splits a batch into (see :func:`set_batch_threads`):
+    """Threads the fast path splits a batch or the attention's heads over (see :func:`set_batch_threads`):
     the count set, else BLAS's own thread count; 1 without threadpoolctl, and inside a shard."""
     if getattr(_LOCAL, "in_shard", False):
         return 1
@@ -144,15 +144,23 @@ def get_batch_threads() -> int:
 
 
 def set_batch_threads(n: int | None) -> None:
-    """Split the fast inference layer's batch into ``n`` shards run on ``n`` threads, OpenBLAS at one
-    thread in each while they run (None: the default, BLAS's own thread count, which is the number of
-    cores unless ``OPENBLAS_NUM_THREADS`` or threadpoolctl says otherwise; 1: never split).
+    """Split the fast path's work into ``n`` parts run on ``n`` threads, OpenBLAS at one thread in each
+    while they run (None: the default, BLAS's own thread count, which is the number of cores unless
+    ``OPENBLAS_NUM_THREADS`` or threadpoolctl says otherwise; 1: never split). Three places split:
 
-    A batch is split only when it has at least ``n`` sequences and the layer is large enough for the
-    split to pay (:func:`transformer_np.model.encoder` has the rule), and never with dropout in
-    training (one random stream). Each sequence's output is computed by the same operations whichever
-    shard runs it; the matrix products see fewer rows, so results agree to round-off, not bit for bit,
-    across counts (bit for bit for one count on one machine). While a split layer runs, OpenBLAS runs at
+    * the inference layer (``for_backward=False``) runs shards of its batch, when the batch has at
+      least ``n`` sequences and the layer at least 2²⁴ flops of products
+      (:mod:`transformer_np.model.encoder`), never with dropout in training (one random stream);
+    * ``PretrainedEncoder.encode`` runs whole batches on the threads in turn (then each layer is not
+      split again);
+    * the attention core (:func:`transformer_np.ops.fast.attention_forward` without attention dropout,
+      and :func:`~transformer_np.ops.fast.attention_backward`) runs its blocks of heads, a head's row
+      blocks together, when there are two heads' worth and 2²⁴ flops — in training too, where the
+      projections and the FFN keep OpenBLAS's own threads.
+
+    Each sequence's and head's result is computed by the same operations whichever thread runs it; the
+    matrix products see fewer rows and one BLAS thread, so results agree to round-off, not bit for bit,
+    across counts (bit for bit for one count on one machine). While a split runs, OpenBLAS runs at
     one thread for the whole process (as with threadpoolctl's ``threadpool_limits``): numpy products
     that another thread of yours runs meanwhile get one thread. Needs threadpoolctl for ``n`` > 1."""
     global _BATCH_THREADS
