@@ -159,9 +159,10 @@ def test_inside_a_shard_the_attention_is_not_split_again(tpc, small_splits, monk
 # ----------------------------------------------------------------------------- split vs not split vs plain
 # (name, B, h, n, d, block scores (None: every head in one block … set from n), threads); n_k ≥ 8·d_v gives
 # the ones-column products, n_k ≥ 2·d_v the D rule, shorter rows the plain softmax backward
+# (block counts per part chosen so that cutting the blocks evenly would cut a head: 15 → 7 + 8, 16 → 5 + 5 + 6)
 SHAPES = {
-    "rows, ones column": (2, 3, 40, 4, 8 * 40, 2),        # 5 row blocks a head, the last partial: 8 rows
-    "rows, D rule": (2, 3, 30, 8, 8 * 30, 3),             # 4 row blocks a head (8, 8, 8, 6 rows), 2 heads a part
+    "rows, ones column": (1, 3, 40, 4, 8 * 40, 2),        # 5 row blocks a head (8 rows): 1 + 2 heads
+    "rows, D rule": (2, 2, 30, 8, 8 * 30, 3),             # 4 row blocks a head (8, 8, 8, 6 rows): 1 + 1 + 2 heads
     "heads, short rows": (3, 4, 12, 8, 2 * 144, 3),       # blocks of 2 whole heads: 6 blocks, 2 a part
 }
 
@@ -235,6 +236,89 @@ def test_split_attention_computes_what_one_part_and_the_plain_path_compute(tpc, 
     for name, a, b, ref in zip(("dQ", "dK", "dV"), grads, whole[2], gp):
         assert_paths_close(a, b, k=k, scale=scale, paths=(f"{threads} parts: {name}", f"one part: {name}"))
         assert_paths_close(a, ref, k=k, scale=scale, paths=(f"{threads} parts: {name}", f"plain: {name}"))
+
+
+# Parts in lockstep: every part waits for the others before each elementwise pass over a block (_block_pass),
+# so that each part has written its block's scores (or dA) into its scratch before any part reads its own:
+# parts sharing a scratch buffer then compute from another part's block, deterministically (run freely, the
+# GIL mostly runs these small parts one after the other and such a race would go unseen).
+LOCKSTEP = {                                                 # equal parts: as many passes in each
+    "rows, ones column": (2, 2, 40, 4, 8 * 40),            # 4 heads of 5 row blocks: 2 heads a part
+    "rows, D rule": (2, 2, 30, 8, 8 * 30),                 # 4 heads of 4 row blocks
+    "heads, short rows": (4, 2, 12, 8, 2 * 144),           # blocks of one batch entry (2 heads): 2 a part
+}
+
+
+def _lockstep(monkeypatch, parties: int) -> list[int]:
+    """From now on each _block_pass waits at a barrier of ``parties`` threads first; returns the threads that
+    passed it (a broken barrier — a part with fewer passes — fails the test by BrokenBarrierError)."""
+    barrier, real, seen = threading.Barrier(parties), fast_attention._block_pass, []
+
+    def stepped(fn, block):
+        barrier.wait(5)
+        seen.append(threading.get_ident())
+        real(fn, block)
+
+    monkeypatch.setattr(fast_attention, "_block_pass", stepped)
+    return seen
+
+
+@pytest.mark.parametrize("shape", list(LOCKSTEP))
+@pytest.mark.parametrize("store", [True, False])
+def test_parts_in_lockstep_each_use_their_own_scratch(tpc, small_splits, split_calls, monkeypatch, shape, store):
+    B, h, n, d, scores = LOCKSTEP[shape]
+    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", scores)
+    r, (Q, K, V, dO) = _qkv(B, h, n, d, np.float64, seed=4)
+    mask = _mask("random (B,h,n,n)", B, h, n, np.float64, r)
+    k = max(n, d)
+
+    def run(t: int):
+        fast.set_batch_threads(t)
+        O, c = fast.attention_forward(Q, K, V, mask, store_attention=store)
+        Oi, _ = fast.attention_forward(Q, K, V, mask, store_attention=store, for_backward=False)
+        return O, fast.attention_backward(dO, c), Oi, c["weights"]
+
+    whole = run(1)
+    seen = _lockstep(monkeypatch, 2)
+    split = run(2)
+    assert split_calls == [1, 1, 1, 2, 2, 2]
+    assert threading.get_ident() in seen and len(set(seen)) >= 2   # the caller and a pool thread ran passes
+    for name, a, b in (("O", split[0], whole[0]), ("inference O", split[2], whole[2]),
+                       *zip(("dQ", "dK", "dV"), split[1], whole[1])):
+        assert_paths_close(a, b, k=k, paths=(f"2 parts in lockstep: {name}", f"one part: {name}"))
+    if store:
+        assert_paths_close(split[3], whole[3], k=k, paths=("2 parts in lockstep: A", "one part: A"))
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("store", [True, False])
+def test_parts_give_the_same_results_in_reverse_order(tpc, small_splits, monkeypatch, shape, store):
+    """The parts are independent: run one after the other from the last (a head cut between two parts
+    would have its later row blocks added to dK and dV before its first block sets them)."""
+    B, h, n, d, scores, threads = SHAPES[shape]
+    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", scores)
+    r, (Q, K, V, dO) = _qkv(B, h, n, d, np.float64, seed=6)
+    mask = _mask("padding (B,1,1,n)", B, h, n, np.float64, r)
+    k = max(n, d)
+
+    def run(t: int):
+        fast.set_batch_threads(t)
+        O, c = fast.attention_forward(Q, K, V, mask, store_attention=store)
+        return (O, *fast.attention_backward(dO, c))
+
+    whole = run(1)
+    counts: list[int] = []
+
+    def reversed_parts(fn, count):
+        counts.append(count)
+        for i in reversed(range(count)):
+            fn(i)
+
+    monkeypatch.setattr(fast_attention, "_in_shards", reversed_parts)
+    backwards = run(threads)
+    assert counts == [threads, threads]
+    for name, a, b in zip(("O", "dQ", "dK", "dV"), backwards, whole):
+        assert_paths_close(a, b, k=k, paths=(f"{threads} parts, last first: {name}", f"one part: {name}"))
 
 
 # ----------------------------------------------------------------------------- attention dropout
