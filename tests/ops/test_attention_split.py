@@ -10,6 +10,9 @@ over a head's row blocks, in order), each thread with its own scratch buffers. H
 * split vs not split (``set_batch_threads(1)``) vs the plain path: O, A, dQ, dK, dV to round-off
   (assert_paths_close), A stored or recomputed, training or inference, float32 and float64, masks none,
   per-sequence padding, per-head random and causal, heads of several row blocks and blocks of several heads;
+* each part its own scratch (the parts in lockstep at every block's pass) and the parts independent of their
+  order (run last first);
+* ``weights_out=`` filled by the parts;
 * attention dropout in training: the forward is not split (one random stream: exact), the backward is;
 * a whole encoder layer's forward and backward in training (the bench's fwd+bwd path), split vs not;
 * an exception in a part propagates, with BLAS's thread counts restored.
@@ -214,7 +217,9 @@ def test_split_attention_computes_what_one_part_and_the_plain_path_compute(tpc, 
         fast.set_batch_threads(t)
         O, c = fast.attention_forward(Q, K, V, mask, store_attention=store)
         A = fast.attention_weights(c)                         # recomputed (not split) from the split's m and ℓ
-        Oi, ci = fast.attention_forward(Q, K, V, mask, store_attention=store, for_backward=False)
+        w = np.full(Q.shape[:-1] + (n,), np.nan, dtype=dtype) if store else None   # every part fills its rows
+        Oi, ci = fast.attention_forward(Q, K, V, mask, store_attention=store, for_backward=False, weights_out=w)
+        assert ci["weights"] is w
         return O, A, fast.attention_backward(dO, c), Oi, ci["weights"]
 
     whole = run(1)
