@@ -167,3 +167,18 @@ def attention_mask_case(kind: str, B: int, n_q: int, n_k: int, dtype, r) -> np.n
         am[0, max(1, n_k // 2):] = 0
         return tnp.padding_mask(am, dtype)
     return np.where(r.random((B, 1, n_q, n_k)) < 0.3, np.finfo(dtype).min, 0.0).astype(dtype)
+
+
+def spy_split_counts(monkeypatch, module) -> list[int]:
+    """The ``count`` of every ``module._in_shards(fn, count)`` call from now on (the calls still run;
+    1: the work was not split). ``module`` is the one that imported ``_in_shards``: encoder,
+    fast_attention or pretrained."""
+    calls: list[int] = []
+    real = module._in_shards
+
+    def spy(fn, count):
+        calls.append(count)
+        return real(fn, count)
+
+    monkeypatch.setattr(module, "_in_shards", spy)
+    return calls

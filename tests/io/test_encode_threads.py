@@ -14,7 +14,7 @@ import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-from helpers import assert_paths_close
+from helpers import assert_paths_close, spy_split_counts
 from transformer_np.io import pretrained as P
 from transformer_np.ops import _threads, fast
 
@@ -39,15 +39,7 @@ def tpc():
 @pytest.fixture
 def thread_calls(monkeypatch):
     """The thread counts encode ran its batches on (a spy on pretrained._in_shards)."""
-    calls: list[int] = []
-    real = P._in_shards
-
-    def spy(fn, count):
-        calls.append(count)
-        return real(fn, count)
-
-    monkeypatch.setattr(P, "_in_shards", spy)
-    return calls
+    return spy_split_counts(monkeypatch, P)
 
 
 @pytest.mark.parametrize("count,batch_size,n,threads", [(3, 8, 2, []), (6, 3, 2, [2]), (9, 2, 2, [2]),

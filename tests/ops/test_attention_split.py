@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import transformer_np as tnp
-from helpers import assert_paths_close, nontrivial_params
+from helpers import assert_paths_close, nontrivial_params, spy_split_counts
 from transformer_np.model import encoder
 from transformer_np.model.params import sub_params
 from transformer_np.ops import _threads, fast, fast_attention, plain
@@ -60,15 +60,7 @@ def small_splits(monkeypatch):
 @pytest.fixture
 def split_calls(monkeypatch):
     """The part counts the attention core ran (a spy on fast_attention._in_shards; 1: not split)."""
-    calls: list[int] = []
-    real = fast_attention._in_shards
-
-    def spy(fn, count):
-        calls.append(count)
-        return real(fn, count)
-
-    monkeypatch.setattr(fast_attention, "_in_shards", spy)
-    return calls
+    return spy_split_counts(monkeypatch, fast_attention)
 
 
 def _blas_counts(tpc) -> dict[str, int]:

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import transformer_np as tnp
-from helpers import assert_paths_close, nontrivial_params
+from helpers import assert_paths_close, nontrivial_params, spy_split_counts
 from transformer_np.errors import InputTypeError, InputValueError
 from transformer_np.model import encoder
 from transformer_np.model.params import sub_params
@@ -63,15 +63,7 @@ def small_splits(monkeypatch):
 @pytest.fixture
 def shard_calls(monkeypatch):
     """The shard counts the encoder's layers were split into (a spy on encoder._in_shards)."""
-    calls: list[int] = []
-    real = encoder._in_shards
-
-    def spy(fn, count):
-        calls.append(count)
-        return real(fn, count)
-
-    monkeypatch.setattr(encoder, "_in_shards", spy)
-    return calls
+    return spy_split_counts(monkeypatch, encoder)
 
 
 def _cfg(norm: str = "post", dropout: float = 0.0, n_layers: int = 2) -> tnp.EncoderConfig:
