@@ -13,7 +13,7 @@ from ._threads import _chunks, _in_shards, _rows_parallel, get_batch_threads
 from .attention import split_heads
 from .cache import check_for_backward, reader
 from .dropout import _dropout_forward as dropout_forward
-from .fast_ffn import linear_backward, linear_forward
+from .fast_ffn import _ones, linear_backward, linear_forward
 
 __all__ = ["softmax", "attention_forward", "attention_backward", "attention_weights", "mha_forward", "mha_backward"]
 
@@ -345,18 +345,12 @@ def _exp_only(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=N
         _row_sums(S, ell)
 
 
-_ONES_VEC: dict = {}   # (n, dtype) -> n ones: row sums as one matrix-vector product
-
-
 def _row_sums(S: np.ndarray, ell: np.ndarray) -> None:
     """ell (…, r, 1) ← Σ_j S[…, r, j]: one matrix-vector product S·1 when both are C-contiguous (one BLAS
     call, instead of NumPy's per-row reduction, which costs per row on short rows), else ``np.sum``."""
     n = S.shape[-1]
     if S.flags.c_contiguous and ell.flags.c_contiguous and S.size:
-        key = (n, S.dtype)
-        if key not in _ONES_VEC:
-            _ONES_VEC[key] = np.ones(n, dtype=S.dtype)
-        np.matmul(S.reshape(-1, n), _ONES_VEC[key], out=ell.reshape(-1))   # (rows,)
+        np.matmul(S.reshape(-1, n), _ones(n, S.dtype), out=ell.reshape(-1))   # (rows,)
     else:
         np.sum(S, axis=-1, keepdims=True, out=ell)
 

@@ -71,7 +71,17 @@ def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     return dx, dgamma, dbeta
 
 
-_ONES: dict = {}   # (d, dtype) -> a vector of d ones: the row sums of _layernorm_value as one matrix-vector product
+_ONES: dict = {}   # (d, dtype) -> a vector of d ones: row sums as one matrix-vector product
+
+
+def _ones(d: int, dtype) -> np.ndarray:
+    """A cached vector of ``d`` ones of ``dtype`` (x·1 sums x's rows in one BLAS call; never written)."""
+    key = (d, np.dtype(dtype))
+    if key not in _ONES:
+        ones = np.ones(d, dtype=dtype)
+        ones.flags.writeable = False                        # shared by every caller and thread
+        _ONES[key] = ones
+    return _ONES[key]
 
 
 def _layernorm_value(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
@@ -87,13 +97,10 @@ def _layernorm_value(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: fl
     overflowing) raises :class:`~transformer_np.errors.NonFiniteError` as the plain op does — without
     the check, r = 1/√inf = 0 would turn an overflowed row into a finite β."""
     d = x.shape[-1]
-    key = (d, x.dtype)
-    if key not in _ONES:
-        _ONES[key] = np.ones(d, dtype=x.dtype)
     x2 = x.reshape(-1, d)                                   # (M, d) view
     y = np.empty(x.shape, dtype=x.dtype) if out is None else out   # C-contiguous
     y2 = y.reshape(-1, d)                                   # (M, d) view
-    mu = x2 @ _ONES[key]                                    # (M,) row sums
+    mu = x2 @ _ones(d, x.dtype)                             # (M,) row sums
     mu /= d                                                 # μ
     rstd = np.empty_like(mu)                                # (M,)
 
