@@ -102,10 +102,10 @@ def _rows_parallel(fn, rows: int) -> None:
 # products. Measured on the 2-core VM (quiet, 2026-12-02 04:33 UTC, OpenBLAS 0.3.31 SkylakeX, float32, settled
 # calls, median of 9, inference forward of one layer): attn-512 9.6 -> 6.2 ms, long 140 -> 75 ms, bert-base
 # 95.5 -> 87.6 ms, minilm 15.9 -> 16.4 ms (no gain: 32 x 16 tokens); MiniLM encode of 1,000 sentences
-# 246 -> 297 sentences/s. The same two halves with OpenBLAS left at two threads: 217/s — the two callers
-# fight over OpenBLAS's pool — so the shards need OpenBLAS's thread count set to one, which threadpoolctl
-# does (scikit-learn's KMeans limits BLAS inside its own threads the same way); without threadpoolctl the
-# batch is not split.
+# 246 -> 297 sentences/s. The same two halves with OpenBLAS left at two threads: 217 against 313/s at one
+# (another run) — the two callers fight over OpenBLAS's pool — so the shards need OpenBLAS's thread count
+# set to one, which threadpoolctl does (scikit-learn's KMeans limits BLAS inside its own threads the same
+# way); without threadpoolctl the batch is not split.
 _BATCH_THREADS: int | None = None
 _LOCAL = threading.local()                 # .in_shard: this thread runs one shard of a batch
 _BLAS: list | None = None                  # threadpoolctl's controllers of the loaded BLAS libraries
