@@ -301,6 +301,20 @@ def test_measure_memory_reports_both_sides_on_a_tiny_shape():
     assert "VmHWM" in mem["method"]
 
 
+def test_measure_memory_reports_the_median_of_its_runs():
+    pytest.importorskip("torch", reason="the benchmark compares against PyTorch")
+    mem = bench.measure_memory((2, 8, 16, 2, 32), "float32", threads=1, repeats=3)
+    for side in ("numpy", "torch"):
+        runs = mem[f"{side}_rss_bytes_runs"]
+        assert len(runs) == 3 and mem["repeats"] == 3
+        assert mem[f"{side}_rss_bytes"] == sorted(runs)[1]            # the middle run, a measured value
+    assert "median of 3" in mem["method"]
+    assert bench._mib_range([2**20, 3 * 2**20]) == "1.0–3.0 MiB" and bench._mib_range([5]) == "one run"
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="repeats"):
+            bench.measure_memory((2, 8, 16, 2, 32), "float32", threads=1, repeats=bad)
+
+
 # ----------------------------------------------------------------------------- complexity fit
 def test_complexity_fit_recovers_known_coefficients():
     from transformer_np.course import complexity as cx

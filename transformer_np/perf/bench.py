@@ -475,6 +475,13 @@ def library_thread_defaults() -> Iterator[dict]:
         _threads._THREADS, _threads._BATCH_THREADS = saved
 
 
+def _mib_range(values) -> str:
+    """'a–b MiB' of a list of byte counts (the runs of a memory measurement); 'one run' for fewer than two."""
+    if not values or len(values) < 2:
+        return "one run"
+    return f"{min(values) / 2**20:.1f}–{max(values) / 2**20:.1f} MiB"
+
+
 def _check_settle(settle) -> None:
     if isinstance(settle, bool) or not isinstance(settle, (int, float)) or not settle >= 0 or settle > 60:
         raise ValueError(f"settle must be a number of seconds from 0 to 60, got {settle!r}")
@@ -614,15 +621,18 @@ def _run_rows(shapes, dtypes, modes, rounds, memory, threads, machine, log, reco
             for dtype in dtypes:
                 key = f"{name}/{dtype}"
                 if log:
-                    log(f"peak memory {key}: one fwd+bwd per side, each in a fresh process …")
+                    log(f"peak memory {key}: one fwd+bwd per fresh process, NumPy and torch {MEMORY_REPEATS} "
+                        f"times each …")
                 mem[key] = measure_memory(dims, dtype, threads, recompute)
                 cache = cache_report(dims, dtype)
                 mem[key]["numpy_cache_bytes"] = cache["total"]
                 mem[key]["numpy_cache_bytes_by_sublayer"] = cache["groups"]
                 mem[key]["torch_saved_bytes"] = torch_saved_nbytes(dims, dtype)
                 if log:
-                    log(f"memory {key}: numpy {mem[key]['numpy_rss_bytes'] / 2**20:.1f} MiB, "
-                        f"torch {mem[key]['torch_rss_bytes'] / 2**20:.1f} MiB")
+                    m = mem[key]
+                    log(f"memory {key}: numpy {m['numpy_rss_bytes'] / 2**20:.1f} MiB "
+                        f"({_mib_range(m['numpy_rss_bytes_runs'])}), torch "
+                        f"{m['torch_rss_bytes'] / 2**20:.1f} MiB ({_mib_range(m['torch_rss_bytes_runs'])})")
     try:
         machine["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
     except OSError:
@@ -728,14 +738,17 @@ def format_table(doc: dict) -> str:
                      f"{r['torch_ms']:.1f} | {r['ratio_vs_torch']:.2f}× | {rng} | {lim} | {r['gflops']:.1f} | "
                      f"{100 * r['peak_fraction']:.0f}% | {r['torch_gflops']:.1f} |")
     if doc.get("memory"):
-        lines += ["", "| shape/dtype | NumPy peak (RSS growth, free_cache) | torch peak (RSS growth) | NumPy/torch | "
+        lines += ["", "| shape/dtype | NumPy peak (RSS growth, free_cache; median, range) | torch peak (RSS growth; "
+                      "median, range) | NumPy/torch | "
                       "NumPy peak, store_attention=False | its NumPy/torch | "
                       "NumPy peak, default backward | NumPy tracemalloc peak (free_cache) | NumPy cache | "
                       "torch saved tensors |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for key, m in doc["memory"].items():
             ratio = "n/a" if m["ratio_vs_torch"] is None else f"{m['ratio_vs_torch']:.2f}×"
             rc = m.get("ratio_vs_torch_recompute")
-            lines.append(f"| {key} | {m['numpy_rss_bytes'] / 2**20:.1f} MiB | {m['torch_rss_bytes'] / 2**20:.1f} MiB "
+            np_runs, t_runs = _mib_range(m.get("numpy_rss_bytes_runs")), _mib_range(m.get("torch_rss_bytes_runs"))
+            lines.append(f"| {key} | {m['numpy_rss_bytes'] / 2**20:.1f} MiB ({np_runs}) "
+                         f"| {m['torch_rss_bytes'] / 2**20:.1f} MiB ({t_runs}) "
                          f"| {ratio} | {(m.get('numpy_recompute_rss_bytes') or float('nan')) / 2**20:.1f} MiB "
                          f"| {'n/a' if rc is None else f'{rc:.2f}×'} "
                          f"| {m.get('numpy_default_rss_bytes', float('nan')) / 2**20:.1f} MiB "
@@ -775,4 +788,4 @@ __getattr__ = _forward_moved(__name__, {
 # Split by role (round 4): the busy study and the memory measurement live in their own modules;
 # their names stay importable from here.
 from .busy import busy_study, format_busy_study  # noqa: E402
-from .memory_bench import cache_report, measure_memory, torch_saved_nbytes  # noqa: E402
+from .memory_bench import MEMORY_REPEATS, cache_report, measure_memory, torch_saved_nbytes  # noqa: E402

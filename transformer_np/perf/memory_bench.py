@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -71,28 +72,43 @@ def torch_saved_nbytes(dims, dtype: str) -> int:
     return int(sum(seen.values()))
 
 
-def measure_memory(dims, dtype: str, threads: int, recompute: bool = False) -> dict:
+#: Fresh processes per side for the two compared peaks (the median is reported, every run kept). One process
+#: per side was not enough: torch's peak for one bert-base float32 fwd+bwd, 2 threads, measured seven times
+#: within the hour (2026-12-02 05:19–05:52 UTC, quiet), was 64.7, 71.4, 72.2, 84.0, 84.2, 85.0 and 85.0 MiB,
+#: while NumPy's stayed at 74.0–75.8 MiB, so one sample put the ratio anywhere in 0.88–1.16.
+MEMORY_REPEATS = 3
+
+
+def measure_memory(dims, dtype: str, threads: int, recompute: bool = False, repeats: int = MEMORY_REPEATS) -> dict:
     """Peak memory of one fwd+bwd, each side in a fresh process (see the module docstring);
-    ``recompute`` adds the NumPy side with ``store_attention=False``."""
+    ``recompute`` adds the NumPy side with ``store_attention=False``. The NumPy and torch peaks are the
+    median of ``repeats`` fresh processes each, run alternately (every run in ``numpy_rss_bytes_runs`` and
+    ``torch_rss_bytes_runs``); the other NumPy variants are one process each."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive int, got {repeats!r}")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
                OPENBLAS_NUM_THREADS=str(threads))
-    out = {}
-    sides = ("numpy", "torch", "numpy-tracemalloc", "numpy-default") + (("numpy-recompute",) if recompute else ())
+    runs: dict[str, list[int]] = {}
+    sides = (("numpy", "torch") * repeats + ("numpy-tracemalloc", "numpy-default")
+             + (("numpy-recompute",) if recompute else ()))
     for side in sides:
         proc = subprocess.run([sys.executable, "-c", _CHILD, side, json.dumps(list(dims)), dtype, str(threads)],
                               capture_output=True, text=True, env=env, timeout=600)
         if proc.returncode != 0:
             raise RuntimeError(f"memory measurement ({side}) failed: {proc.stderr.strip().splitlines()[-1:]}")
-        out[side] = json.loads(proc.stdout.strip().splitlines()[-1])["peak_bytes"]
+        runs.setdefault(side, []).append(json.loads(proc.stdout.strip().splitlines()[-1])["peak_bytes"])
+    out = {side: int(statistics.median_low(v)) for side, v in runs.items()}   # a measured value, not a mean
     return {"numpy_rss_bytes": out["numpy"], "torch_rss_bytes": out["torch"],
+            "numpy_rss_bytes_runs": runs["numpy"], "torch_rss_bytes_runs": runs["torch"], "repeats": repeats,
             "numpy_tracemalloc_bytes": out["numpy-tracemalloc"],
             "numpy_default_rss_bytes": out["numpy-default"],
             "numpy_recompute_rss_bytes": out.get("numpy-recompute"),
             "ratio_vs_torch": out["numpy"] / out["torch"] if out["torch"] else None,
             "ratio_vs_torch_recompute": out["numpy-recompute"] / out["torch"]
             if out["torch"] and "numpy-recompute" in out else None,
-            "method": "VmHWM after minus VmRSS before one fwd+bwd, in a fresh process per side, after "
+            "method": f"VmHWM after minus VmRSS before one fwd+bwd, in a fresh process per run (NumPy and torch: "
+                      f"the median of {repeats} runs each, alternating), after "
                       "malloc_trim(0) and a high-water-mark reset (clear_refs 5); NumPy backward with "
                       "free_cache=True (numpy_default_rss_bytes: the default backward; numpy_recompute_rss_bytes: "
                       "free_cache=True and store_attention=False, the attention matrix recomputed by row blocks "
