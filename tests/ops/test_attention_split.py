@@ -341,9 +341,10 @@ def test_dropout_forward_is_not_split_and_its_backward_is(tpc, small_splits, spl
     # exact: the dropout forward (_forward_dropout) never splits, so both runs are the very same operations on
     # this thread, BLAS at the same thread count, drawing the keep mask from one random stream seeded alike
     # (parts would draw from it in an order set by the threads' timing)
-    assert np.array_equal(split[0], whole[0]) and np.array_equal(split[1], whole[1])
+    assert np.array_equal(split[0], whole[0])                  # exact: O, by the same operations (above)
+    assert np.array_equal(split[1], whole[1])                  # exact: A, likewise
     keep = (lambda c: c["dropout"]["mask"]) if store else (lambda c: c["keep"])
-    assert np.array_equal(keep(split[2]), keep(whole[2]))
+    assert np.array_equal(keep(split[2]), keep(whole[2]))      # exact: booleans from one seeded stream
     gp = plain.attention_backward(dO, plain.attention_forward(Q, K, V, mask, 0.3, True, np.random.default_rng(9))[1])
     scale = max(float(np.abs(g).max()) for g in whole[3])
     for name, a, b in zip(("dQ", "dK", "dV"), split[3], whole[3]):
