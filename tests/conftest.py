@@ -194,6 +194,24 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture
+def fast_thread_defaults():
+    """The fast path's thread settings back at the library's defaults after the test (batch and
+    elementwise threads: ``transformer_np.ops.fast.set_batch_threads`` / ``set_num_threads``)."""
+    yield
+    from transformer_np.ops import fast
+
+    fast.set_batch_threads(None)
+    fast.set_num_threads(None)
+
+
+@pytest.fixture
+def tpc(fast_thread_defaults):
+    """threadpoolctl: splitting work over threads needs it (to set OpenBLAS's threads), and tests read BLAS's
+    counts with it (the ``torch`` lane: the torch extra brings it)."""
+    return pytest.importorskip("threadpoolctl", reason="pip install threadpoolctl (in the torch extra)")
+
+
 @pytest.fixture(scope="session")
 def minilm():
     """all-MiniLM-L6-v2 loaded once per session (its files come from the PyPI package

@@ -30,13 +30,6 @@ def model(minilm):
 
 
 @pytest.fixture
-def tpc():
-    """threadpoolctl: encode runs batches on threads only with it (to set OpenBLAS's threads)."""
-    yield pytest.importorskip("threadpoolctl", reason="pip install threadpoolctl (in the torch extra)")
-    fast.set_batch_threads(None)
-
-
-@pytest.fixture
 def thread_calls(monkeypatch):
     """The thread counts encode ran its batches on (a spy on pretrained._in_shards)."""
     return spy_split_counts(monkeypatch, P)

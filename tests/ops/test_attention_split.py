@@ -36,19 +36,7 @@ from transformer_np.model.params import sub_params
 from transformer_np.ops import _threads, fast, fast_attention, plain
 
 DTYPES = (np.float32, np.float64)
-
-
-@pytest.fixture(autouse=True)
-def _restore_thread_settings():
-    yield
-    fast.set_batch_threads(None)
-    fast.set_num_threads(None)
-
-
-@pytest.fixture
-def tpc():
-    """threadpoolctl: splitting needs it (to set OpenBLAS's threads); the tests read BLAS's counts with it."""
-    return pytest.importorskip("threadpoolctl", reason="pip install threadpoolctl (in the torch extra)")
+pytestmark = pytest.mark.usefixtures("fast_thread_defaults")   # (tests/conftest.py)
 
 
 @pytest.fixture

@@ -39,19 +39,7 @@ from transformer_np.ops import _threads, fast
 B, N, D, HEADS, FF = 4, 12, 32, 4, 64          # B = HEADS: a (h, n, n) mask has B rows too (it must stay whole)
 K = FF                                          # the longest reduction of a layer (d_ff > d > n)
 DTYPES = (np.float32, np.float64)
-
-
-@pytest.fixture(autouse=True)
-def _restore_thread_settings():
-    yield
-    fast.set_batch_threads(None)
-    fast.set_num_threads(None)
-
-
-@pytest.fixture
-def tpc():
-    """threadpoolctl: splitting a batch needs it (to set OpenBLAS's threads); the tests read BLAS's counts with it."""
-    return pytest.importorskip("threadpoolctl", reason="pip install threadpoolctl (in the torch extra)")
+pytestmark = pytest.mark.usefixtures("fast_thread_defaults")   # (tests/conftest.py)
 
 
 @pytest.fixture
