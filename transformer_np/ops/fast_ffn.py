@@ -124,7 +124,7 @@ def _layernorm_value(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: fl
 # ----------------------------------------------------------------------------- activation and FFN
 _BLOCK = 16384   # elements per block: ~64 KB in float32, so f's ~10 live temporaries fit in L2
 _GELU32_BLOCK = 65536   # the fused float32 GELU: 4 scratch arrays of 256 KB (measured best of 8–128 Ki)
-_GELU64_BLOCK = 16384   # the float64 GELU (ops/_gelu64.py): 3 scratch arrays of 128 KB (measured best of 4–128 Ki)
+_GELU64_BLOCK = 32768   # the float64 GELU (ops/_gelu64.py): 3 scratch arrays of 256 KB (measured best of 4–128 Ki)
 
 # Exact GELU in float32 with one range and one exp (see _gelu32): Φ(−|z|) = ½ erfc(y), y = |z|/√2,
 # written as exp(−z²/2) · M(s), s = u/(1 + u), u = 0.35·y; M is the degree-7 Chebyshev interpolant of
