@@ -16,7 +16,7 @@ from transformer_np.errors import InputTypeError, InputValueError, NonFiniteErro
 from transformer_np.io.hf_model import hf_backward, hf_forward
 from transformer_np.model.encoder import encoder_layer_backward, encoder_layer_forward
 from transformer_np.model.params import sub_params
-from transformer_np.ops import fast, fast_ffn, plain
+from transformer_np.ops import _gelu64, fast, fast_ffn, plain
 from transformer_np.ops.masks import _padding_mask
 
 
@@ -216,17 +216,19 @@ def test_value_only_gelu_coefficients_are_the_interpolant_they_claim_to_be():
 
 @pytest.mark.parametrize("size", [1, 5, 65_535, 65_536, 200_003])
 def test_value_only_kernels_by_blocks(size):
-    """f(z) by blocks is the one-block kernel (float32 GELU), and the plain op's value bit for bit
-    (the other activations and float64); the fused kernel's f(z) agrees with the value-only one."""
+    """f(z) by blocks is the one-block kernel (GELU: float32 fast_ffn._gelu32_value, float64
+    ops/_gelu64.py), and the plain op's value bit for bit (the other activations); the fused kernel's
+    f(z) agrees with the value-only one."""
     r = np.random.default_rng(size)
     for dtype in (np.float32, np.float64):
         z = (3 * r.standard_normal(size)).astype(dtype)
         for act in ("gelu", "gelu_tanh", "relu"):
             f, _ = fast.activation_forward(z, act, for_backward=False)
             ref = plain.activation_forward(z, act)[0]
-            if act == "gelu" and dtype == np.float32:
+            if act == "gelu":
                 one = np.empty_like(z)
-                fast_ffn._gelu32_value(z, one, *(np.empty_like(z) for _ in range(3)))
+                value_kernel = fast_ffn._gelu32_value if dtype == np.float32 else _gelu64._gelu64_value
+                value_kernel(z, one, *(np.empty_like(z) for _ in range(3)))
                 np.testing.assert_array_equal(f, one)          # exact: elementwise, the same kernel on the same values
                 assert_paths_close(f, fast.activation_forward(z, act)[0], paths=("value-only", "fused"), k=1)
                 assert_paths_close(f, ref, paths=("value-only", "plain"), k=1, atol_scale=1.0)

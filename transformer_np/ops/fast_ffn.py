@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ._gelu64 import _gelu64, _gelu64_value
 from ._threads import _parallel, _rows_parallel, get_num_threads
 from .activations import _FUNCS as _ACTIVATION_FUNCS
 from .activations import _VALUE_FUNCS as _ACTIVATION_VALUES
@@ -125,6 +126,7 @@ _BLOCK = 16384   # elements per block: ~64 KB in float32, so f's ~10 live tempor
 _GELU32_BLOCK = 32768   # float32 GELU: 3–4 scratch arrays of 128 KB (round 5, 1 thread, U of (704, 1536) and
                         # (1024, 3072): with f' 3–5% faster than 64 Ki in 6 of 6 runs, value only 1–5% in 5 of 6
                         # and 2% slower in one; 24 Ki, 48 Ki within the noise; 16 Ki 15–25% slower)
+_GELU64_BLOCK = 32768   # the float64 GELU (ops/_gelu64.py): 3 scratch arrays of 256 KB (measured best of 4–128 Ki)
 
 # Exact GELU in float32 with one range and one exp2 (see _gelu32): Φ(−|z|) = 2^(C z²) M(s), C = −log₂e/2
 # (the float32 number the kernel multiplies by), s = |z|/(|z| + K), K = 4; M is the degree-7 polynomial
@@ -231,13 +233,14 @@ def activation_forward(z: np.ndarray, activation: str = "gelu", *,
     """(f(z), f'(z)) evaluated on consecutive blocks of the flattened z (same cache as the plain op).
 
     Exact GELU in float32 runs the fused single-range kernel :func:`_gelu32` (same maths, different
-    rounding: within 1e-7 of the plain op's erf-based values); everything else the plain kernel's
-    arithmetic per element, bit for bit.
+    rounding: within 1e-7 of the plain op's erf-based values), in float64 the single-range kernel of
+    :mod:`transformer_np.ops._gelu64` (one exp, relative error ~1e-15 for |z| ≤ 3: within the rounding
+    of the plain op's values); everything else the plain kernel's arithmetic per element, bit for bit.
 
-    ``for_backward=False`` (inference): f(z) only, no derivative — float32 exact GELU by
-    :func:`_gelu32_value` (the same Φ as :func:`_gelu32`, fewer passes), the others by the plain
-    kernel's value arithmetic; the cache is ``{"kind": "activation", "for_backward": False}`` and
-    :func:`activation_backward` refuses it."""
+    ``for_backward=False`` (inference): f(z) only, no derivative — exact GELU by :func:`_gelu32_value`
+    (float32: the same exp2 and mapping as :func:`_gelu32`, its own polynomial, fewer passes) or
+    ``_gelu64_value`` (float64), the others by the plain kernel's value arithmetic; the cache is
+    ``{"kind": "activation", "for_backward": False}`` and :func:`activation_backward` refuses it."""
     return _activation(z, activation, for_backward=for_backward)
 
 
@@ -258,15 +261,18 @@ def _activation(z: np.ndarray, activation: str, in_place: bool = False, for_back
     grad = np.empty(z.shape, dtype=z.dtype) if for_backward else None
     z_flat, out_flat = z.reshape(-1), out.reshape(-1)                                 # (size,)
     grad_flat = grad.reshape(-1) if for_backward else None
-    if activation == "gelu" and z.dtype == np.float32:
-        d = z.shape[-1] if z.ndim else 1
-        step = _GELU32_BLOCK if bias is None else max(1, _GELU32_BLOCK // d) * d   # whole rows with a bias
+    if activation == "gelu" and z.dtype in (np.float32, np.float64):
+        f64 = z.dtype == np.float64
+        d, per = (z.shape[-1] if z.ndim else 1), (_GELU64_BLOCK if f64 else _GELU32_BLOCK)
+        step = per if bias is None else max(1, per // d) * d       # whole rows with a bias
         starts = range(0, z_flat.size, step)
         workers = min(get_num_threads(), len(starts))
 
         def run(w: int) -> None:                            # every workers-th block, own scratch arrays
             size = min(step, z_flat.size)
-            if for_backward:
+            if f64:
+                scratch = [np.empty(size, dtype=z.dtype) for _ in range(3)]
+            elif for_backward:
                 scratch = [np.empty(size, dtype=z.dtype) for _ in range(4)] + [np.empty(size, dtype=bool)]
             else:
                 scratch = [np.empty(size, dtype=z.dtype) for _ in range(3)]
@@ -277,9 +283,9 @@ def _activation(z: np.ndarray, activation: str, in_place: bool = False, for_back
                 if bias is not None:
                     zb.reshape(-1, d).__iadd__(bias)        # z + b, rows of this block (in place: z is ours)
                 if for_backward:
-                    _gelu32(zb, out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
+                    (_gelu64 if f64 else _gelu32)(zb, out_flat[block], grad_flat[block], *(x[:m] for x in scratch))
                 else:
-                    _gelu32_value(zb, out_flat[block], *(x[:m] for x in scratch))
+                    (_gelu64_value if f64 else _gelu32_value)(zb, out_flat[block], *(x[:m] for x in scratch))
 
         _parallel(run, workers)
     else:
