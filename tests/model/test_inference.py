@@ -182,32 +182,36 @@ def test_value_only_float32_gelu_against_math_erfc():
     assert f[-6] == 0.0 and f[-5] == 0.0                      # exact: relu(±0) − 0·Φ(0)
 
 
-def test_value_only_gelu_coefficients_are_the_interpolant_they_claim_to_be():
-    """Degree-7 Chebyshev interpolant of N(s)/s, N = |z| Φ(−|z|) exp(z²/2), s = |z|/(|z| + K), on
-    |z| ∈ [0, 13.2], recomputed without BLAS (the interpolation sums by math.fsum: lstsq would
-    depend on the BLAS kernel) and converted to monomials in s. The monomial basis is ill-conditioned
-    (coefficients move by ~3e-10 for a change of ~1e-15 in the values), so the two polynomials are
-    compared by their values on [0, s_max], which is what the kernel uses."""
-    from numpy.polynomial import chebyshev as C
+def _interpolant(a_nodes, values, K: float) -> np.ndarray:
+    """Monomial coefficients (in s = a/(a + K)) of the polynomial through ``values`` at ``a_nodes``,
+    by Lagrange's formula without BLAS: products of linear factors (np.convolve), each coefficient a
+    math.fsum over the nodes (tests/ops/test_fast_path.py has the same for the fused kernel)."""
     from numpy.polynomial import polynomial as P
-    K, amax, deg = fast_ffn._GELU32V_K, 13.2, 7
-    smax = amax / (amax + K)
-    theta = [(2 * j + 1) * math.pi / (2 * deg + 2) for j in range(deg + 1)]
+    s = [a / (a + K) for a in a_nodes]
+    basis = []
+    for j, sj in enumerate(s):
+        lj = np.ones(1)
+        for k, sk in enumerate(s):
+            if k != j:
+                lj = P.polymul(lj, [-sk, 1.0])
+        basis.append(lj * (values[j] / math.prod(sj - sk for k, sk in enumerate(s) if k != j)))
+    return np.array([math.fsum(b[i] for b in basis) for i in range(len(s))])
 
-    def n_over_s(x: float) -> float:                       # x ∈ [−1, 1] ↦ s = (x + 1)/2 · s_max
-        s_ = (x + 1) / 2 * smax
-        a = K * s_ / (1 - s_)
-        return a * 0.5 * math.erfc(a / math.sqrt(2)) * math.exp(a * a / 2) / s_
 
-    fx = [n_over_s(math.cos(t)) for t in theta]
-    cheb = [(1 if k == 0 else 2) / (deg + 1) * math.fsum(fx[j] * math.cos(k * theta[j]) for j in range(deg + 1))
-            for k in range(deg + 1)]
-    mono = np.zeros(1)
-    for ci in C.cheb2poly(cheb)[::-1]:                      # x = 2 s / s_max − 1
-        mono = P.polyadd(P.polymul(mono, [-1, 2 / smax]), [ci])
-    s = np.linspace(0, smax, 10_001)
+def test_value_only_gelu_coefficients_are_the_interpolant_they_claim_to_be():
+    """g, the value-only kernel's polynomial: degree 6 in s = a/(a + K) through N/s at the listed
+    nodes, N = a Φ(−a)·2^(−C a²) (C the float32 constant the kernel multiplies z² by), recomputed from
+    math.erfc without BLAS. The monomial basis is ill-conditioned (coefficients move by ~3e-10 for a
+    change of ~1e-15 in the values), so the two polynomials are compared by their values on
+    [0, s_max] (s_max: a = 13.2, where exp(−z²/2) underflows), which is what the kernel uses."""
+    from numpy.polynomial import polynomial as P
+    K, C, nodes = fast_ffn._GELU32V_K, float(np.float32(fast_ffn._GELU32V_C)), fast_ffn._GELU32V_NODES
+    assert len(fast_ffn._GELU32V_G) == len(nodes) == 7
+    values = [(a + K) * 0.5 * math.erfc(a / math.sqrt(2)) * 2.0 ** (-C * a * a) for a in nodes]   # N/s
+    mono = _interpolant(nodes, values, K)
+    s = np.linspace(0, 13.2 / (13.2 + K), 10_001)
     assert_paths_close(P.polyval(s, fast_ffn._GELU32V_G), P.polyval(s, mono), paths=("constants", "recomputed"),
-                       k=deg + 1)
+                       k=len(nodes))
 
 
 @pytest.mark.parametrize("size", [1, 5, 65_535, 65_536, 200_003])

@@ -231,7 +231,6 @@ def test_float32_gelu_against_math_erfc():
     they claim to be."""
     import math
 
-    from numpy.polynomial import chebyshev as C
     z = np.concatenate([np.linspace(-12, 12, 200_001), 3 * _rng(0).standard_normal(100_000),
                         [0.0, -0.0, 1e-30, -1e-30, 1e-6, -1e-6]]).astype(np.float32)
     (f, c) = fast.activation_forward(z, "gelu")
@@ -245,16 +244,41 @@ def test_float32_gelu_against_math_erfc():
     assert np.all(err[~near] <= 1.7e-5 * np.abs(exact_f[~near]))
     assert np.max(np.abs(c["grad"] - exact_g)) <= 1.5e-7
     assert f[-6] == 0.0 and f[-5] == 0.0 and c["grad"][-6] == c["grad"][-5] == np.float32(0.5)
-    # the coefficients: degree-7 Chebyshev interpolant of ½ erfc(y) exp(y²) in s = u/(1+u), u = 0.35 y
-    tmin = 1 / (1 + 0.35 * 9.3)
-    nodes = np.cos((2 * np.arange(8) + 1) * np.pi / 16)
-    s_nodes = 1 - (tmin + (1 - tmin) * (nodes + 1) / 2)
-    y = s_nodes / (1 - s_nodes) / 0.35
-    cheb = C.chebfit(nodes, [0.5 * math.erfc(v) * math.exp(v * v) for v in y], 7)
-    mono = np.zeros(1)
-    for ci in C.cheb2poly(cheb)[::-1]:                      # x = 1 − 2 s/(1 − tmin)
-        mono = np.polynomial.polynomial.polyadd(np.polynomial.polynomial.polymul(mono, [1, -2 / (1 - tmin)]), [ci])
-    np.testing.assert_allclose(fast_ffn._GELU32_M, mono, rtol=1e-9, atol=1e-12)   # float64 conversion noise
+
+
+def gelu32_interpolant(a_nodes, values, K: float) -> np.ndarray:
+    """Monomial coefficients (in s = a/(a + K)) of the polynomial through ``values`` at ``a_nodes``,
+    by Lagrange's formula without BLAS: products of linear factors (np.convolve), each coefficient a
+    math.fsum over the nodes (tests/model/test_inference.py has the same for the value-only kernel)."""
+    import math
+
+    from numpy.polynomial import polynomial as P
+    s = [a / (a + K) for a in a_nodes]
+    basis = []
+    for j, sj in enumerate(s):
+        lj = np.ones(1)
+        for k, sk in enumerate(s):
+            if k != j:
+                lj = P.polymul(lj, [-sk, 1.0])
+        basis.append(lj * (values[j] / math.prod(sj - sk for k, sk in enumerate(s) if k != j)))
+    return np.array([math.fsum(b[i] for b in basis) for i in range(len(s))])
+
+
+def test_float32_gelu_coefficients_are_the_interpolant_they_claim_to_be():
+    """M, the fused kernel's polynomial: degree 7 in s = a/(a + K) through Φ(−a)·2^(−C a²) (C the
+    float32 constant the kernel multiplies z² by) at the listed nodes, recomputed from math.erfc. The
+    monomial basis is ill-conditioned, so the two polynomials are compared by their values on
+    [0, s_max] (s_max: a = 13.2, where exp(−z²/2) underflows), which is what the kernel uses."""
+    import math
+
+    from numpy.polynomial import polynomial as P
+    K, C, nodes = fast_ffn._GELU32_K, float(np.float32(fast_ffn._GELU32V_C)), fast_ffn._GELU32_NODES
+    assert len(fast_ffn._GELU32_M) == len(nodes) == 8 and nodes[0] == 0.0
+    mono = gelu32_interpolant(nodes, [0.5 * math.erfc(a / math.sqrt(2)) * 2.0 ** (-C * a * a) for a in nodes], K)
+    s = np.linspace(0, 13.2 / (13.2 + K), 10_001)
+    assert_paths_close(P.polyval(s, fast_ffn._GELU32_M), P.polyval(s, mono), paths=("constants", "recomputed"), k=8)
+    # a = 0 is a node: M(0) = Φ(0) = ½, so Φ(±0) and f'(±0) are ½ exactly
+    assert np.float32(fast_ffn._GELU32_M[0]) == np.float32(0.5)   # exact: the interpolant's value at a node
 
 
 @SETTINGS

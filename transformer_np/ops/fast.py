@@ -44,9 +44,10 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
   kept), Q, K, V views of it, and the head gradients copied once into its (B, n, 3, h, d_k) layout.
 * **Flattened matmuls** (:func:`linear_forward`): (B·n, d_in) @ (d_in, d_out) is one BLAS call;
   ``np.matmul`` on a (B, n, d_in) array calls BLAS per batch entry (~20% slower here).
-* **Fused float32 GELU** (:func:`_gelu32`): one range, one exp, no gather or select, 28 in-place
-  passes on blocks of 64 Ki elements (2.3× the blocked erf); other activations and float64 keep
-  the plain kernels' arithmetic on blocks of 16 Ki elements (bit for bit the plain result).
+* **Fused float32 GELU** (:func:`_gelu32`): one range, one exp2, no gather or select, 29 in-place
+  passes (value only, :func:`_gelu32_value`: 22) on blocks of 64 Ki elements (2.3× the blocked erf);
+  other activations and float64 keep the plain kernels' arithmetic on blocks of 16 Ki elements (bit for
+  bit the plain result).
 * **Threads for the elementwise passes, opt-in** (:func:`set_num_threads`): NumPy releases the GIL
   inside a ufunc's loop, so GELU blocks, softmax rows and bias adds can run on a small thread pool;
   every element is computed the same way whatever the count. The default is one thread: with

@@ -123,73 +123,87 @@ def _layernorm_value(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: fl
 
 # ----------------------------------------------------------------------------- activation and FFN
 _BLOCK = 16384   # elements per block: ~64 KB in float32, so f's ~10 live temporaries fit in L2
-_GELU32_BLOCK = 65536   # the fused float32 GELU: 4 scratch arrays of 256 KB (measured best of 8–128 Ki)
+_GELU32_BLOCK = 32768   # float32 GELU: 3–4 scratch arrays of 128 KB (round 5, 1 thread, U of (704, 1536) and
+                        # (1024, 3072): with f' 3–5% faster than 64 Ki in 6 of 6 runs, value only 1–5% in 5 of 6
+                        # and 2% slower in one; 24 Ki, 48 Ki within the noise; 16 Ki 15–25% slower)
 _GELU64_BLOCK = 32768   # the float64 GELU (ops/_gelu64.py): 3 scratch arrays of 256 KB (measured best of 4–128 Ki)
 
-# Exact GELU in float32 with one range and one exp (see _gelu32): Φ(−|z|) = ½ erfc(y), y = |z|/√2,
-# written as exp(−z²/2) · M(s), s = u/(1 + u), u = 0.35·y; M is the degree-7 Chebyshev interpolant of
-# ½ erfc(y)·exp(y²) in s on y ∈ [0, 9.3] (past 9.3, exp(−y²) underflows float32), computed in float64
-# from math.erfc and converted to monomial form (tests/ops/test_fast_path.py recomputes it). Its own
-# relative error is 4e-7 for |z| ≤ 3 and 3.7e-6 at most on the range (re-measured in round 4 against
-# math.erfc on 30,000 points; an earlier note here said below 1e-8); evaluated in float32 the GELU's max
-# |error| against math.erfc is 0.5 ulp of the output, and Φ's 8e-8 (the plain float32 erf: 7e-8).
-_GELU32_U = 0.35 / math.sqrt(2.0)
-_GELU32_M = (0.499999999204887, -1.611969966833993, 2.469635567446595, -2.22066213465722, 0.9680755321575066,
-             0.10529391102585882, -0.31254956062974737, 0.10245409066632219)
+# Exact GELU in float32 with one range and one exp2 (see _gelu32): Φ(−|z|) = 2^(C z²) M(s), C = −log₂e/2
+# (the float32 number the kernel multiplies by), s = |z|/(|z| + K), K = 4; M is the degree-7 polynomial
+# in s that interpolates Φ(−a)·2^(−C a²) at the 8 points a = _GELU32_NODES, computed in float64 from
+# math.erfc and converted to monomial form (tests/ops/test_fast_path.py recomputes it). The nodes are the
+# zeros (to 6 digits) of the error of the best weighted fit on a ∈ [0, 13.2] (past 13.2, exp(−z²/2)
+# underflows float32), found by a linear program whose weight is the room the tests' bounds leave after
+# the exp2 argument's two roundings (≤ 1.2e-7·z²/2 relative): ≤ 6e-8 absolute for Φ near 0 (for f'),
+# ~3e-7 relative at |z| = 3, looser below −3; a = 0 is a node, so M(0) = Φ(0) = ½ exactly and
+# f'(±0) = ½. K = 4 was the best of a scan of [2.5, 4.5]. Measured in round 5 against math.erfc (float64)
+# on [−14, 14] (2,000,001 points) plus 10⁶ N(0, 9) draws: relative error of f 8.0e-7 for z ≥ −3, 1.0e-5
+# below (bounds 1e-6, 1.7e-5), |f' − exact| 1.37e-7 (bound 1.5e-7); the degree-7 Chebyshev interpolant
+# with exp it replaces: 9.7e-7, 9.7e-6 and 1.52e-7 — above the f' bound on that denser grid.
+_GELU32_K = 4.0
+_GELU32_NODES = (0.0, 0.160719, 0.489783, 1.03497, 2.13206, 2.89794, 6.87245, 11.1545)
+_GELU32_M = (0.5, -1.5957674162081517, 2.4041470169737913, -2.1051593391741132, 0.8612612280787815,
+             0.1492450741882827, -0.310016700702036, 0.09646997738262186)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos) -> None:
+def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos=None) -> None:
     """GELU and its derivative of a float32 block z into ``out`` (which may be z itself) and ``grad``;
-    a, s, e, E (float32) and pos (bool) are scratch arrays of z's size. 31 in-place passes, none of
-    them a gather, a select or a second exp:
+    a, s, e, E are float32 scratch arrays of z's size (``pos``, a bool one, is no longer used). 29
+    in-place passes, none of them a gather, a select, a boolean product or a second exp2:
 
-        e     = Φ(−|z|) = exp(−z²/2) M(s)
-        Φ(z)  = e + [z > 0] (1 − 2e)            (e for z ≤ 0, 1 − e for z > 0: no branch)
-        f(z)  = z Φ(z),   f'(z) = Φ(z) + z φ(z),  φ(z) = exp(−z²/2)/√(2π)   (the same exp)
-    """
+        e     = Φ(−|z|) = exp(−z²/2) M(s)                  (exp(−z²/2) as an exp2)
+        Φ(z)  = min(max(z + e, e), 1 − e)                   (e for z ≤ 0, 1 − e for z > 0: no branch)
+        f(z)  = z Φ(z),   f'(z) = Φ(z) + z φ(z),  φ(z) = exp(−z²/2)/√(2π)   (the same exp2)
+
+    Φ(z) without a select: for z ≤ 0, z + e ≤ e, so max(z + e, e) = e ≤ ½ ≤ 1 − e; for z > 0,
+    z + e ≥ 1 − e because 1 − 2e = erf(z/√2) < z (erf(x/√2) has slope ≤ √(2/π) < 1), so the min is
+    1 − e (below z ≈ 1e-7, rounding may pick z + e instead: both are ½ within 1e-7)."""
     np.abs(z, out=a)                                        # |z|
-    np.multiply(a, _GELU32_U, out=s)                        # u
-    np.add(s, 1.0, out=E)
-    np.divide(s, E, out=s)                                  # s = u / (1 + u) ∈ [0, 1)
+    np.add(a, _GELU32_K, out=e)
+    np.divide(a, e, out=s)                                  # s = |z| / (|z| + K) ∈ [0, 1)
     np.multiply(s, _GELU32_M[-1], out=e)                    # Horner, in place: e = M(s)
     e += _GELU32_M[-2]
     for c in _GELU32_M[-3::-1]:
         e *= s
         e += c
     np.square(z, out=E)
-    E *= -0.5
-    np.exp(E, out=E)                                        # exp(−z²/2)
+    E *= _GELU32V_C
+    np.exp2(E, out=E)                                       # exp(−z²/2) = 2^(−z² log₂e / 2)
     e *= E                                                  # e = Φ(−|z|)
-    np.greater(z, 0.0, out=pos)
-    np.multiply(e, -2.0, out=a)
-    a += 1.0
-    a *= pos                                                # [z > 0] (1 − 2e)
-    a += e                                                  # Φ(z)
+    np.add(z, e, out=a)
+    np.maximum(a, e, out=a)                                 # e for z ≤ 0, z + e for z > 0
+    np.subtract(1.0, e, out=s)
+    np.minimum(a, s, out=a)                                 # Φ(z)
     E *= z
     E *= _INV_SQRT_2PI                                      # z φ(z)
     np.add(a, E, out=grad)                                  # f'(z) = Φ(z) + z φ(z)
     np.multiply(z, a, out=out)                              # f(z) = z Φ(z), last: out may be z itself
 
 
-# The value-only float32 GELU (inference, :func:`_gelu32_value`): |z| Φ(−|z|) = exp(−z²/2) N(s) with
-# s = |z|/(|z| + K) ∈ [0, 1) and N(s) = s·g(s), g the degree-7 Chebyshev interpolant of N/s in s on
-# |z| ∈ [0, 13.2] (past it, exp(−z²/2) underflows float32), computed in float64 from math.erfc and converted
-# to monomial form (tests/model/test_inference.py recomputes it). Its own relative error is 9e-8 for
-# |z| ≤ 3 and 4.3e-7 on the whole range (the fused kernel's M: 4e-7 and 3.7e-6); K = 3.375 was the best
-# of a scan of [1, 8] for that error. The Gaussian factor is taken as exp2(−z² log₂e / 2): NumPy's float32
-# exp2 costs half its exp here (0.25 against 0.47 ns per element, 1 thread); the rounded constant moves the
-# kernel's measured relative error from 1.5e-6 to 1.8e-6 for z in [−6, −3], and leaves it at 5.8e-7 above −3.
+# The value-only float32 GELU (inference, :func:`_gelu32_value`): |z| Φ(−|z|) = 2^(C z²) N(s) with
+# s = |z|/(|z| + K) ∈ [0, 1), K = 3.875, and N(s) = s·g(s), g the degree-6 polynomial in s that
+# interpolates N/s, N = a Φ(−a)·2^(−C a²), a = K s/(1 − s), at the 7 points a = _GELU32V_NODES, computed
+# in float64 from math.erfc and converted to monomial form (tests/model/test_inference.py recomputes
+# it). The nodes are the zeros (to 6 digits) of the error of the best fit of N on a ∈ [0, 13.2] weighted
+# by the room the tests' bounds leave after the exp2 argument's two roundings (as for _GELU32_M, without
+# the f' part); K = 3.875 was the best of a scan of [2.5, 5]. The Gaussian factor is taken as
+# exp2(−z² log₂e / 2): NumPy's float32 exp2 costs half its exp here (0.25 against 0.47 ns per element,
+# 1 thread); C is the float32 number the kernel multiplies by, and the interpolated function carries it.
+# Measured in round 5 against math.erfc on [−14, 14] (2,000,001 points) plus 10⁶ N(0, 9) draws:
+# relative error 7.3e-7 for z ≥ −3 and 9.2e-6 below (bounds 1e-6, 1.7e-5; the degree-7 Chebyshev
+# interpolant it replaces, two passes more: 5.9e-7 and 7.6e-6).
 _GELU32V_C = -0.5 / math.log(2.0)
-_GELU32V_K = 3.375
-_GELU32V_G = (1.6875000514752858, -2.8567104423553698, 2.2101951836058187, -0.36960199092756973,
-              -0.44999249797057794, -0.0024710642724583287, 0.30524582738563666, -0.12553688569806024)
+_GELU32V_K = 3.875
+_GELU32V_NODES = (0.232245, 0.77037, 1.63324, 2.70648, 3.50696, 9.18283, 12.7459)
+_GELU32V_G = (1.9375002139272772, -4.052838462722506, 4.501992412549534, -2.3636334103330796,
+              -0.1484039502140604, 0.8234660703807322, -0.3004218939687462)
 
 
 def _gelu32_value(z: np.ndarray, out: np.ndarray, a, s, e) -> None:
     """GELU of a float32 block z into ``out`` (which may be z itself), value only (inference);
-    a, s, e are float32 scratch arrays of z's size. 24 in-place passes (:func:`_gelu32`: 31, counted
-    alike), three scratch arrays instead of five:
+    a, s, e are float32 scratch arrays of z's size. 22 in-place passes (:func:`_gelu32`: 29, counted
+    alike), three scratch arrays instead of four:
 
         s      = |z| / (|z| + K)                         (two passes: no separate u = |z|/K)
         e      = |z| Φ(−|z|) = exp(−z²/2) N(s),   N(s) = s g(s)   (the factor |z| is inside N;
@@ -206,7 +220,7 @@ def _gelu32_value(z: np.ndarray, out: np.ndarray, a, s, e) -> None:
     for c in _GELU32V_G[-2::-1]:
         e += c
         e *= s
-    np.square(a, out=a)
+    np.square(z, out=a)                                     # z² (out of place: 0.10 ns against 0.12 in place)
     a *= _GELU32V_C
     np.exp2(a, out=a)                                       # exp(−z²/2) = 2^(−z² log₂e / 2)
     e *= a                                                  # |z| Φ(−|z|)
@@ -224,9 +238,9 @@ def activation_forward(z: np.ndarray, activation: str = "gelu", *,
     of the plain op's values); everything else the plain kernel's arithmetic per element, bit for bit.
 
     ``for_backward=False`` (inference): f(z) only, no derivative — exact GELU by :func:`_gelu32_value`
-    (float32: the same Φ as :func:`_gelu32`, fewer passes) or ``_gelu64_value`` (float64), the others
-    by the plain kernel's value arithmetic; the cache is ``{"kind": "activation", "for_backward": False}`` and
-    :func:`activation_backward` refuses it."""
+    (float32: the same exp2 and mapping as :func:`_gelu32`, its own polynomial, fewer passes) or
+    ``_gelu64_value`` (float64), the others by the plain kernel's value arithmetic; the cache is
+    ``{"kind": "activation", "for_backward": False}`` and :func:`activation_backward` refuses it."""
     return _activation(z, activation, for_backward=for_backward)
 
 
