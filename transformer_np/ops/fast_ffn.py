@@ -147,9 +147,9 @@ _GELU32_M = (0.5, -1.5957674162081517, 2.4041470169737913, -2.1051593391741132, 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E, pos=None) -> None:
+def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E) -> None:
     """GELU and its derivative of a float32 block z into ``out`` (which may be z itself) and ``grad``;
-    a, s, e, E are float32 scratch arrays of z's size (``pos``, a bool one, is no longer used). 29
+    a, s, e, E are float32 scratch arrays of z's size. 29
     in-place passes, none of them a gather, a select, a boolean product or a second exp2:
 
         e     = Φ(−|z|) = exp(−z²/2) M(s)                  (exp(−z²/2) as an exp2)
@@ -270,12 +270,8 @@ def _activation(z: np.ndarray, activation: str, in_place: bool = False, for_back
 
         def run(w: int) -> None:                            # every workers-th block, own scratch arrays
             size = min(step, z_flat.size)
-            if f64:
-                scratch = [np.empty(size, dtype=z.dtype) for _ in range(3)]
-            elif for_backward:
-                scratch = [np.empty(size, dtype=z.dtype) for _ in range(4)] + [np.empty(size, dtype=bool)]
-            else:
-                scratch = [np.empty(size, dtype=z.dtype) for _ in range(3)]
+            kinds = 4 if for_backward and not f64 else 3     # _gelu32 takes four scratch arrays, the others three
+            scratch = [np.empty(size, dtype=z.dtype) for _ in range(kinds)]
             for start in starts[w::workers]:
                 block = slice(start, start + step)
                 m = min(step, z_flat.size - start)
