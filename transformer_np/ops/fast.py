@@ -44,10 +44,12 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
   kept), Q, K, V views of it, and the head gradients copied once into its (B, n, 3, h, d_k) layout.
 * **Flattened matmuls** (:func:`linear_forward`): (B·n, d_in) @ (d_in, d_out) is one BLAS call;
   ``np.matmul`` on a (B, n, d_in) array calls BLAS per batch entry (~20% slower here).
-* **Fused float32 GELU** (:func:`_gelu32`): one range, one exp2, no gather or select, 29 in-place
-  passes (value only, :func:`_gelu32_value`: 22) on blocks of 64 Ki elements (2.3× the blocked erf);
-  other activations and float64 keep the plain kernels' arithmetic on blocks of 16 Ki elements (bit for
-  bit the plain result).
+* **Fused exact GELU** (float32 :func:`_gelu32`, float64 :mod:`transformer_np.ops._gelu64`): one
+  range, one exp (float32: exp2), no gather or select, on blocks of 32 Ki elements. float32: 29
+  in-place passes (value only, :func:`_gelu32_value`: 22), within 1e-6 relative of the exact values for
+  z ≥ −3; float64: 54 (value only 51), a degree-20 polynomial, within ~1e-15 relative for z ≥ −3 and
+  1.6–1.8× the blocked erf. The other activations keep the plain kernels' arithmetic on blocks of 16 Ki
+  elements (bit for bit the plain result).
 * **Threads for the elementwise passes, opt-in** (:func:`set_num_threads`): NumPy releases the GIL
   inside a ufunc's loop, so GELU blocks, softmax rows and bias adds can run on a small thread pool;
   every element is computed the same way whatever the count. The default is one thread: with
