@@ -1,0 +1,149 @@
+"""The fused inference paths of round 4 (MiniLM-like shapes: short rows, many small calls) against the
+plain path (``assert_paths_close``, k = the longest reduction).
+
+* the attention's optimistic softmax (:func:`transformer_np.ops.fast_attention._sums_safe`): inference rows
+  without the [V | 1] product are exponentiated without their maxima and checked by their row sums
+  afterwards; a block that overflows, underflows to 0 or to subnormals, or holds a NaN is recomputed
+  with the maxima.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from helpers import assert_paths_close, attention_mask_case
+from transformer_np.ops import fast, fast_attention, plain
+
+DTYPES = [np.float32, np.float64]
+
+
+def _qkv(r, B, h, n_q, n_k, d_k, d_v, dtype):
+    return (r.standard_normal((B, h, n_q, d_k)).astype(dtype), r.standard_normal((B, h, n_k, d_k)).astype(dtype),
+            r.standard_normal((B, h, n_k, d_v)).astype(dtype))
+
+
+def _spy_sums(monkeypatch) -> list[bool]:
+    """Every verdict of ``_sums_safe`` from now on (True: the optimistic block was kept)."""
+    verdicts: list[bool] = []
+    real = fast_attention._sums_safe
+
+    def spy(ell, n_k):
+        verdicts.append(real(ell, n_k))
+        return verdicts[-1]
+
+    monkeypatch.setattr(fast_attention, "_sums_safe", spy)
+    return verdicts
+
+
+def _inference_vs_plain(Q, K, V, mask, c: float = 16.0):
+    k = max(K.shape[-2], Q.shape[-1])
+    Op, cp = plain.attention_forward(Q, K, V, mask)
+    for store in (True, False):
+        O, ci = fast.attention_forward(Q, K, V, mask, store_attention=store, for_backward=False)
+        assert_paths_close(O, Op, k=k, c=c, paths=("inference O", "plain O"))
+        if store:
+            assert_paths_close(ci["weights"], cp["weights"], k=k, c=c, paths=("inference A", "plain A"))
+    return Op
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "full"])
+@pytest.mark.parametrize("shape", [(32, 12, 22, 22, 16), (1, 1, 1, 1, 16), (2, 3, 1, 5, 8), (3, 2, 40, 40, 16),
+                                   (2, 4, 7, 9, 12)])
+def test_optimistic_rows_agree_with_plain_and_are_kept(monkeypatch, dtype, mask_kind, shape):
+    """MiniLM's shape (32 × 12 heads of 22 × 22), batch 1 with T = 1, n_q ≠ n_k, 40 keys (past 2·d_v, where
+    the non-optimistic path would defer the normalisation), d_k = 12 (1/√d_k not folded): ordinary
+    scores pass the check, so the optimistic block is kept (no recomputation), and agree with plain."""
+    B, h, n_q, n_k, d_k = shape
+    r = np.random.default_rng(sum(shape))
+    Q, K, V = _qkv(r, B, h, n_q, n_k, d_k, d_k, dtype)
+    verdicts = _spy_sums(monkeypatch)
+    _inference_vs_plain(Q, K, V, attention_mask_case(mask_kind, B, n_q, n_k, dtype, r))
+    assert verdicts and all(verdicts)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_overflowing_exponentials_are_recomputed_with_the_maxima(monkeypatch, dtype):
+    """Scores far past exp's range: without the maxima exp gives inf, ℓ = inf and A = inf/inf = NaN; the
+    check refuses the block and the recomputed one agrees with plain (tolerance as for huge logits:
+    exp turns the scores' relative rounding into an absolute one of the weights)."""
+    r = np.random.default_rng(3)
+    Q, K, V = _qkv(r, 2, 3, 22, 22, 16, 16, np.float64)
+    Q *= 1e3
+    Q, K, V = (a.astype(dtype) for a in (Q, K, V))
+    verdicts = _spy_sums(monkeypatch)
+    s_max = float(np.abs(Q.astype(np.float64) @ K.astype(np.float64).swapaxes(-1, -2)).max() / 4)
+    Op = _inference_vs_plain(Q, K, V, None, c=16 * (1 + s_max / math.sqrt(22)))
+    assert np.all(np.isfinite(Op)) and verdicts and not any(verdicts)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("depth", ["zero", "subnormal"])
+def test_underflowing_rows_are_recomputed_with_the_maxima(monkeypatch, dtype, depth):
+    """Every key of a row shifted far down by a finite mask: without the maxima the row's exponentials are
+    all 0 (ℓ = 0: A = 0/0) or subnormal (a few significant bits: A off by percents); with them the row
+    is an ordinary softmax. Both fail the check and are recomputed."""
+    fi = np.finfo(dtype)
+    shift = {"zero": 3.0 * math.log(float(fi.max)), "subnormal": -math.log(float(fi.tiny)) + 12.0}[depth]
+    r = np.random.default_rng(4)
+    Q, K, V = _qkv(r, 2, 2, 9, 11, 16, 16, dtype)
+    mask = np.full((2, 1, 1, 11), -shift, dtype=dtype)
+    verdicts = _spy_sums(monkeypatch)
+    _inference_vs_plain(Q, K, V, mask)
+    assert verdicts and not any(verdicts)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_fully_masked_sequence_is_uniform_and_the_others_agree(dtype):
+    """Sequence 0 with every key masked (finfo.min, the padding mask's value): its rows sum to 0 without
+    the maxima, so its block is recomputed — uniform rows as the plain path's — and nothing is NaN."""
+    r = np.random.default_rng(5)
+    Q, K, V = _qkv(r, 2, 12, 22, 22, 16, 16, dtype)
+    mask = np.zeros((2, 1, 1, 22), dtype=dtype)
+    mask[0] = np.finfo(dtype).min
+    Op = _inference_vs_plain(Q, K, V, mask)
+    assert np.all(np.isfinite(Op))
+    _, c = fast.attention_forward(Q, K, V, mask, for_backward=False)
+    assert_paths_close(c["weights"][0], np.full((12, 22, 22), 1 / 22, dtype=dtype), k=22,
+                       paths=("inference A", "uniform 1/n"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_nan_gives_the_nans_of_the_fast_training_forward(dtype):
+    """A NaN in one query row and one key: the optimistic block's ℓ is NaN, it is recomputed with the
+    maxima, and the NaNs land where the fast training forward (which bounds first) puts them."""
+    r = np.random.default_rng(6)
+    Q, K, V = _qkv(r, 2, 2, 8, 8, 16, 16, dtype)
+    Q[0, 1, 3, 2] = np.nan
+    K[1, 0, 5, 0] = np.nan
+    O_t, _ = fast.attention_forward(Q, K, V, None, store_attention=False, for_backward=True)
+    for store in (True, False):
+        O_i, _ = fast.attention_forward(Q, K, V, None, store_attention=store, for_backward=False)
+        assert np.isnan(O_i).any()
+        assert_paths_close(O_i, O_t, k=16, paths=("inference O", "training O"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_check_on_the_row_sums(dtype):
+    fi = np.finfo(dtype)
+    n_k = 22
+    lo = float(fi.tiny) * n_k * n_k * math.e / float(fi.eps)
+    ok = np.array([[1.0], [lo * 1.01], [float(fi.max)]], dtype=dtype)
+    assert fast_attention._sums_safe(ok, n_k)
+    for bad in (0.0, lo * 0.99, np.inf, np.nan):
+        assert not fast_attention._sums_safe(np.concatenate([ok, np.array([[bad]], dtype=dtype)]), n_k), bad
+
+
+def test_rows_with_the_ones_column_or_statistics_keep_the_bound(monkeypatch):
+    """Long rows (the [V | 1] product) and the training forward's row statistics are not optimistic:
+    the bound decides beforehand and ``_sums_safe`` is never asked."""
+    r = np.random.default_rng(7)
+    verdicts = _spy_sums(monkeypatch)
+    Q, K, V = _qkv(r, 1, 2, 130, 130, 16, 16, np.float32)     # 130 ≥ _ONES_MIN · d_v = 128
+    fast.attention_forward(Q, K, V, store_attention=False, for_backward=False)
+    Q, K, V = _qkv(r, 1, 2, 22, 22, 16, 16, np.float32)
+    fast.attention_forward(Q, K, V, store_attention=False, for_backward=True)
+    assert verdicts == []
