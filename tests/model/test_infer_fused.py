@@ -147,3 +147,94 @@ def test_rows_with_the_ones_column_or_statistics_keep_the_bound(monkeypatch):
     Q, K, V = _qkv(r, 1, 2, 22, 22, 16, 16, np.float32)
     fast.attention_forward(Q, K, V, store_attention=False, for_backward=True)
     assert verdicts == []
+
+
+# ----------------------------------------------------------------------------- one (d, 3d) input projection
+def test_column_blocks_accepts_only_views_of_one_array_in_order():
+    r = np.random.default_rng(8)
+    W = r.standard_normal((6, 12))
+    assert fast_attention._column_blocks((W[:, :4], W[:, 4:8], W[:, 8:])) is W
+    b = r.standard_normal(9)
+    assert fast_attention._column_blocks((b[:3], b[3:6], b[6:])) is b
+    separate = tuple(np.ascontiguousarray(W[:, i:i + 4]) for i in (0, 4, 8))
+    F = np.asfortranarray(W)
+    for parts in (separate,                                  # three arrays of their own
+                  (W[:, 4:8], W[:, :4], W[:, 8:]),           # the blocks out of order
+                  (W[:, :4], W[:, 4:8], separate[2]),        # one entry replaced
+                  (W[:, :4], W[:, 4:8], W[:, 8:].copy()),    # a copy
+                  (F[:, :4], F[:, 4:8], F[:, 8:]),           # a base that is not C-contiguous
+                  (W[:3, :4], W[:3, 4:8], W[:3, 8:]),        # views of part of the rows
+                  (W[:, :3], W[:, 4:7], W[:, 8:11])):        # narrower than the base's thirds
+        assert fast_attention._column_blocks(parts) is None
+
+
+@pytest.fixture(scope="module")
+def own_minilm():
+    """all-MiniLM-L6-v2 loaded for this module alone (the tests below edit its weights)."""
+    from transformer_np.io.pretrained import load_pretrained
+
+    try:
+        return load_pretrained("all-MiniLM-L6-v2")
+    except ImportError as e:
+        pytest.skip(str(e))
+
+
+def test_load_pretrained_lays_out_qkv_as_column_blocks_with_the_files_values(own_minilm):
+    from transformer_np.io.interop import params_from_hf_state_dict
+    from transformer_np.io.safetensors import load_safetensors
+
+    ref = params_from_hf_state_dict(load_safetensors(own_minilm.folder / "model.safetensors"), own_minilm.config)
+    assert list(own_minilm.params) == list(ref)
+    for name, a in own_minilm.params.items():
+        np.testing.assert_array_equal(a, ref[name])          # exact: the same numbers, copied
+    for dt in (np.float32, np.float64):
+        P = own_minilm.params_as(dt)
+        for layer in range(own_minilm.config.n_layers):
+            pre = f"layers.{layer}.attn."
+            for kind, shape in (("W_", (384, 1152)), ("b_", (1152,))):
+                base = fast_attention._column_blocks(tuple(P[pre + kind + c] for c in "QKV"))
+                assert base is not None and base.shape == shape and base.dtype == dt
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_product_agrees_with_three_and_with_plain(dtype):
+    r = np.random.default_rng(9)
+    d, h = 48, 4
+    x = r.standard_normal((3, 7, d)).astype(dtype)
+    p = {f"{k}_{c}": r.standard_normal((d, d) if k == "W" else d).astype(dtype) for k in "Wb" for c in "QKVO"}
+    joined = {k: np.concatenate([p[f"{k}_{c}"] for c in "QKV"], axis=-1) for k in "Wb"}
+    fused = dict(p, **{f"{k}_{c}": joined[k][..., i * d:(i + 1) * d] for k in "Wb" for i, c in enumerate("QKV")})
+    mask = attention_mask_case("padding", 3, 7, 7, dtype, r)
+    ref = plain.mha_forward(x, p, h, mask)[0]
+    three = fast.mha_forward(x, p, h, mask, for_backward=False)[0]
+    for fb in (False, True):
+        one = fast.mha_forward(x, fused, h, mask, for_backward=fb)[0]
+        assert_paths_close(one, three, k=d, paths=("one (d, 3d) product", "three products"))
+        assert_paths_close(one, ref, k=d, paths=("one (d, 3d) product", "plain"))
+
+
+def test_editing_or_replacing_a_weight_is_seen_by_encode(own_minilm):
+    """The (d, 3d) product reads the views' memory: an in-place edit of W_K changes the embeddings exactly as
+    the same edit on separate arrays does; a replaced W_V is used as given (three products)."""
+    enc = own_minilm
+    sentences = ["The river bank was flooded.", "He paid money into the bank.", "ok"]
+    before = enc.encode(sentences)
+    name_k, name_v = "layers.2.attn.W_K", "layers.4.attn.W_V"
+    separate = {k: np.array(v) for k, v in enc.params.items()}   # contiguous copies: the three-product path
+    old_k, old_v = enc.params[name_k].copy(), enc.params[name_v]
+    try:
+        enc.params[name_k] *= 0.5                                # in place, through the view
+        separate[name_k] *= 0.5
+        enc.params[name_v] = old_v[::-1].copy()                  # replaced by another array
+        separate[name_v] = old_v[::-1].copy()
+        after = enc.encode(sentences)
+        enc_sep = type(enc)(enc.config, separate, enc.tokenizer, enc.max_seq_length, enc.pooling, enc.normalize,
+                            enc.folder, enc.dense)
+        assert fast_attention._column_blocks(tuple(separate[f"layers.2.attn.W_{c}"] for c in "QKV")) is None
+        assert_paths_close(after, enc_sep.encode(sentences), k=enc.config.d_ff,
+                           paths=("edited views", "edited separate arrays"))
+        assert np.abs(after - before).max() > 1e-3            # the edit changed the embeddings
+    finally:
+        enc.params[name_k][...] = old_k
+        enc.params[name_v] = old_v
+    assert_paths_close(enc.encode(sentences), before, k=enc.config.d_ff, paths=("restored", "before"))

@@ -376,11 +376,36 @@ def _load_weights(folder: Path, config: EncoderConfig) -> dict[str, np.ndarray]:
         if a.dtype == np.float16:
             state[name] = a.astype(np.float32)
     try:
-        return params_from_hf_state_dict(state, config)
+        return _qkv_layout(params_from_hf_state_dict(state, config))
     except (InputValueError, InputTypeError) as e:
         if isinstance(e, ResourceLimitError):
             raise
         raise ModelFolderError(f"{path} does not match {folder / 'config.json'}: {str(e).strip()}") from None
+
+
+def _qkv_layout(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``params`` with each layer's W_Q, W_K, W_V (and b_Q, b_K, b_V) made the column blocks of one
+    (d, 3d) array (one (3d,) array): ``W_Q = W[:, :d]``, ``W_K = W[:, d:2d]``, ``W_V = W[:, 2d:]``, views
+    with the same values. The fast attention then projects X with one (M, d) @ (d, 3d) product instead of
+    three (:func:`transformer_np.ops.fast_attention._column_blocks`); an entry replaced by another array
+    simply gets the three products, and an entry edited in place edits the (d, 3d) array it views."""
+    out = dict(params)
+    for name in params:
+        if not name.endswith("attn.W_Q"):
+            continue
+        prefix = name[:-len("W_Q")]
+        for kind in ("W_", "b_"):
+            keys = [prefix + kind + c for c in "QKV"]
+            if not all(k in params for k in keys):
+                continue
+            parts = [params[k] for k in keys]
+            if len({(a.shape, a.dtype) for a in parts}) != 1:
+                continue
+            joined = np.concatenate(parts, axis=-1)                # (d, 3d) or (3d,)
+            w = parts[0].shape[-1]
+            for i, k in enumerate(keys):
+                out[k] = joined[..., i * w:(i + 1) * w]           # a view of the joined array
+    return out
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -453,7 +478,10 @@ class PretrainedEncoder:
     Attributes:
         config: the :class:`EncoderConfig` (Post-LN, GELU, learned positions).
         params: the weights as stored (float32 for all-MiniLM-L6-v2); a float64 copy is
-            made once on first use (exact: every float32 is a float64).
+            made once on first use (exact: every float32 is a float64). Each layer's W_Q, W_K,
+            W_V are views of one (d, 3d) array (b_Q, b_K, b_V of one (3d,) array), so that the
+            attention's input projection is one product; editing them in place edits that
+            array, and an entry replaced by another array is used as given (three products).
         tokenizer: the :class:`WordPieceTokenizer`.
         max_seq_length: truncation length in tokens, [CLS] and [SEP] included.
         pooling: "mean" (this model), "cls", "max" or "mean_sqrt_len".
@@ -489,7 +517,7 @@ class PretrainedEncoder:
         """The weights in ``dtype`` (cached)."""
         dt = _check_dtype(dtype)
         if dt not in self._by_dtype:
-            self._by_dtype[dt] = {k: v.astype(dt) for k, v in self.params.items()}
+            self._by_dtype[dt] = _qkv_layout({k: v.astype(dt) for k, v in self.params.items()})
         return self._by_dtype[dt]
 
     def tokenize(self, sentences, max_length: int | None = None) -> dict[str, np.ndarray]:
