@@ -14,7 +14,9 @@ import math
 import numpy as np
 import pytest
 
-from helpers import assert_paths_close, attention_mask_case
+import transformer_np as tnp
+from helpers import assert_paths_close, attention_mask_case, nontrivial_params
+from transformer_np.errors import NonFiniteError
 from transformer_np.ops import fast, fast_attention, plain
 
 DTYPES = [np.float32, np.float64]
@@ -238,3 +240,48 @@ def test_editing_or_replacing_a_weight_is_seen_by_encode(own_minilm):
         enc.params[name_k][...] = old_k
         enc.params[name_v] = old_v
     assert_paths_close(enc.encode(sentences), before, k=enc.config.d_ff, paths=("restored", "before"))
+
+
+# ----------------------------------------------------------------------------- the embedding block
+def _emb_cfg(**kw):
+    base = dict(n_layers=1, d_model=24, n_heads=4, d_ff=40, vocab_size=60, max_len=12, dropout=0.0,
+                type_vocab_size=3)
+    base.update(kw)
+    return tnp.EncoderConfig(**base)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("types", ["none", "zeros", "ones", "mixed"])
+@pytest.mark.parametrize("shape", [(3, 7), (1, 1), (2, 12)])
+@pytest.mark.parametrize("ln", [True, False])
+def test_inference_embeddings_agree_with_the_plain_block(dtype, types, shape, ln):
+    """H^(0) of the inference forward (:func:`_embeddings_infer`: positions and a single token type broadcast,
+    the value-only LayerNorm) against the plain forward's H^(0); without the LayerNorm the sums are the
+    plain block's, in its order, so they agree bit for bit."""
+    cfg = _emb_cfg(embedding_layer_norm=ln)
+    B, n = shape
+    r = np.random.default_rng(B * 100 + n)
+    p = nontrivial_params(cfg, 1, dtype)
+    ids = r.integers(0, cfg.vocab_size, (B, n))
+    tt = {"none": None, "zeros": np.zeros((B, n), np.int64), "ones": np.ones((B, n), np.int64),
+          "mixed": r.integers(0, 3, (B, n))}[types]
+    _, c = tnp.encoder_forward(p, cfg, input_ids=ids, token_type_ids=tt, for_backward=False)
+    _, c_plain = tnp.encoder_forward(p, cfg, input_ids=ids, token_type_ids=tt, fast=False)
+    h0, h0_plain = c["hidden_states"][0], c_plain["hidden_states"][0]
+    assert h0.dtype == dtype and h0.shape == (B, n, cfg.d_model)
+    if ln:
+        assert_paths_close(h0, h0_plain, k=cfg.d_model, paths=("inference H0", "plain H0"))
+    else:
+        np.testing.assert_array_equal(h0, h0_plain)          # exact: the same sums of the same rows, in order
+
+
+@pytest.mark.parametrize("key", ["word", "position", "token_type", "ln.gamma"])
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_inference_embeddings_name_a_nonfinite_row(key, value):
+    cfg = _emb_cfg()
+    p = nontrivial_params(cfg, 2, np.float32)
+    ids = np.array([[4, 5, 6]])
+    row = {"word": 5, "position": 1, "token_type": 0, "ln.gamma": 0}[key]
+    p["embeddings." + key][row] = value
+    with pytest.raises(NonFiniteError, match=rf"params\['embeddings.{key}'\]"):
+        tnp.encoder_forward(p, cfg, input_ids=ids, for_backward=False)
