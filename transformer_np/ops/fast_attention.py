@@ -409,7 +409,11 @@ def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool, weights_out=Non
     ones = n_k >= _ONES_MIN * d_v
     optimistic = _optimistic(optimistic, stats, ones)
     safe = None if optimistic else _no_max_rows(Q, K, V, mask, sqrt_dk)   # (..., n_q, 1) or None
-    Qs = Q / sqrt_dk if _folds(sqrt_dk) else Q               # one (n_q, d_k) pass; exact (:func:`_folds`)
+    # ÷ √d_k, exact where it folds (:func:`_folds`): on Q, one (n_q, d_k) pass into a new array — or, optimistic
+    # (short rows), on each contiguous block of scores in place (s_scale): MiniLM's Q is a strided view of the
+    # (M, 3d) projections, and copying it cost 94 µs against 25 µs for its 186 k scores (1 thread)
+    s_scale = optimistic and _folds(sqrt_dk)
+    Qs = Q / sqrt_dk if _folds(sqrt_dk) and not s_scale else Q
     Kt = _per_head(K.swapaxes(-1, -2), lead, 2)              # (..., d_k, n_k) view
     if ones:
         Vx = _with_column(_per_head(V, lead, 2), 1)          # (..., n_k, d_v + 1): [V | 1]
@@ -435,6 +439,8 @@ def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool, weights_out=Non
             l_r = None if ones else ell[ix][..., rows, :]
 
             def exp_rows(r: slice, P=P, m_rows=m_rows, no_max=no_max, m_r=m_r, l_r=l_r, norm=True) -> None:
+                if s_scale:
+                    P[..., r, :] *= 1.0 / sqrt_dk            # (Q Kᵀ)/√d_k = (Q/√d_k) Kᵀ bit for bit (:func:`_folds`)
                 _exp_only(P[..., r, :], sqrt_dk, _block_rows(m_rows, r), no_max, _block_rows(m_r, r),
                           _block_rows(l_r, r))
                 if norm and not ones and not defer:
