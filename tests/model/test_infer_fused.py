@@ -151,23 +151,34 @@ def test_rows_with_the_ones_column_or_statistics_keep_the_bound(monkeypatch):
     assert verdicts == []
 
 
-# ----------------------------------------------------------------------------- one (d, 3d) input projection
-def test_column_blocks_accepts_only_views_of_one_array_in_order():
+# ----------------------------------------------------------------------------- one product per projection
+def _stack(Ws, bs):
+    """S = [W_1 | … ; b_1 | …] and its views (the layout of load_pretrained)."""
+    d_in, w = Ws[0].shape
+    S = np.concatenate([np.concatenate(Ws, axis=1), np.concatenate(bs)[None]], axis=0)
+    return S, [S[:d_in, i * w:(i + 1) * w] for i in range(len(Ws))], [S[d_in, i * w:(i + 1) * w]
+                                                                      for i in range(len(Ws))]
+
+
+def test_stacked_accepts_only_views_of_one_array_in_order():
     r = np.random.default_rng(8)
-    W = r.standard_normal((6, 12))
-    assert fast_attention._column_blocks((W[:, :4], W[:, 4:8], W[:, 8:])) is W
-    b = r.standard_normal(9)
-    assert fast_attention._column_blocks((b[:3], b[3:6], b[6:])) is b
-    separate = tuple(np.ascontiguousarray(W[:, i:i + 4]) for i in (0, 4, 8))
-    F = np.asfortranarray(W)
-    for parts in (separate,                                  # three arrays of their own
-                  (W[:, 4:8], W[:, :4], W[:, 8:]),           # the blocks out of order
-                  (W[:, :4], W[:, 4:8], separate[2]),        # one entry replaced
-                  (W[:, :4], W[:, 4:8], W[:, 8:].copy()),    # a copy
-                  (F[:, :4], F[:, 4:8], F[:, 8:]),           # a base that is not C-contiguous
-                  (W[:3, :4], W[:3, 4:8], W[:3, 8:]),        # views of part of the rows
-                  (W[:, :3], W[:, 4:7], W[:, 8:11])):        # narrower than the base's thirds
-        assert fast_attention._column_blocks(parts) is None
+    Ws = [r.standard_normal((6, 4)) for _ in range(3)]
+    bs = [r.standard_normal(4) for _ in range(3)]
+    S, Wv, bv = _stack(Ws, bs)
+    assert fast_attention._stacked(tuple(Wv), tuple(bv)) is S
+    S1, W1, b1 = _stack(Ws[:1], bs[:1])
+    assert fast_attention._stacked(tuple(W1), tuple(b1)) is S1
+    F = np.asfortranarray(S)
+    for W, b in (((*Ws,), (*bs,)),                            # arrays of their own
+                 ((Wv[1], Wv[0], Wv[2]), (bv[1], bv[0], bv[2])),   # the blocks out of order
+                 ((Wv[0], Wv[1], Ws[2]), (*bv,)),            # one weight replaced
+                 ((*Wv,), (bv[0], bv[1], bs[2])),            # one bias replaced
+                 ((*Wv,), (bv[0], bv[1], bv[2].copy())),     # a copy
+                 ((*Wv,), (bv[0], bv[1], Wv[2][0])),         # a row of the weights in the bias's place
+                 ((F[:6, :4], F[:6, 4:8], F[:6, 8:]), (F[6, :4], F[6, 4:8], F[6, 8:])),   # not C-contiguous
+                 ((S[:5, :4], S[:5, 4:8], S[:5, 8:]), (S[6, :4], S[6, 4:8], S[6, 8:])),   # part of the rows
+                 ((S[:6, :3], S[:6, 4:7], S[:6, 8:11]), (S[6, :3], S[6, 4:7], S[6, 8:11]))):   # narrower
+        assert fast_attention._stacked(W, b) is None
 
 
 @pytest.fixture(scope="module")
@@ -193,26 +204,34 @@ def test_load_pretrained_lays_out_qkv_as_column_blocks_with_the_files_values(own
         P = own_minilm.params_as(dt)
         for layer in range(own_minilm.config.n_layers):
             pre = f"layers.{layer}.attn."
-            for kind, shape in (("W_", (384, 1152)), ("b_", (1152,))):
-                base = fast_attention._column_blocks(tuple(P[pre + kind + c] for c in "QKV"))
-                assert base is not None and base.shape == shape and base.dtype == dt
+            for group, shape in (("QKV", (385, 1152)), ("O", (385, 384))):
+                S = fast_attention._stacked(tuple(P[pre + "W_" + c] for c in group),
+                                            tuple(P[pre + "b_" + c] for c in group))
+                assert S is not None and S.shape == shape and S.dtype == dt
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_one_product_agrees_with_three_and_with_plain(dtype):
+@pytest.mark.parametrize("shape", [(3, 7), (1, 1)])
+def test_one_product_agrees_with_three_and_with_plain(dtype, shape):
+    """MHA with the stacked layout (inference: [X | 1] S and [ctx | 1] [W_O ; b_O]; training: one
+    X [W_Q | W_K | W_V] product) against separate arrays and the plain op."""
     r = np.random.default_rng(9)
     d, h = 48, 4
-    x = r.standard_normal((3, 7, d)).astype(dtype)
+    B, n = shape
+    x = r.standard_normal((B, n, d)).astype(dtype)
     p = {f"{k}_{c}": r.standard_normal((d, d) if k == "W" else d).astype(dtype) for k in "Wb" for c in "QKVO"}
-    joined = {k: np.concatenate([p[f"{k}_{c}"] for c in "QKV"], axis=-1) for k in "Wb"}
-    fused = dict(p, **{f"{k}_{c}": joined[k][..., i * d:(i + 1) * d] for k in "Wb" for i, c in enumerate("QKV")})
-    mask = attention_mask_case("padding", 3, 7, 7, dtype, r)
+    fused = dict(p)
+    for group in ("QKV", "O"):
+        _, Wv, bv = _stack([p["W_" + c] for c in group], [p["b_" + c] for c in group])
+        fused.update({"W_" + c: W for c, W in zip(group, Wv)}, **{"b_" + c: b for c, b in zip(group, bv)})
+    mask = attention_mask_case("padding", B, n, n, dtype, r)
     ref = plain.mha_forward(x, p, h, mask)[0]
-    three = fast.mha_forward(x, p, h, mask, for_backward=False)[0]
     for fb in (False, True):
+        three = fast.mha_forward(x, p, h, mask, for_backward=fb)[0]
         one = fast.mha_forward(x, fused, h, mask, for_backward=fb)[0]
-        assert_paths_close(one, three, k=d, paths=("one (d, 3d) product", "three products"))
-        assert_paths_close(one, ref, k=d, paths=("one (d, 3d) product", "plain"))
+        assert one.shape == (B, n, d) and one.dtype == dtype and one.flags.c_contiguous
+        assert_paths_close(one, three, k=d + 1, paths=("one product", "separate products"))
+        assert_paths_close(one, ref, k=d + 1, paths=("one product", "plain"))
 
 
 def test_editing_or_replacing_a_weight_is_seen_by_encode(own_minilm):
@@ -232,7 +251,8 @@ def test_editing_or_replacing_a_weight_is_seen_by_encode(own_minilm):
         after = enc.encode(sentences)
         enc_sep = type(enc)(enc.config, separate, enc.tokenizer, enc.max_seq_length, enc.pooling, enc.normalize,
                             enc.folder, enc.dense)
-        assert fast_attention._column_blocks(tuple(separate[f"layers.2.attn.W_{c}"] for c in "QKV")) is None
+        assert fast_attention._stacked(tuple(separate[f"layers.2.attn.W_{c}"] for c in "QKV"),
+                                       tuple(separate[f"layers.2.attn.b_{c}"] for c in "QKV")) is None
         assert_paths_close(after, enc_sep.encode(sentences), k=enc.config.d_ff,
                            paths=("edited views", "edited separate arrays"))
         assert np.abs(after - before).max() > 1e-3            # the edit changed the embeddings
