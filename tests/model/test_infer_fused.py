@@ -17,6 +17,7 @@ import pytest
 import transformer_np as tnp
 from helpers import assert_paths_close, attention_mask_case, nontrivial_params
 from transformer_np.errors import NonFiniteError
+from transformer_np.io.pretrained import _qkv_layout
 from transformer_np.ops import fast, fast_attention, plain
 
 DTYPES = [np.float32, np.float64]
@@ -305,3 +306,36 @@ def test_inference_embeddings_name_a_nonfinite_row(key, value):
     p["embeddings." + key][row] = value
     with pytest.raises(NonFiniteError, match=rf"params\['embeddings.{key}'\]"):
         tnp.encoder_forward(p, cfg, input_ids=ids, for_backward=False)
+
+
+# ----------------------------------------------------------------------------- the whole stack, both layouts
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("shape", [(3, 7), (1, 1)])
+def test_the_stack_with_the_loaded_layout_agrees_with_plain(dtype, norm, shape):
+    """encoder_forward for inference on params laid out as load_pretrained lays them out (stacked attention
+    projections), Post-LN and Pre-LN, padding, batch 1 with T = 1, against the plain path on the same values."""
+    cfg = _emb_cfg(n_layers=2, norm_position=norm)
+    B, n = shape
+    p = nontrivial_params(cfg, 3, dtype)
+    stacked = _qkv_layout(p)
+    assert fast_attention._stacked(tuple(stacked[f"layers.1.attn.W_{c}"] for c in "QKV"),
+                                   tuple(stacked[f"layers.1.attn.b_{c}"] for c in "QKV")) is not None
+    r = np.random.default_rng(B + n)
+    ids = r.integers(0, cfg.vocab_size, (B, n))
+    am = np.ones((B, n), np.int64)
+    am[0, max(1, n - 2):] = 0
+    H, c = tnp.encoder_forward(stacked, cfg, input_ids=ids, attention_mask=am, for_backward=False)
+    H_plain, c_plain = tnp.encoder_forward(p, cfg, input_ids=ids, attention_mask=am, fast=False)
+    k = max(cfg.d_ff, cfg.d_model + 1)
+    for h, h_plain in zip(c["hidden_states"] + [H], c_plain["hidden_states"] + [H_plain], strict=True):
+        assert_paths_close(h, h_plain, k=k, paths=("inference, stacked", "plain"))
+
+
+@pytest.mark.parametrize("name", ["layers.0.attn.b_K", "layers.1.attn.W_O", "layers.0.attn.b_O"])
+def test_a_nonfinite_view_is_named(name):
+    cfg = _emb_cfg(n_layers=2)
+    p = _qkv_layout(nontrivial_params(cfg, 4, np.float32))
+    p[name].flat[2] = np.nan                                  # through the view, into the stacked array
+    with pytest.raises(NonFiniteError, match=rf"params\['{name}'\] must contain only finite values"):
+        tnp.encoder_forward(p, cfg, input_ids=np.array([[1, 2, 3]]), for_backward=False)
