@@ -1,10 +1,15 @@
 """The fused inference paths of round 4 (MiniLM-like shapes: short rows, many small calls) against the
-plain path (``assert_paths_close``, k = the longest reduction).
+plain path (``assert_paths_close``, k = the longest reduction), hostile inputs included.
 
 * the attention's optimistic softmax (:func:`transformer_np.ops.fast_attention._sums_safe`): inference rows
   without the [V | 1] product are exponentiated without their maxima and checked by their row sums
   afterwards; a block that overflows, underflows to 0 or to subnormals, or holds a NaN is recomputed
-  with the maxima.
+  with the maxima;
+* one product per attention projection (:func:`transformer_np.ops.fast_attention._stacked`) for weights laid
+  out as ``load_pretrained`` lays them out — views of [W_Q | W_K | W_V ; b_Q | b_K | b_V] and [W_O ; b_O] — an
+  edit through a view seen, a replaced entry used as given;
+* the inference embedding block (:func:`transformer_np.model.encoder._embeddings_infer`), non-finite rows
+  still named.
 """
 
 from __future__ import annotations
