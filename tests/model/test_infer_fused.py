@@ -198,7 +198,7 @@ def own_minilm():
         pytest.skip(str(e))
 
 
-def test_load_pretrained_lays_out_qkv_as_column_blocks_with_the_files_values(own_minilm):
+def test_load_pretrained_stacks_the_attention_weights_with_the_files_values(own_minilm):
     from transformer_np.io.interop import params_from_hf_state_dict
     from transformer_np.io.safetensors import load_safetensors
 
