@@ -376,11 +376,39 @@ def _load_weights(folder: Path, config: EncoderConfig) -> dict[str, np.ndarray]:
         if a.dtype == np.float16:
             state[name] = a.astype(np.float32)
     try:
-        return params_from_hf_state_dict(state, config)
+        return _qkv_layout(params_from_hf_state_dict(state, config))
     except (InputValueError, InputTypeError) as e:
         if isinstance(e, ResourceLimitError):
             raise
         raise ModelFolderError(f"{path} does not match {folder / 'config.json'}: {str(e).strip()}") from None
+
+
+def _qkv_layout(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``params`` with each layer's attention weights laid out as views of two arrays (same values):
+    S = [W_Q | W_K | W_V ; b_Q | b_K | b_V] (d + 1, 3d) — ``W_Q = S[:d, :d]``, ``b_Q = S[d, :d]``, … — and
+    [W_O ; b_O] (d + 1, d). The fast attention then projects with one product each, the bias inside it
+    for inference (:func:`transformer_np.ops.fast_attention._stacked`); an entry replaced by another
+    array simply gets the separate products, and an entry edited in place edits the array it views."""
+    out = dict(params)
+    for name in params:
+        if not name.endswith("attn.W_Q"):
+            continue
+        prefix = name[:-len("W_Q")]
+        for group in ("QKV", "O"):
+            W_keys, b_keys = [prefix + "W_" + c for c in group], [prefix + "b_" + c for c in group]
+            if not all(k in params for k in W_keys + b_keys):
+                continue
+            Ws, bs = [params[k] for k in W_keys], [params[k] for k in b_keys]
+            (d_in, w), dt = Ws[0].shape, Ws[0].dtype
+            if any(W.shape != (d_in, w) or W.dtype != dt for W in Ws) or any(b.shape != (w,) or b.dtype != dt
+                                                                             for b in bs):
+                continue
+            S = np.empty((d_in + 1, len(group) * w), dtype=dt)
+            for i, (Wk, bk) in enumerate(zip(W_keys, b_keys)):
+                cols = slice(i * w, (i + 1) * w)
+                S[:d_in, cols], S[d_in, cols] = params[Wk], params[bk]
+                out[Wk], out[bk] = S[:d_in, cols], S[d_in, cols]    # views of S
+    return out
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -453,7 +481,10 @@ class PretrainedEncoder:
     Attributes:
         config: the :class:`EncoderConfig` (Post-LN, GELU, learned positions).
         params: the weights as stored (float32 for all-MiniLM-L6-v2); a float64 copy is
-            made once on first use (exact: every float32 is a float64).
+            made once on first use (exact: every float32 is a float64). Each layer's W_Q, W_K,
+            W_V, b_Q, b_K, b_V are views of one (d + 1, 3d) array, and W_O, b_O of one (d + 1, d)
+            array, so that each attention projection is one product; editing them in place edits
+            that array, and an entry replaced by another array is used as given.
         tokenizer: the :class:`WordPieceTokenizer`.
         max_seq_length: truncation length in tokens, [CLS] and [SEP] included.
         pooling: "mean" (this model), "cls", "max" or "mean_sqrt_len".
@@ -489,7 +520,7 @@ class PretrainedEncoder:
         """The weights in ``dtype`` (cached)."""
         dt = _check_dtype(dtype)
         if dt not in self._by_dtype:
-            self._by_dtype[dt] = {k: v.astype(dt) for k, v in self.params.items()}
+            self._by_dtype[dt] = _qkv_layout({k: v.astype(dt) for k, v in self.params.items()})
         return self._by_dtype[dt]
 
     def tokenize(self, sentences, max_length: int | None = None) -> dict[str, np.ndarray]:

@@ -27,7 +27,10 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
   product itself, P [V | 1] = [P V | ℓ] (no sum pass), O = (P V)/ℓ is normalised on the (n, d_v)
   result, and a stored A is P ⊙ (1/ℓ) in place: exp, the two products and (A stored) one scaling
   pass per block — the NumPy limit of the bench plus that one pass.
-* **Inference** (``for_backward=False``): the same loop, a cache with only the attention weights.
+* **Inference** (``for_backward=False``): the same loop, a cache with only the attention weights. Rows of
+  fewer than 8·d_v keys (MiniLM's) are exponentiated without the bound or the max and checked by their
+  row sums afterwards (:func:`_sums_safe`; a block that over- or underflowed is recomputed with the
+  maxima), with the exact ÷ √d_k on the contiguous scores instead of a copy of Q.
 * **Recomputed attention** (``store_attention=False``): no A kept at all; the row maxima and sums
   of the softmax are, and the backward rebuilds each block of P = exp(S − m) and works on it
   unnormalised, every 1/ℓ applied to an (n, d) array (the FlashAttention trade: one more Q Kᵀ
@@ -42,6 +45,9 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
 * **One (M, 3d) projection output** (:func:`mha_forward`): X W_Q, X W_K, X W_V written by three
   products into the column blocks of one array (no concatenated [W_Q | W_K | W_V] copy made or
   kept), Q, K, V views of it, and the head gradients copied once into its (B, n, 3, h, d_k) layout.
+  Weights that are views of one [W_Q | W_K | W_V ; b_Q | b_K | b_V] array (and [W_O ; b_O]), as
+  ``load_pretrained`` lays them out (:func:`_stacked`), take one product each, the bias inside it for
+  inference ([X | 1] S).
 * **Flattened matmuls** (:func:`linear_forward`): (B·n, d_in) @ (d_in, d_out) is one BLAS call;
   ``np.matmul`` on a (B, n, d_in) array calls BLAS per batch entry (~20% slower here).
 * **Fused exact GELU** (float32 :func:`_gelu32`, float64 :mod:`transformer_np.ops._gelu64`): one

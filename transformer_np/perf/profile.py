@@ -84,6 +84,7 @@ def _ours_once(model, sentences, clock: str) -> dict:
     t = _Timer(clock)
     with _patched(model, "tokenize", t.wrap("tokenisation", model.tokenize)), \
             _patched(encoder, "_embeddings_forward", t.wrap("embeddings", encoder._embeddings_forward)), \
+            _patched(encoder, "_embeddings_infer", t.wrap("embeddings", encoder._embeddings_infer)), \
             _patched(encoder, "_layer_forward", t.wrap("layers", encoder._layer_forward)), \
             _patched(pretrained, "pool", t.wrap("pooling", pretrained.pool)), \
             _patched(pretrained, "l2_normalize", t.wrap("pooling", pretrained.l2_normalize)):
