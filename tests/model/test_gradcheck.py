@@ -55,3 +55,24 @@ def test_bad_arguments_are_one_line_errors():
     assert r.returncode == 2
     r = run_cli("no-such-command")
     assert r.returncode == 2
+
+
+@pytest.mark.parametrize("view", ["columns", "transpose"])
+def test_numerical_gradient_perturbs_a_strided_parameter(view):
+    """A parameter that is a strided view (a loaded model's W_Q is a column block of one (d + 1, 3d)
+    array) is perturbed in place, not through a copy: the central difference of Σ R ⊙ (x W) with
+    respect to W is xᵀ R, the same as for a contiguous W."""
+    import numpy as np
+
+    from transformer_np.model.gradcheck import numerical_gradient
+
+    r = np.random.default_rng(3)
+    x, R = r.standard_normal((5, 4)), r.standard_normal((5, 3))
+    base = r.standard_normal((4, 9)) if view == "columns" else r.standard_normal((3, 4))
+    W = base[:, 3:6] if view == "columns" else base.T                 # (4, 3), not C-contiguous
+    assert not W.flags.c_contiguous
+    before = W.copy()
+    num = numerical_gradient(lambda: x @ W, W, R, np.arange(W.size))
+    # central differences with h = 1e-6 of a function linear in W: round-off only
+    np.testing.assert_allclose(num.reshape(W.shape), x.T @ R, rtol=1e-6, atol=1e-8)
+    np.testing.assert_array_equal(W, before)   # exact: each entry is restored to its saved value

@@ -81,15 +81,15 @@ def numerical_gradient(fn: Callable[[], np.ndarray], x: np.ndarray, R: np.ndarra
 
     ``fn`` reads ``x`` (perturbed in place and restored) and returns the op's output.
     """
-    flat = x.reshape(-1)  # a view: perturbing it perturbs x
     out = np.empty(len(indices))
     for k, i in enumerate(indices):
-        old = flat[i]
-        flat[i] = old + h
+        at = np.unravel_index(int(i), x.shape)  # x itself, C-order position i: x may be a strided view
+        old = x[at]                             # (a loaded model's W_Q is one), whose reshape(-1) is a copy
+        x[at] = old + h
         plus = np.asarray(fn(), dtype=np.float64)
-        flat[i] = old - h
+        x[at] = old - h
         minus = np.asarray(fn(), dtype=np.float64)
-        flat[i] = old
+        x[at] = old
         out[k] = float(np.sum(R * (plus - minus))) / (2.0 * h)
     return out
 
