@@ -99,6 +99,7 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
         out, c = _layer_forward(x, p, config, mask, training, rng, fast)
         return out, _inference_cache(c)
     ops = _ops(fast)
+    add = _residual_into if fast else ops.residual_forward   # fast: the sum in the sublayer output's buffer
     keep_a = {} if store_attention else {"store_attention": False}      # fast path only (checked by callers)
     attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
     drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
@@ -106,22 +107,36 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
     if config.norm_position == "post":
         a, c["attn"] = ops.mha_forward(x, attn_p, h, mask, drop, training, rng, **keep_a)  # (B, n, d)
         a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
-        r, c["res1"] = ops.residual_forward(x, a)                                         # H + MHA(H)
+        r, c["res1"] = add(x, a)                                                          # H + MHA(H)
+        del a                                    # (fast: r is a's buffer) no sublayer output outlives its use
         z, c["ln1"] = ops.layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)        # Z
+        del r
         f, c["ffn"] = ops.ffn_forward(z, ffn_p, config.activation)                        # (B, n, d)
         f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
-        r, c["res2"] = ops.residual_forward(z, f)                                         # Z + FFN(Z)
+        r, c["res2"] = add(z, f)                                                          # Z + FFN(Z)
+        del f, z
         out, c["ln2"] = ops.layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)      # H^(ℓ)
     else:
         y, c["ln1"] = ops.layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)        # LN(H)
         a, c["attn"] = ops.mha_forward(y, attn_p, h, mask, drop, training, rng, **keep_a)
+        del y
         a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
-        z, c["res1"] = ops.residual_forward(x, a)                                         # Z = H + MHA(LN(H))
+        z, c["res1"] = add(x, a)                                                          # Z = H + MHA(LN(H))
+        del a
         y, c["ln2"] = ops.layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)        # LN(Z)
         f, c["ffn"] = ops.ffn_forward(y, ffn_p, config.activation)
+        del y
         f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
-        out, c["res2"] = ops.residual_forward(z, f)                                       # H^(ℓ) = Z + FFN(LN(Z))
+        out, c["res2"] = add(z, f)                                                        # H^(ℓ) = Z + FFN(LN(Z))
     return out, c
+
+
+def _residual_into(x: np.ndarray, fx: np.ndarray) -> tuple[np.ndarray, dict]:
+    """The fast path's residual: x + F(x) written into F(x)'s buffer, which the layer owns (a sublayer's
+    output is a new array, and so is its dropout's), so no (B, n, d) array is allocated; the same sum
+    bit for bit (floating-point addition is commutative) and the same cache as the residual op."""
+    fx += x
+    return fx, {"kind": "residual", "shape": x.shape}
 
 
 def _inference_cache(c: dict) -> dict:
@@ -223,24 +238,39 @@ def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np
     """Backward of :func:`_layer_forward` by the path the forward took, unchecked."""
     ops = _ops(cache["fast"])
     take, g = reader(cache, free_cache), {}
+    # Every gradient sum below goes into the buffer of a gradient this function owns (a sublayer
+    # backward's result is a new array), never into dout; the sums are the same bit for bit (addition
+    # is commutative), and no (B, n, d) gradient outlives its last use.
     if cache["norm_position"] == "post":
         dr, g["ln2.gamma"], g["ln2.beta"] = ops.layernorm_backward(dout, take("ln2"))
         dz, df = ops.residual_backward(dr, take("res2"))          # the skip path: dz gets dr as is
         dz_ffn, gf = ops.ffn_backward(ops.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
-        dz = dz + dz_ffn
-        dr, g["ln1.gamma"], g["ln1.beta"] = ops.layernorm_backward(dz, take("ln1"))
+        del df
+        dz_ffn += dz                                              # dZ = dr + ∂FFN/∂Z
+        del dz, dr
+        dr, g["ln1.gamma"], g["ln1.beta"] = ops.layernorm_backward(dz_ffn, take("ln1"))
+        del dz_ffn
         dx, da = ops.residual_backward(dr, take("res1"))
+        del dr
         dx_attn, ga = ops.mha_backward(ops.dropout_backward(da, take("drop1")), take("attn"), free_cache)
-        dx = dx + dx_attn
+        del da
+        dx_attn += dx                                             # dH = dr + ∂MHA/∂H
+        dx = dx_attn
     else:
-        dz, df = ops.residual_backward(dout, take("res2"))
+        dz, df = ops.residual_backward(dout, take("res2"))        # both are dout itself: not ours
         dy, gf = ops.ffn_backward(ops.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
+        del df
         dz_ln, g["ln2.gamma"], g["ln2.beta"] = ops.layernorm_backward(dy, take("ln2"))
-        dz = dz + dz_ln
-        dx, da = ops.residual_backward(dz, take("res1"))
+        del dy
+        dz_ln += dz                                               # dZ = dout + ∂LN_2/∂Z
+        dx, da = ops.residual_backward(dz_ln, take("res1"))
+        del dz, dz_ln
         dy, ga = ops.mha_backward(ops.dropout_backward(da, take("drop1")), take("attn"), free_cache)
+        del da
         dx_ln, g["ln1.gamma"], g["ln1.beta"] = ops.layernorm_backward(dy, take("ln1"))
-        dx = dx + dx_ln
+        del dy
+        dx_ln += dx                                               # dH = dZ + ∂LN_1/∂H
+        dx = dx_ln
     g.update(_prefixed("attn.", ga))
     g.update(_prefixed("ffn.", gf))
     return dx, g

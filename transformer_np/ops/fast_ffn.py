@@ -56,19 +56,38 @@ def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: f
 
 
 def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dx = r (g − mean(g) − x̂ mean(g x̂)), g = dy γ, with one new (..., d) array, dx itself: dy ⊙ x̂ for
+    dγ is formed in dx's buffer before g is, and the row sums of g ⊙ x̂ and the subtraction of x̂ mean(g x̂)
+    go by blocks of rows (:func:`_row_blocks`), so the plain op's three (..., d) temporaries are never
+    whole. Every element and every sum is computed as before, in the same order: the same bits."""
     xhat, rstd, gamma = cache["xhat"], cache["rstd"], cache["gamma"]
     d = xhat.shape[-1]
     lead = tuple(range(xhat.ndim - 1))
-    dgamma = (dy * xhat).sum(axis=lead)                     # (d,)
+    dx = np.multiply(dy, xhat)                              # (..., d): dy ⊙ x̂, then g, then dx
+    dgamma = dx.sum(axis=lead)                              # (d,)
     dbeta = dy.sum(axis=lead)                               # (d,)
-    g = dy * gamma                                          # (..., d)
+    g = np.multiply(dy, gamma, out=dx)                      # (..., d) g = dy γ, in the same buffer
     mean_g = g.sum(axis=-1, keepdims=True) / d              # (..., 1)
-    mean_gx = (g * xhat).sum(axis=-1, keepdims=True) / d    # (..., 1)
-    dx = g                                                  # reuse g's buffer (g is ours)
+    g2, x2 = g.reshape(-1, d), xhat.reshape(-1, d)          # (M, d) views
+    mean_gx = np.empty(g2.shape[0], dtype=g.dtype)          # (M,)
+    for r in _row_blocks(g2.shape[0], d):
+        mean_gx[r] = (g2[r] * x2[r]).sum(axis=-1)           # Σ_j g x̂ per row: a block's temporary
+    mean_gx = mean_gx.reshape(g.shape[:-1] + (1,)) / d      # (..., 1)
     dx -= mean_g
-    dx -= xhat * mean_gx
+    m2 = mean_gx.reshape(-1, 1)
+    for r in _row_blocks(g2.shape[0], d):
+        g2[r] -= x2[r] * m2[r]                              # dx −= x̂ mean(g x̂), by blocks
     dx *= rstd                                              # dx = r (g − mean(g) − x̂ mean(g x̂))
     return dx, dgamma, dbeta
+
+
+_ROW_BLOCK = 1 << 16   # elements per block of rows for a row-wise temporary (256 KiB in float32: in L2)
+
+
+def _row_blocks(rows: int, d: int) -> list[slice]:
+    """Slices of ``rows`` rows of length ``d``, each about :data:`_ROW_BLOCK` elements (at least one row)."""
+    step = max(1, _ROW_BLOCK // max(1, d))
+    return [slice(r, min(r + step, rows)) for r in range(0, rows, step)]
 
 
 _ONES: dict = {}   # (d, dtype) -> a vector of d ones: row sums as one matrix-vector product
