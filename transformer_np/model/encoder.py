@@ -64,7 +64,13 @@ from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
 from ..ops.cache import FREED_MESSAGE, ParamGuard, check_for_backward, check_not_freed, reader
 from ..ops.dropout import _dropout_backward, _dropout_forward
 from ..ops.embeddings import _embeddings_backward, _embeddings_forward, _raise_table_row
-from ..ops.fast_ffn import _layernorm_value
+from ..ops.fast_ffn import (
+    _ffn_backward,
+    _layernorm_backward,
+    _layernorm_forward,
+    _layernorm_value,
+    lin1_from_layernorm,
+)
 from ..ops.feedforward import FFN_PARAM_NAMES
 from ..ops.masks import _padding_mask, combine_masks, validate_attention_mask
 from .config import EncoderConfig
@@ -100,6 +106,7 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
         return out, _inference_cache(c)
     ops = _ops(fast)
     add = _residual_into if fast else ops.residual_forward   # fast: the sum in the sublayer output's buffer
+    ln_own = _layernorm_over if fast else ops.layernorm_forward   # fast: x̂ over its input (a sum of ours)
     keep_a = {} if store_attention else {"store_attention": False}      # fast path only (checked by callers)
     attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
     drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
@@ -109,13 +116,15 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
         a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
         r, c["res1"] = add(x, a)                                                          # H + MHA(H)
         del a                                    # (fast: r is a's buffer) no sublayer output outlives its use
-        z, c["ln1"] = ops.layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)        # Z
+        z, c["ln1"] = ln_own(r, p["ln1.gamma"], p["ln1.beta"], eps)                       # Z
         del r
         f, c["ffn"] = ops.ffn_forward(z, ffn_p, config.activation)                        # (B, n, d)
+        if fast:                                 # the FFN backward rebuilds Z from LN_1's cache
+            lin1_from_layernorm(c["ffn"], c["ln1"], p["ln1.beta"])
         f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
         r, c["res2"] = add(z, f)                                                          # Z + FFN(Z)
         del f, z
-        out, c["ln2"] = ops.layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)      # H^(ℓ)
+        out, c["ln2"] = ln_own(r, p["ln2.gamma"], p["ln2.beta"], eps)                     # H^(ℓ)
     else:
         y, c["ln1"] = ops.layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)        # LN(H)
         a, c["attn"] = ops.mha_forward(y, attn_p, h, mask, drop, training, rng, **keep_a)
@@ -126,6 +135,8 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
         y, c["ln2"] = ops.layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)        # LN(Z)
         f, c["ffn"] = ops.ffn_forward(y, ffn_p, config.activation)
         del y
+        if fast:                                 # the FFN backward rebuilds LN(Z) from LN_2's cache
+            lin1_from_layernorm(c["ffn"], c["ln2"], p["ln2.beta"])
         f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
         out, c["res2"] = add(z, f)                                                        # H^(ℓ) = Z + FFN(LN(Z))
     return out, c
@@ -137,6 +148,12 @@ def _residual_into(x: np.ndarray, fx: np.ndarray) -> tuple[np.ndarray, dict]:
     bit for bit (floating-point addition is commutative) and the same cache as the residual op."""
     fx += x
     return fx, {"kind": "residual", "shape": x.shape}
+
+
+def _layernorm_over(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> tuple[np.ndarray, dict]:
+    """The fast path's LayerNorm of a residual sum the layer owns and does not read again (Post-LN):
+    x̂ is written over x (:func:`~transformer_np.ops.fast_ffn._layernorm_forward`), the same bits."""
+    return _layernorm_forward(x, gamma, beta, eps, overwrite=True)
 
 
 def _inference_cache(c: dict) -> dict:
@@ -238,17 +255,24 @@ def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np
     """Backward of :func:`_layer_forward` by the path the forward took, unchecked."""
     ops = _ops(cache["fast"])
     take, g = reader(cache, free_cache), {}
+    ln_back = ops.layernorm_backward
+    if cache["fast"] and free_cache:         # dx over x̂: the LayerNorm caches' x̂ are the layer's own arrays
+        def ln_back(dy, c):
+            return _layernorm_backward(dy, c, True)
     # Every gradient sum below goes into the buffer of a gradient this function owns (a sublayer
     # backward's result is a new array), never into dout; the sums are the same bit for bit (addition
     # is commutative), and no (B, n, d) gradient outlives its last use.
     if cache["norm_position"] == "post":
-        dr, g["ln2.gamma"], g["ln2.beta"] = ops.layernorm_backward(dout, take("ln2"))
+        dr, g["ln2.gamma"], g["ln2.beta"] = ln_back(dout, take("ln2"))
         dz, df = ops.residual_backward(dr, take("res2"))          # the skip path: dz gets dr as is
-        dz_ffn, gf = ops.ffn_backward(ops.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
-        del df
-        dz_ffn += dz                                              # dZ = dr + ∂FFN/∂Z
-        del dz, dr
-        dr, g["ln1.gamma"], g["ln1.beta"] = ops.layernorm_backward(dz_ffn, take("ln1"))
+        df = ops.dropout_backward(df, take("drop2"))
+        if cache["fast"]:                                         # dZ = dr + ∂FFN/∂Z, added into dr (ours)
+            dz_ffn, gf = _ffn_backward(df, take("ffn"), free_cache, acc=dz)
+        else:
+            dz_ffn, gf = ops.ffn_backward(df, take("ffn"), free_cache)
+            dz_ffn += dz                                          # dZ = dr + ∂FFN/∂Z
+        del df, dz, dr
+        dr, g["ln1.gamma"], g["ln1.beta"] = ln_back(dz_ffn, take("ln1"))
         del dz_ffn
         dx, da = ops.residual_backward(dr, take("res1"))
         del dr
@@ -260,14 +284,14 @@ def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np
         dz, df = ops.residual_backward(dout, take("res2"))        # both are dout itself: not ours
         dy, gf = ops.ffn_backward(ops.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
         del df
-        dz_ln, g["ln2.gamma"], g["ln2.beta"] = ops.layernorm_backward(dy, take("ln2"))
+        dz_ln, g["ln2.gamma"], g["ln2.beta"] = ln_back(dy, take("ln2"))
         del dy
         dz_ln += dz                                               # dZ = dout + ∂LN_2/∂Z
         dx, da = ops.residual_backward(dz_ln, take("res1"))
         del dz, dz_ln
         dy, ga = ops.mha_backward(ops.dropout_backward(da, take("drop1")), take("attn"), free_cache)
         del da
-        dx_ln, g["ln1.gamma"], g["ln1.beta"] = ops.layernorm_backward(dy, take("ln1"))
+        dx_ln, g["ln1.gamma"], g["ln1.beta"] = ln_back(dy, take("ln1"))
         del dy
         dx_ln += dx                                               # dH = dZ + ∂LN_1/∂H
         dx = dx_ln
