@@ -422,7 +422,9 @@ def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = Fal
     """Returns ``(dx, grads)``, grads keyed like the layer's ``p`` (``attn.W_Q``, …).
 
     ``free_cache=True`` drops each sublayer's cache entries as soon as its backward is done
-    (lower peak memory); the cache cannot then be used for a second backward. A freed cache, or
+    (lower peak memory); the cache cannot then be used for a second backward. On the fast path its
+    arrays also serve as the backward's buffers (each LayerNorm's dx is written over its x̂), so an
+    array taken out of the cache beforehand may be overwritten: copy it first. A freed cache, or
     one whose parameters changed since the forward, raises
     :class:`~transformer_np.errors.StaleCacheError`.
     """
@@ -633,7 +635,9 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
     ``cache["hidden_states"][ℓ + 1]``) become None once that layer's backward no longer
     needs them, sublayer by sublayer inside the layer, so the peak memory of a forward +
     backward no longer holds the whole cache next to the gradients. The gradients are the
-    same; the cache cannot be backpropagated again.
+    same; the cache cannot be backpropagated again. On the fast path the cache's arrays also serve
+    as the backward's buffers (each LayerNorm's dx is written over its x̂): an array taken out of
+    the cache beforehand may be overwritten (``hidden_states`` and ``attentions`` are not).
 
     Raises:
         StaleCacheError: the cache was freed by an earlier ``free_cache=True`` backward, or a
