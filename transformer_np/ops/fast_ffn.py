@@ -360,70 +360,86 @@ def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu", *,
 
 def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Backward of :func:`ffn_forward`; ``free_cache`` releases f(z) and f'(z) (each (..., d_ff),
-    the largest arrays of the layer) as soon as they are used.
+    the largest arrays of the layer) as soon as they are used — and, theirs being the backward's own
+    then, reuses their buffers: ∂L/∂f(U) and dU are written over f(U), and dz's product over f'(U) when
+    the training layer adds it into its skip gradient (an array taken out of the cache beforehand is
+    overwritten).
 
-    Order, for the peak memory with ``free_cache``: dW₂ = f(U)ᵀ dY while f(U) is alive, then f(U) goes
-    before ∂L/∂f(U) is made; dU = ∂L/∂f(U) ⊙ f'(U) in that buffer, and f'(U) goes; then dW₁ = zᵀ dU and
-    dz = dU W₁ᵀ. A layer's cache may keep, instead of z, the LayerNorm that made it (``lin1["x"]`` None,
-    ``lin1["ln"]``: x̂, γ, β — see :func:`lin1_from_layernorm`): dW₁ is then made by blocks of z's
-    columns, each rebuilt as x̂ γ + β (the forward's operations) — z is never whole again."""
+    Order, for the peak memory: dW₂ = f(U)ᵀ dY while f(U) is alive, then ∂L/∂f(U) = dY W₂ᵀ in its place,
+    dU = ∂L/∂f(U) ⊙ f'(U); dz = dU W₁ᵀ; then f'(U) goes before dW₁ = zᵀ dU is made. A layer's cache may
+    keep, instead of z, the LayerNorm that made it (``lin1["x"]`` None, ``lin1["ln"]``: x̂, γ, β — see
+    :func:`lin1_from_layernorm`): dW₁ is then made by blocks of z's columns, each rebuilt as x̂ γ + β
+    (the forward's operations) — z is never whole again."""
     return _ffn_backward(dout, cache, free_cache)
 
 
-# Elements of one block of the FFN backward's split products (a block of z's columns for dW₁, of rows for
-# dz): 1 MiB in float32. Each block repacks the product's other operand, so fewer blocks are faster — measured
-# (bert-base layer, 1 thread, CPU time): 1 MiB blocks cost ~4 ms over the unsplit dW₁ and dz, 2 MiB ~2 ms,
-# both within the noise of the whole fwd+bwd (~380 ms; interleaved medians 0.98-1.01 of the unsplit code,
-# which made the LayerNorm and residual savings) — and 1 MiB blocks fit the holes the freed cache leaves
-# (bench peak 62.1 MiB against 64.0 with 2 MiB blocks).
-_GEMM_BLOCK = 1 << 18
+# Elements of one block of z's columns rebuilt for dW₁ (:func:`_ffn_backward`): 2 MiB in float32. Each block
+# repacks dU (M, d_ff) for its product, so fewer blocks are faster: bert-base, 1 thread, CPU time, dW₁ whole
+# 33-36 ms, in blocks of 384 or 512 columns 35-37 ms, of 256 columns 39-40 ms; the blocks go in the hole
+# f'(U) leaves beside dW₁.
+_GEMM_BLOCK = 1 << 19
 
 
 def _ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool, acc: np.ndarray | None = None
                   ) -> tuple[np.ndarray, dict]:
     """:func:`ffn_backward`; with ``acc`` (…, d_model), a gradient the caller owns (the training layer's
-    skip path), dz is added into acc by blocks of rows (acc + dU W₁ᵀ, no (…, d_model) array made) and
-    acc is returned as dz."""
+    skip path), dz is added into acc (with ``free_cache``, the product made in f'(U)'s buffer: no
+    (…, d_model) array allocated) and acc is returned as dz."""
     check_for_backward(cache, "ffn_forward")
     take = reader(cache, free_cache)
     c2 = take("lin2")
     W_2, act = c2["W"], c2["x"]                              # f(U): (..., d_ff)
+    del c2
+    act2 = act.reshape(-1, act.shape[-1])                    # (M, d_ff)
     dout2 = dout.reshape(-1, dout.shape[-1])                 # (M, d)
-    dW_2 = act.reshape(-1, act.shape[-1]).T @ dout2          # (d_ff, d), while f(U) is alive …
+    dW_2 = act2.T @ dout2                                    # (d_ff, d), while f(U) is alive …
     db_2 = dout2.sum(axis=0)                                 # (d,)
-    if free_cache:
-        del c2, act                                          # … then f(U) goes before ∂L/∂f(U) is made:
-    dact = (dout2 @ W_2.T).reshape(dout.shape[:-1] + (W_2.shape[0],))   # (..., d_ff), one d_ff array fewer
-    dhidden = _activation_backward_into(dact, take("act"))   # (..., d_ff), in dact's buffer (ours)
-    del dact
+    own = free_cache and act2.flags.writeable and act2.dtype == np.result_type(dout2, W_2)   # f(U) is ours
+    dact2 = np.matmul(dout2, W_2.T, out=act2 if own else None)   # … ∂L/∂f(U): (M, d_ff), over f(U) if ours
+    del act, act2
+    dact = dact2.reshape(dout.shape[:-1] + (W_2.shape[0],))  # (..., d_ff)
+    ca = take("act")
+    dhidden = _activation_backward_into(dact, ca)            # (..., d_ff), in dact's buffer (ours)
+    spare = ca["grad"] if free_cache else None               # f'(U), read for the last time above
+    del dact, ca
     c1 = take("lin1")
-    W_1, z = c1["W"], c1["x"]
+    W_1 = c1["W"]
     dh2 = dhidden.reshape(-1, dhidden.shape[-1])             # (M, d_ff)
-    if z is not None:
-        shape = z.shape
-        dW_1 = z.reshape(-1, z.shape[-1]).T @ dh2            # (d, d_ff)
-    else:                                                    # z = x̂ γ + β, by blocks of its columns
-        ln = c1["ln"]
-        xhat, gamma, beta = ln["xhat"], ln["gamma"], ln["beta"]
-        shape, d = xhat.shape, xhat.shape[-1]
-        x2 = xhat.reshape(-1, d)                             # (M, d)
-        dW_1 = np.empty((d, dh2.shape[1]), dtype=dh2.dtype)  # (d, d_ff)
-        step = max(1, _GEMM_BLOCK // max(1, x2.shape[0]))
-        for j in range(0, d, step):
-            cols = slice(j, min(j + step, d))
-            zb = x2[:, cols] * gamma[cols]                   # (M, cols) z's columns, as the forward made them
-            zb += beta[cols]
-            np.matmul(zb.T, dh2, out=dW_1[cols])             # rows of dW₁ = z[:, cols]ᵀ dU
+    if acc is None:                                          # dW₁ before the returned dz: one fewer
+        del spare                                            # (…, d_model) array beside the blocks of z
+        dW_1 = _lin1_dW(c1, dh2)                             # (d, d_ff)
+        dz = (dh2 @ W_1.T).reshape(dout.shape[:-1] + (W_1.shape[0],))   # (..., d_model), returned
+    else:
+        M, d = dh2.shape[0], W_1.shape[0]
+        fits = spare is not None and spare.size >= M * d and spare.flags.c_contiguous and spare.flags.writeable \
+            and spare.dtype == np.result_type(dh2, W_1)
+        into = spare.reshape(-1)[:M * d].reshape(M, d) if fits else None
+        acc.reshape(-1, d).__iadd__(np.matmul(dh2, W_1.T, out=into))   # acc + dU W₁ᵀ (made in f'(U) if ours)
+        dz = acc
+        del into, spare                                      # f'(U) goes before dW₁ is made
+        dW_1 = _lin1_dW(c1, dh2)                             # (d, d_ff)
     db_1 = dh2.sum(axis=0)                                   # (d_ff,)
-    del z, c1
-    if acc is None:
-        return (dh2 @ W_1.T).reshape(shape), {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}
-    acc2 = acc.reshape(-1, acc.shape[-1])                    # (M, d) view
-    step = max(1, _GEMM_BLOCK // max(1, acc2.shape[1]))
-    for r0 in range(0, acc2.shape[0], step):
-        rows = slice(r0, min(r0 + step, acc2.shape[0]))
-        acc2[rows] += dh2[rows] @ W_1.T                      # acc + dU W₁ᵀ, a block of rows at a time
-    return acc, {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}
+    return dz, {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}
+
+
+def _lin1_dW(c1: dict, dh2: np.ndarray) -> np.ndarray:
+    """dW₁ = zᵀ dU (d, d_ff) from the first linear's cache: z itself, or (``lin1["x"]`` None) by blocks of
+    z's columns rebuilt from its LayerNorm as x̂ γ + β, each block's product writing its rows of dW₁."""
+    z = c1["x"]
+    if z is not None:
+        return z.reshape(-1, z.shape[-1]).T @ dh2
+    ln = c1["ln"]
+    xhat, gamma, beta = ln["xhat"], ln["gamma"], ln["beta"]
+    x2 = xhat.reshape(-1, xhat.shape[-1])                    # (M, d)
+    d = x2.shape[1]
+    dW = np.empty((d, dh2.shape[1]), dtype=dh2.dtype)        # (d, d_ff)
+    step = max(1, _GEMM_BLOCK // max(1, x2.shape[0]))
+    for j in range(0, d, step):
+        cols = slice(j, min(j + step, d))
+        zb = x2[:, cols] * gamma[cols]                       # (M, cols) z's columns, as the forward made them
+        zb += beta[cols]
+        np.matmul(zb.T, dh2, out=dW[cols])                   # rows of dW₁ = z[:, cols]ᵀ dU
+    return dW
 
 
 def lin1_from_layernorm(ffn_cache: dict, ln_cache: dict, beta: np.ndarray) -> None:
