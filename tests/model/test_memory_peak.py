@@ -88,6 +88,9 @@ def test_training_cache_keeps_the_ffn_input_as_its_layernorm(norm):
     assert lin1["x"] is None
     assert lin1["ln"]["xhat"] is ln["xhat"] and lin1["ln"]["gamma"] is ln["gamma"]
     assert lin1["ln"]["beta"] is p["ln1.beta" if norm == "post" else "ln2.beta"]
+    rep = cache_nbytes(cache)
+    assert {"ffn.lin1.ln.gamma", "ffn.lin1.ln.beta"} <= set(rep["param_refs"])   # parameters, not activations
+    assert "ffn.lin1.ln.beta" not in rep["entries"]
     _, plain = encoder_layer_forward(x, p, cfg, fast=False)
     assert plain["ffn"]["lin1"]["x"] is not None               # the plain path keeps the textbook cache
 
