@@ -617,9 +617,14 @@ def _attention_backward(dO: np.ndarray, cache: dict, free_cache: bool) -> tuple[
         _accumulate(dK[ix], G.swapaxes(-1, -2), Q_r * inv if (inv is not None and use_D) else Q_r, first,
                     scratch=A_rows if A is None else None)   # (g, n_k, d_k)
 
+    # each part's dA (then dS) of one block, and P of one block when A is recomputed: made here, on the
+    # calling thread, so that they come from its heap's free space (freed cache arrays) rather than
+    # from fresh pages of each pool thread's own heap
+    bufs = [(_block_buffer(lead, n_q, n_k, dtype), None if A is not None else _block_buffer(lead, n_q, n_k, dtype))
+            for _ in parts]
+
     def part(i: int) -> None:
-        gbuf = _block_buffer(lead, n_q, n_k, dtype)          # dA (then dS) of one block: this thread's
-        pbuf = None if A is not None else _block_buffer(lead, n_q, n_k, dtype)   # P of one block
+        gbuf, pbuf = bufs[i]
         for ix, rows in parts[i]:
             block(ix, rows, gbuf, pbuf)
 
