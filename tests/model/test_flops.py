@@ -28,7 +28,8 @@ def counted_matmul_flops(config: EncoderConfig, batch: int, n: int) -> dict:
     out = {"linear": 0, "attention": 0}
     for c in _walk(cache):
         if c.get("kind") == "linear":
-            rows = int(np.prod(c["x"].shape[:-1]))
+            x = c["x"] if c["x"] is not None else c["ln"]["xhat"]    # the fast training layer keeps FFN's
+            rows = int(np.prod(x.shape[:-1]))                       # input z as its LayerNorm's x̂, γ, β
             out["linear"] += 2 * rows * c["W"].shape[0] * c["W"].shape[1]
         elif c.get("kind") == "qkv":                                     # the fast path's X W_Q, X W_K, X W_V
             rows = int(np.prod(c["x"].shape[:-1]))

@@ -64,7 +64,13 @@ from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
 from ..ops.cache import FREED_MESSAGE, ParamGuard, check_for_backward, check_not_freed, reader
 from ..ops.dropout import _dropout_backward, _dropout_forward
 from ..ops.embeddings import _embeddings_backward, _embeddings_forward, _raise_table_row
-from ..ops.fast_ffn import _layernorm_value
+from ..ops.fast_ffn import (
+    _ffn_backward,
+    _layernorm_backward,
+    _layernorm_forward,
+    _layernorm_value,
+    lin1_from_layernorm,
+)
 from ..ops.feedforward import FFN_PARAM_NAMES
 from ..ops.masks import _padding_mask, combine_masks, validate_attention_mask
 from .config import EncoderConfig
@@ -99,6 +105,8 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
         out, c = _layer_forward(x, p, config, mask, training, rng, fast)
         return out, _inference_cache(c)
     ops = _ops(fast)
+    add = _residual_into if fast else ops.residual_forward   # fast: the sum in the sublayer output's buffer
+    ln_own = _layernorm_over if fast else ops.layernorm_forward   # fast: x̂ over its input (a sum of ours)
     keep_a = {} if store_attention else {"store_attention": False}      # fast path only (checked by callers)
     attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
     drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
@@ -106,22 +114,46 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
     if config.norm_position == "post":
         a, c["attn"] = ops.mha_forward(x, attn_p, h, mask, drop, training, rng, **keep_a)  # (B, n, d)
         a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
-        r, c["res1"] = ops.residual_forward(x, a)                                         # H + MHA(H)
-        z, c["ln1"] = ops.layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)        # Z
+        r, c["res1"] = add(x, a)                                                          # H + MHA(H)
+        del a                                    # (fast: r is a's buffer) no sublayer output outlives its use
+        z, c["ln1"] = ln_own(r, p["ln1.gamma"], p["ln1.beta"], eps)                       # Z
+        del r
         f, c["ffn"] = ops.ffn_forward(z, ffn_p, config.activation)                        # (B, n, d)
+        if fast:                                 # the FFN backward rebuilds Z from LN_1's cache
+            lin1_from_layernorm(c["ffn"], c["ln1"], p["ln1.beta"])
         f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
-        r, c["res2"] = ops.residual_forward(z, f)                                         # Z + FFN(Z)
-        out, c["ln2"] = ops.layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)      # H^(ℓ)
+        r, c["res2"] = add(z, f)                                                          # Z + FFN(Z)
+        del f, z
+        out, c["ln2"] = ln_own(r, p["ln2.gamma"], p["ln2.beta"], eps)                     # H^(ℓ)
     else:
         y, c["ln1"] = ops.layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)        # LN(H)
         a, c["attn"] = ops.mha_forward(y, attn_p, h, mask, drop, training, rng, **keep_a)
+        del y
         a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
-        z, c["res1"] = ops.residual_forward(x, a)                                         # Z = H + MHA(LN(H))
+        z, c["res1"] = add(x, a)                                                          # Z = H + MHA(LN(H))
+        del a
         y, c["ln2"] = ops.layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)        # LN(Z)
         f, c["ffn"] = ops.ffn_forward(y, ffn_p, config.activation)
+        del y
+        if fast:                                 # the FFN backward rebuilds LN(Z) from LN_2's cache
+            lin1_from_layernorm(c["ffn"], c["ln2"], p["ln2.beta"])
         f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
-        out, c["res2"] = ops.residual_forward(z, f)                                       # H^(ℓ) = Z + FFN(LN(Z))
+        out, c["res2"] = add(z, f)                                                        # H^(ℓ) = Z + FFN(LN(Z))
     return out, c
+
+
+def _residual_into(x: np.ndarray, fx: np.ndarray) -> tuple[np.ndarray, dict]:
+    """The fast path's residual: x + F(x) written into F(x)'s buffer, which the layer owns (a sublayer's
+    output is a new array, and so is its dropout's), so no (B, n, d) array is allocated; the same sum
+    bit for bit (floating-point addition is commutative) and the same cache as the residual op."""
+    fx += x
+    return fx, {"kind": "residual", "shape": x.shape}
+
+
+def _layernorm_over(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> tuple[np.ndarray, dict]:
+    """The fast path's LayerNorm of a residual sum the layer owns and does not read again (Post-LN):
+    x̂ is written over x (:func:`~transformer_np.ops.fast_ffn._layernorm_forward`), the same bits."""
+    return _layernorm_forward(x, gamma, beta, eps, overwrite=True)
 
 
 def _inference_cache(c: dict) -> dict:
@@ -223,24 +255,46 @@ def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np
     """Backward of :func:`_layer_forward` by the path the forward took, unchecked."""
     ops = _ops(cache["fast"])
     take, g = reader(cache, free_cache), {}
+    ln_back = ops.layernorm_backward
+    if cache["fast"] and free_cache:         # dx over x̂: the LayerNorm caches' x̂ are the layer's own arrays
+        def ln_back(dy, c):
+            return _layernorm_backward(dy, c, True)
+    # Every gradient sum below goes into the buffer of a gradient this function owns (a sublayer
+    # backward's result is a new array), never into dout; the sums are the same bit for bit (addition
+    # is commutative), and no (B, n, d) gradient outlives its last use.
     if cache["norm_position"] == "post":
-        dr, g["ln2.gamma"], g["ln2.beta"] = ops.layernorm_backward(dout, take("ln2"))
+        dr, g["ln2.gamma"], g["ln2.beta"] = ln_back(dout, take("ln2"))
         dz, df = ops.residual_backward(dr, take("res2"))          # the skip path: dz gets dr as is
-        dz_ffn, gf = ops.ffn_backward(ops.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
-        dz = dz + dz_ffn
-        dr, g["ln1.gamma"], g["ln1.beta"] = ops.layernorm_backward(dz, take("ln1"))
+        df = ops.dropout_backward(df, take("drop2"))
+        if cache["fast"]:                                         # dZ = dr + ∂FFN/∂Z, added into dr (ours)
+            dz_ffn, gf = _ffn_backward(df, take("ffn"), free_cache, acc=dz)
+        else:
+            dz_ffn, gf = ops.ffn_backward(df, take("ffn"), free_cache)
+            dz_ffn += dz                                          # dZ = dr + ∂FFN/∂Z
+        del df, dz, dr
+        dr, g["ln1.gamma"], g["ln1.beta"] = ln_back(dz_ffn, take("ln1"))
+        del dz_ffn
         dx, da = ops.residual_backward(dr, take("res1"))
+        del dr
         dx_attn, ga = ops.mha_backward(ops.dropout_backward(da, take("drop1")), take("attn"), free_cache)
-        dx = dx + dx_attn
+        del da
+        dx_attn += dx                                             # dH = dr + ∂MHA/∂H
+        dx = dx_attn
     else:
-        dz, df = ops.residual_backward(dout, take("res2"))
+        dz, df = ops.residual_backward(dout, take("res2"))        # both are dout itself: not ours
         dy, gf = ops.ffn_backward(ops.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
-        dz_ln, g["ln2.gamma"], g["ln2.beta"] = ops.layernorm_backward(dy, take("ln2"))
-        dz = dz + dz_ln
-        dx, da = ops.residual_backward(dz, take("res1"))
+        del df
+        dz_ln, g["ln2.gamma"], g["ln2.beta"] = ln_back(dy, take("ln2"))
+        del dy
+        dz_ln += dz                                               # dZ = dout + ∂LN_2/∂Z
+        dx, da = ops.residual_backward(dz_ln, take("res1"))
+        del dz, dz_ln
         dy, ga = ops.mha_backward(ops.dropout_backward(da, take("drop1")), take("attn"), free_cache)
-        dx_ln, g["ln1.gamma"], g["ln1.beta"] = ops.layernorm_backward(dy, take("ln1"))
-        dx = dx + dx_ln
+        del da
+        dx_ln, g["ln1.gamma"], g["ln1.beta"] = ln_back(dy, take("ln1"))
+        del dy
+        dx_ln += dx                                               # dH = dZ + ∂LN_1/∂H
+        dx = dx_ln
     g.update(_prefixed("attn.", ga))
     g.update(_prefixed("ffn.", gf))
     return dx, g
@@ -368,7 +422,9 @@ def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = Fal
     """Returns ``(dx, grads)``, grads keyed like the layer's ``p`` (``attn.W_Q``, …).
 
     ``free_cache=True`` drops each sublayer's cache entries as soon as its backward is done
-    (lower peak memory); the cache cannot then be used for a second backward. A freed cache, or
+    (lower peak memory); the cache cannot then be used for a second backward. On the fast path its
+    arrays also serve as the backward's buffers (each LayerNorm's dx is written over its x̂), so an
+    array taken out of the cache beforehand may be overwritten: copy it first. A freed cache, or
     one whose parameters changed since the forward, raises
     :class:`~transformer_np.errors.StaleCacheError`.
     """
@@ -605,7 +661,9 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
     ``cache["hidden_states"][ℓ + 1]``) become None once that layer's backward no longer
     needs them, sublayer by sublayer inside the layer, so the peak memory of a forward +
     backward no longer holds the whole cache next to the gradients. The gradients are the
-    same; the cache cannot be backpropagated again.
+    same; the cache cannot be backpropagated again. On the fast path the cache's arrays also serve
+    as the backward's buffers (each LayerNorm's dx is written over its x̂): an array taken out of
+    the cache beforehand may be overwritten (``hidden_states`` and ``attentions`` are not).
 
     Raises:
         StaleCacheError: the cache was freed by an earlier ``free_cache=True`` backward, or a

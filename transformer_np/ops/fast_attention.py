@@ -581,6 +581,13 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     (r, d) array, none on the block. (Writing the results straight into :func:`mha_backward`'s fused
     gradient layout instead was measured in round 4: no lower peak, ~15% slower at n = 2048.)"""
     check_for_backward(cache, "attention_forward")
+    return _attention_backward(dO, cache, False)
+
+
+def _attention_backward(dO: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`attention_backward`; ``free_cache`` (:func:`mha_backward`'s, the cache already taken from
+    the MHA cache) drops O from the cache once D = ⟨dO, O⟩ is formed: O is the merged heads' context
+    (B, n, d), which nothing else reads after the output projection's backward."""
     Q, K, V, O = cache["Q"], cache["K"], cache["V"], cache["O"]
     A = cache["weights"]
     lead, n_q, n_k, d_v = Q.shape[:-2], Q.shape[-2], K.shape[-2], V.shape[-1]
@@ -595,6 +602,8 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     dropout = drop_mask is not None or keep is not None
     use_D = n_k >= 2 * d_v
     D = np.einsum("...k,...k->...", dO, O)[..., None] if use_D else None   # (..., n_q, 1)
+    if free_cache:
+        del cache["O"], O                                    # the context's last read was D
     fold = use_D and not dropout and n_k >= _ONES_MIN * d_v  # dA − D from one product (see _ONES_MIN)
     if fold:
         G_left, G_right = _with_column(dO, -D), _with_column(Vh, 1)      # [dO | −D], [V | 1]: (…, n, d_v + 1)
@@ -651,9 +660,14 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
         _accumulate(dK[ix], G.swapaxes(-1, -2), Q_r * inv if (inv is not None and use_D) else Q_r, first,
                     scratch=A_rows if A is None else None)   # (g, n_k, d_k)
 
+    # each part's dA (then dS) of one block, and P of one block when A is recomputed: made here, on the
+    # calling thread, so that they come from its heap's free space (freed cache arrays) rather than
+    # from fresh pages of each pool thread's own heap
+    bufs = [(_block_buffer(lead, n_q, n_k, dtype), None if A is not None else _block_buffer(lead, n_q, n_k, dtype))
+            for _ in parts]
+
     def part(i: int) -> None:
-        gbuf = _block_buffer(lead, n_q, n_k, dtype)          # dA (then dS) of one block: this thread's
-        pbuf = None if A is not None else _block_buffer(lead, n_q, n_k, dtype)   # P of one block
+        gbuf, pbuf = bufs[i]
         for ix, rows in parts[i]:
             block(ix, rows, gbuf, pbuf)
 
@@ -772,7 +786,7 @@ def mha_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tup
     dctx, dW_O, db_O = linear_backward(dout, take("o"))              # (B, n, d)
     B, n, d = dctx.shape
     h = cache["n_heads"]
-    dQ, dK, dV = attention_backward(split_heads(dctx, h), take("attn"))   # each (B, h, n, d_k)
+    dQ, dK, dV = _attention_backward(split_heads(dctx, h), take("attn"), free_cache)   # each (B, h, n, d_k)
     # Write the three head gradients straight into the (B, n, 3, h, d_k) layout of qkv
     # (one copy, instead of np.stack followed by a transposing reshape: two).
     dqkv = np.empty((B, n, 3, h, d // h), dtype=dctx.dtype)          # (B, n, 3, h, d_k)

@@ -18,7 +18,7 @@ from .cache import check_for_backward, reader
 from .layernorm import check_variance
 
 __all__ = ["linear_forward", "linear_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
-           "activation_backward", "ffn_forward", "ffn_backward"]
+           "activation_backward", "ffn_forward", "ffn_backward", "lin1_from_layernorm"]
 
 
 # ----------------------------------------------------------------------------- linear
@@ -44,9 +44,23 @@ def linear_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray
 # ----------------------------------------------------------------------------- layernorm
 def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5) -> tuple[np.ndarray, dict]:
     """LayerNorm with x − μ turned into x̂ in place and y built in the γ-product's buffer."""
+    return _layernorm_forward(x, gamma, beta, eps)
+
+
+def _layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,
+                       overwrite: bool = False) -> tuple[np.ndarray, dict]:
+    """:func:`layernorm_forward`; ``overwrite=True`` writes x − μ (then x̂) over x, which the caller must
+    own and not need again (the training layer's residual sums), so the op allocates only y. The
+    variance's (x − μ)² goes by blocks of rows (:func:`_row_blocks`), not as a whole (..., d)
+    temporary; each row's mean is the same reduction as before: the same bits."""
     mu = x.mean(axis=-1, keepdims=True)                     # (..., 1)
-    xc = x - mu                                             # (..., d)
-    var = np.mean(xc * xc, axis=-1, keepdims=True)          # (..., 1)
+    xc = np.subtract(x, mu, out=x if overwrite else None)   # (..., d)
+    d = xc.shape[-1]
+    xc2 = xc.reshape(-1, d)                                 # (M, d) view
+    var = np.empty(xc2.shape[0], dtype=xc.dtype)            # (M,)
+    for r in _row_blocks(xc2.shape[0], d):
+        var[r] = np.mean(xc2[r] * xc2[r], axis=-1)          # Σ (x − μ)²/d per row: a block's temporary
+    var = var.reshape(mu.shape)                             # (..., 1)
     check_variance(var, xc)
     rstd = 1.0 / np.sqrt(var + eps)                         # (..., 1)
     xhat = xc
@@ -57,19 +71,45 @@ def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: f
 
 
 def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dx = r (g − mean(g) − x̂ mean(g x̂)), g = dy γ, by blocks of rows (:func:`_row_blocks`): the
+    one new (..., d) array is dx; dy ⊙ x̂ (for dγ), g and g ⊙ x̂ exist one block at a time, in cache."""
+    return _layernorm_backward(dy, cache, False)
+
+
+def _layernorm_backward(dy: np.ndarray, cache: dict, overwrite: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`layernorm_backward`; ``overwrite=True`` writes dx over the cache's x̂ (each block's x̂ is
+    read for the last time just before), for a backward that frees the cache and owns x̂ (the training
+    layer's, ``free_cache=True``): no new (..., d) array at all. Both give the same bits: dγ is summed
+    block by block (Σ over the blocks of each block's column sums, in row order), every other number as
+    in the unblocked formula (each row's sums are the same reductions)."""
     xhat, rstd, gamma = cache["xhat"], cache["rstd"], cache["gamma"]
     d = xhat.shape[-1]
     lead = tuple(range(xhat.ndim - 1))
-    dgamma = (dy * xhat).sum(axis=lead)                     # (d,)
+    x2, dy2, r2 = xhat.reshape(-1, d), dy.reshape(-1, d), rstd.reshape(-1, 1)   # (M, d), (M, d), (M, 1)
+    dx = xhat if overwrite else np.empty(xhat.shape, dtype=xhat.dtype)          # (..., d) C order
+    dx2 = dx.reshape(-1, d)                                 # (M, d) view
     dbeta = dy.sum(axis=lead)                               # (d,)
-    g = dy * gamma                                          # (..., d)
-    mean_g = g.sum(axis=-1, keepdims=True) / d              # (..., 1)
-    mean_gx = (g * xhat).sum(axis=-1, keepdims=True) / d    # (..., 1)
-    dx = g                                                  # reuse g's buffer (g is ours)
-    dx -= mean_g
-    dx -= xhat * mean_gx
-    dx *= rstd                                              # dx = r (g − mean(g) − x̂ mean(g x̂))
+    dgamma = np.zeros(d, dtype=xhat.dtype)                  # (d,)
+    for r in _row_blocks(x2.shape[0], d):
+        t = dy2[r] * x2[r]                                  # (rows, d) dy ⊙ x̂
+        dgamma += t.sum(axis=0)
+        g = np.multiply(dy2[r], gamma, out=t)               # g = dy γ
+        mean_g = g.sum(axis=-1, keepdims=True) / d          # (rows, 1)
+        mean_gx = (g * x2[r]).sum(axis=-1, keepdims=True) / d   # (rows, 1)
+        g -= mean_g
+        o = np.multiply(x2[r], mean_gx, out=dx2[r])         # x̂ mean(g x̂): x̂'s last read (o may be x̂)
+        np.subtract(g, o, out=o)
+        o *= r2[r]                                          # dx = r (g − mean(g) − x̂ mean(g x̂))
     return dx, dgamma, dbeta
+
+
+_ROW_BLOCK = 1 << 16   # elements per block of rows for a row-wise temporary (256 KiB in float32: in L2)
+
+
+def _row_blocks(rows: int, d: int) -> list[slice]:
+    """Slices of ``rows`` rows of length ``d``, each about :data:`_ROW_BLOCK` elements (at least one row)."""
+    step = max(1, _ROW_BLOCK // max(1, d))
+    return [slice(r, min(r + step, rows)) for r in range(0, rows, step)]
 
 
 _ONES: dict = {}   # (d, dtype) -> a vector of d ones: row sums as one matrix-vector product
@@ -336,17 +376,94 @@ def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu", *,
 
 def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Backward of :func:`ffn_forward`; ``free_cache`` releases f(z) and f'(z) (each (..., d_ff),
-    the largest arrays of the layer) as soon as they are used."""
+    the largest arrays of the layer) as soon as they are used — and, theirs being the backward's own
+    then, reuses their buffers: ∂L/∂f(U) and dU are written over f(U), and dz's product over f'(U) when
+    the training layer adds it into its skip gradient (an array taken out of the cache beforehand is
+    overwritten).
+
+    Order, for the peak memory: dW₂ = f(U)ᵀ dY while f(U) is alive, then ∂L/∂f(U) = dY W₂ᵀ in its place,
+    dU = ∂L/∂f(U) ⊙ f'(U); dz = dU W₁ᵀ; then f'(U) goes before dW₁ = zᵀ dU is made. A layer's cache may
+    keep, instead of z, the LayerNorm that made it (``lin1["x"]`` None, ``lin1["ln"]``: x̂, γ, β — see
+    :func:`lin1_from_layernorm`): dW₁ is then made by blocks of z's columns, each rebuilt as x̂ γ + β
+    (the forward's operations) — z is never whole again."""
+    return _ffn_backward(dout, cache, free_cache)
+
+
+# Elements of one block of z's columns rebuilt for dW₁ (:func:`_ffn_backward`): 2 MiB in float32. Each block
+# repacks dU (M, d_ff) for its product, so fewer blocks are faster: bert-base, 1 thread, CPU time, dW₁ whole
+# 33-36 ms, in blocks of 384 or 512 columns 35-37 ms, of 256 columns 39-40 ms; the blocks go in the hole
+# f'(U) leaves beside dW₁.
+_GEMM_BLOCK = 1 << 19
+
+
+def _ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool, acc: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, dict]:
+    """:func:`ffn_backward`; with ``acc`` (…, d_model), a gradient the caller owns (the training layer's
+    skip path), dz is added into acc (with ``free_cache``, the product made in f'(U)'s buffer: no
+    (…, d_model) array allocated) and acc is returned as dz."""
     check_for_backward(cache, "ffn_forward")
     take = reader(cache, free_cache)
     c2 = take("lin2")
     W_2, act = c2["W"], c2["x"]                              # f(U): (..., d_ff)
+    del c2
+    act2 = act.reshape(-1, act.shape[-1])                    # (M, d_ff)
     dout2 = dout.reshape(-1, dout.shape[-1])                 # (M, d)
-    dW_2 = act.reshape(-1, act.shape[-1]).T @ dout2          # (d_ff, d), while f(U) is alive …
+    dW_2 = act2.T @ dout2                                    # (d_ff, d), while f(U) is alive …
     db_2 = dout2.sum(axis=0)                                 # (d,)
-    if free_cache:
-        del c2, act                                          # … then f(U) goes before ∂L/∂f(U) is made:
-    dact = (dout2 @ W_2.T).reshape(dout.shape[:-1] + (W_2.shape[0],))   # (..., d_ff), one d_ff array fewer
-    dhidden = _activation_backward_into(dact, take("act"))   # (..., d_ff), in dact's buffer (ours)
-    dz, dW_1, db_1 = linear_backward(dhidden, take("lin1"))  # (..., d_model)
+    own = free_cache and act2.flags.writeable and act2.dtype == np.result_type(dout2, W_2)   # f(U) is ours
+    dact2 = np.matmul(dout2, W_2.T, out=act2 if own else None)   # … ∂L/∂f(U): (M, d_ff), over f(U) if ours
+    del act, act2
+    dact = dact2.reshape(dout.shape[:-1] + (W_2.shape[0],))  # (..., d_ff)
+    ca = take("act")
+    dhidden = _activation_backward_into(dact, ca)            # (..., d_ff), in dact's buffer (ours)
+    spare = ca["grad"] if free_cache else None               # f'(U), read for the last time above
+    del dact, ca
+    c1 = take("lin1")
+    W_1 = c1["W"]
+    dh2 = dhidden.reshape(-1, dhidden.shape[-1])             # (M, d_ff)
+    if acc is None:                                          # dW₁ before the returned dz: one fewer
+        del spare                                            # (…, d_model) array beside the blocks of z
+        dW_1 = _lin1_dW(c1, dh2)                             # (d, d_ff)
+        dz = (dh2 @ W_1.T).reshape(dout.shape[:-1] + (W_1.shape[0],))   # (..., d_model), returned
+    else:
+        M, d = dh2.shape[0], W_1.shape[0]
+        fits = spare is not None and spare.size >= M * d and spare.flags.c_contiguous and spare.flags.writeable \
+            and spare.dtype == np.result_type(dh2, W_1)
+        into = spare.reshape(-1)[:M * d].reshape(M, d) if fits else None
+        acc.reshape(-1, d).__iadd__(np.matmul(dh2, W_1.T, out=into))   # acc + dU W₁ᵀ (made in f'(U) if ours)
+        dz = acc
+        del into, spare                                      # f'(U) goes before dW₁ is made
+        dW_1 = _lin1_dW(c1, dh2)                             # (d, d_ff)
+    db_1 = dh2.sum(axis=0)                                   # (d_ff,)
     return dz, {"W_1": dW_1, "b_1": db_1, "W_2": dW_2, "b_2": db_2}
+
+
+def _lin1_dW(c1: dict, dh2: np.ndarray) -> np.ndarray:
+    """dW₁ = zᵀ dU (d, d_ff) from the first linear's cache: z itself, or (``lin1["x"]`` None) by blocks of
+    z's columns rebuilt from its LayerNorm as x̂ γ + β, each block's product writing its rows of dW₁."""
+    z = c1["x"]
+    if z is not None:
+        return z.reshape(-1, z.shape[-1]).T @ dh2
+    ln = c1["ln"]
+    xhat, gamma, beta = ln["xhat"], ln["gamma"], ln["beta"]
+    x2 = xhat.reshape(-1, xhat.shape[-1])                    # (M, d)
+    d = x2.shape[1]
+    dW = np.empty((d, dh2.shape[1]), dtype=dh2.dtype)        # (d, d_ff)
+    step = max(1, _GEMM_BLOCK // max(1, x2.shape[0]))
+    for j in range(0, d, step):
+        cols = slice(j, min(j + step, d))
+        zb = x2[:, cols] * gamma[cols]                       # (M, cols) z's columns, as the forward made them
+        zb += beta[cols]
+        np.matmul(zb.T, dh2, out=dW[cols])                   # rows of dW₁ = z[:, cols]ᵀ dU
+    return dW
+
+
+def lin1_from_layernorm(ffn_cache: dict, ln_cache: dict, beta: np.ndarray) -> None:
+    """Make an FFN cache keep the LayerNorm that computed its input z instead of z: ``lin1["x"]`` becomes
+    None and ``lin1["ln"]`` holds that LayerNorm's x̂ and γ (the arrays its own cache keeps) and β, from
+    which :func:`ffn_backward` rebuilds z = x̂ γ + β for dW₁ — the forward's operations, so the same z bit
+    for bit. The training layer does this for the LayerNorm in front of its FFN: one (..., d_model) array
+    fewer in the cache until the FFN backward, and none while f(U) and f'(U) are alive."""
+    lin1 = ffn_cache["lin1"]
+    lin1["x"] = None
+    lin1["ln"] = {"xhat": ln_cache["xhat"], "gamma": ln_cache["gamma"], "beta": beta}

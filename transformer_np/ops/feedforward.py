@@ -88,6 +88,9 @@ def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tup
     check_not_freed(cache)
     lin2 = cache["lin2"]
     check_dout(dout, "dout", lin2["x"].shape[:-1] + (lin2["W"].shape[1],))
+    if "ln" in cache.get("lin1", {}):                    # a fast training layer's: z kept as its LayerNorm
+        from . import fast
+        return fast.ffn_backward(dout, cache, free_cache)
     out = _ffn_backward(dout, cache)
     if free_cache:
         release(cache)

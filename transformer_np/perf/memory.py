@@ -12,7 +12,7 @@ share one buffer — Q, K and V are views into the fused QKV projection's output
 op's cached input *is* the previous op's output — so ``total`` counts each underlying
 buffer once (by the array that owns the memory), while ``entries`` lists each view's own
 size. ``groups`` sums ``entries`` per sublayer (first path component, or ``layers.ℓ`` for
-an encoder cache). Entries named ``W`` or ``gamma`` refer to parameters, not activations:
+an encoder cache). Entries named ``W``, ``gamma`` or ``beta`` refer to parameters, not activations:
 they are listed under ``param_refs`` and left out of ``total``. One of them is a copy, not a
 reference: ``attn.qkv.W`` is the fused [W_Q | W_K | W_V] (d, 3d), concatenated in every
 forward and kept alive by the cache (3d² numbers, 6.75 MiB per layer for BERT-base in
@@ -27,7 +27,7 @@ from .._validate import describe
 
 __all__ = ["cache_nbytes", "cache_arrays", "owner", "is_param_ref"]
 
-_PARAM_KEYS = ("W", "gamma")   # cache entries that hold a reference to a parameter, not an activation
+_PARAM_KEYS = ("W", "gamma", "beta")   # cache entries that hold a reference to a parameter, not an activation
 
 
 def owner(a: np.ndarray) -> np.ndarray:
@@ -57,7 +57,7 @@ def cache_arrays(cache) -> list[tuple[str, np.ndarray]]:
 
 
 def is_param_ref(path: str) -> bool:
-    """True for an entry that refers to a parameter (``…W``, ``…gamma``, ``…W.0`` for the fast path's
+    """True for an entry that refers to a parameter (``…W``, ``…gamma``, ``…beta``, ``…W.0`` for the fast path's
     three projection matrices), not to an activation."""
     return any(part in _PARAM_KEYS for part in path.split("."))   # W, gamma, or a tuple of them (W.0, …)
 
