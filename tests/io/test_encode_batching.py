@@ -26,7 +26,13 @@ def model(minilm):
 def test_encode_matches_one_sentence_at_a_time(model, monkeypatch, batch_size, sort_chunk):
     monkeypatch.setattr(P, "_SORT_CHUNK", sort_chunk)          # (2, 1): four chunks of two sentences
     alone = np.stack([model.encode([s], batch_size=1)[0] for s in SENTENCES])
+    chunks = []                                                # the sentences of each tokenised chunk
+    tokenize = P.PretrainedEncoder.tokenize
+    monkeypatch.setattr(P.PretrainedEncoder, "tokenize",
+                        lambda self, s, *a, **kw: chunks.append(len(s)) or tokenize(self, s, *a, **kw))
     together = model.encode(SENTENCES, batch_size=batch_size)
+    step = sort_chunk * batch_size                             # the patched _SORT_CHUNK took effect
+    assert chunks == [min(step, len(SENTENCES) - c0) for c0 in range(0, len(SENTENCES), step)]
     assert together.shape == alone.shape and together.dtype == np.float32
     np.testing.assert_allclose(together, alone, atol=2e-6, rtol=0)
     # and the rows are in the input order: each is closest to its own sentence's embedding
