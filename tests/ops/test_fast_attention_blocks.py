@@ -115,3 +115,17 @@ def test_pool_threads_do_not_change_training_results(store):
         fast.set_num_threads(before)
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)   # exact: elementwise passes moved between threads, nothing else
+
+
+def test_the_patched_block_constants_are_bound_only_where_they_are_read():
+    """The tests set _BLOCK_SCORES, _SPLIT_MIN_FLOPS and _POOL_MIN on ``_attention_blocks``, whose functions read
+    them at call time. A copy bound in another ops module (``from ._attention_blocks import _BLOCK_SCORES``) would
+    be a second place to patch, where a patch changes nothing: each must be bound in that one module."""
+    import importlib
+    import pkgutil
+
+    import transformer_np.ops as ops
+
+    modules = [importlib.import_module(f"transformer_np.ops.{m.name}") for m in pkgutil.iter_modules(ops.__path__)]
+    for name in ("_BLOCK_SCORES", "_SPLIT_MIN_FLOPS", "_POOL_MIN"):
+        assert [m.__name__ for m in modules if name in vars(m)] == ["transformer_np.ops._attention_blocks"], name
