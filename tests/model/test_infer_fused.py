@@ -5,7 +5,7 @@ plain path (``assert_paths_close``, k = the longest reduction), hostile inputs i
   without the [V | 1] product are exponentiated without their maxima and checked by their row sums
   afterwards; a block that overflows, underflows to 0 or to subnormals, or holds a NaN is recomputed
   with the maxima;
-* one product per attention projection (:func:`transformer_np.ops.fast_attention._stacked`) for weights laid
+* one product per attention projection (:func:`transformer_np.ops.fast_mha._stacked`) for weights laid
   out as ``load_pretrained`` lays them out — views of [W_Q | W_K | W_V ; b_Q | b_K | b_V] and [W_O ; b_O] — an
   edit through a view seen, a replaced entry used as given;
 * the inference embedding block (:func:`transformer_np.model.encoder._embeddings_infer`), non-finite rows
@@ -23,7 +23,7 @@ import transformer_np as tnp
 from helpers import assert_paths_close, attention_mask_case, nontrivial_params
 from transformer_np.errors import NonFiniteError
 from transformer_np.io.pretrained import _qkv_layout
-from transformer_np.ops import fast, fast_attention, plain
+from transformer_np.ops import fast, fast_attention, fast_mha, plain
 
 DTYPES = [np.float32, np.float64]
 
@@ -171,9 +171,9 @@ def test_stacked_accepts_only_views_of_one_array_in_order():
     Ws = [r.standard_normal((6, 4)) for _ in range(3)]
     bs = [r.standard_normal(4) for _ in range(3)]
     S, Wv, bv = _stack(Ws, bs)
-    assert fast_attention._stacked(tuple(Wv), tuple(bv)) is S
+    assert fast_mha._stacked(tuple(Wv), tuple(bv)) is S
     S1, W1, b1 = _stack(Ws[:1], bs[:1])
-    assert fast_attention._stacked(tuple(W1), tuple(b1)) is S1
+    assert fast_mha._stacked(tuple(W1), tuple(b1)) is S1
     F = np.asfortranarray(S)
     for W, b in (((*Ws,), (*bs,)),                            # arrays of their own
                  ((Wv[1], Wv[0], Wv[2]), (bv[1], bv[0], bv[2])),   # the blocks out of order
@@ -184,7 +184,7 @@ def test_stacked_accepts_only_views_of_one_array_in_order():
                  ((F[:6, :4], F[:6, 4:8], F[:6, 8:]), (F[6, :4], F[6, 4:8], F[6, 8:])),   # not C-contiguous
                  ((S[:5, :4], S[:5, 4:8], S[:5, 8:]), (S[6, :4], S[6, 4:8], S[6, 8:])),   # part of the rows
                  ((S[:6, :3], S[:6, 4:7], S[:6, 8:11]), (S[6, :3], S[6, 4:7], S[6, 8:11]))):   # narrower
-        assert fast_attention._stacked(W, b) is None
+        assert fast_mha._stacked(W, b) is None
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_load_pretrained_stacks_the_attention_weights_with_the_files_values(own_
         for layer in range(own_minilm.config.n_layers):
             pre = f"layers.{layer}.attn."
             for group, shape in (("QKV", (385, 1152)), ("O", (385, 384))):
-                S = fast_attention._stacked(tuple(P[pre + "W_" + c] for c in group),
+                S = fast_mha._stacked(tuple(P[pre + "W_" + c] for c in group),
                                             tuple(P[pre + "b_" + c] for c in group))
                 assert S is not None and S.shape == shape and S.dtype == dt
 
@@ -257,7 +257,7 @@ def test_editing_or_replacing_a_weight_is_seen_by_encode(own_minilm):
         after = enc.encode(sentences)
         enc_sep = type(enc)(enc.config, separate, enc.tokenizer, enc.max_seq_length, enc.pooling, enc.normalize,
                             enc.folder, enc.dense)
-        assert fast_attention._stacked(tuple(separate[f"layers.2.attn.W_{c}"] for c in "QKV"),
+        assert fast_mha._stacked(tuple(separate[f"layers.2.attn.W_{c}"] for c in "QKV"),
                                        tuple(separate[f"layers.2.attn.b_{c}"] for c in "QKV")) is None
         assert_paths_close(after, enc_sep.encode(sentences), k=enc.config.d_ff,
                            paths=("edited views", "edited separate arrays"))
@@ -324,7 +324,7 @@ def test_the_stack_with_the_loaded_layout_agrees_with_plain(dtype, norm, shape):
     B, n = shape
     p = nontrivial_params(cfg, 3, dtype)
     stacked = _qkv_layout(p)
-    assert fast_attention._stacked(tuple(stacked[f"layers.1.attn.W_{c}"] for c in "QKV"),
+    assert fast_mha._stacked(tuple(stacked[f"layers.1.attn.W_{c}"] for c in "QKV"),
                                    tuple(stacked[f"layers.1.attn.b_{c}"] for c in "QKV")) is not None
     r = np.random.default_rng(B + n)
     ids = r.integers(0, cfg.vocab_size, (B, n))

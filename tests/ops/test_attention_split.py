@@ -1,4 +1,5 @@
-"""The attention core's blocks split over threads (ops/fast_attention.py: ``_shard_blocks``, run by ``_in_shards``).
+"""The attention core's blocks split over threads (``_shard_blocks`` in ops/_attention_blocks.py, run by
+ops/fast_attention.py's ``_in_shards``).
 
 Without attention dropout, the forward (``_forward_heads``: training or inference, A stored or not) and
 ``attention_backward`` give their blocks of heads (``_head_blocks``) to ``get_batch_threads()`` threads in
@@ -33,7 +34,7 @@ import transformer_np as tnp
 from helpers import assert_paths_close, nontrivial_params, spy_split_counts
 from transformer_np.model import encoder
 from transformer_np.model.params import sub_params
-from transformer_np.ops import _threads, fast, fast_attention, plain
+from transformer_np.ops import _attention_blocks, _threads, fast, fast_attention, plain
 
 DTYPES = (np.float32, np.float64)
 pytestmark = pytest.mark.usefixtures("fast_thread_defaults")   # (tests/conftest.py)
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.usefixtures("fast_thread_defaults")   # (tests/conftest
 @pytest.fixture
 def small_splits(monkeypatch):
     """The tests' small attentions are split (the real threshold keeps those under 2**24 flops whole)."""
-    monkeypatch.setattr(fast_attention, "_SPLIT_MIN_FLOPS", 0)
+    monkeypatch.setattr(_attention_blocks, "_SPLIT_MIN_FLOPS", 0)
 
 
 @pytest.fixture
@@ -82,10 +83,10 @@ SPLITS = [
 @pytest.mark.parametrize("lead,n_q,n_k,scores,threads,count", SPLITS)
 def test_parts_are_the_blocks_in_order_with_each_head_in_one_part(tpc, small_splits, monkeypatch, lead, n_q, n_k,
                                                                   scores, threads, count):
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", scores)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", scores)
     fast.set_batch_threads(threads)
-    blocks = fast_attention._head_blocks(lead, n_q, n_k)
-    parts = fast_attention._shard_blocks(lead, n_q, n_k, 8)
+    blocks = _attention_blocks._head_blocks(lead, n_q, n_k)
+    parts = _attention_blocks._shard_blocks(lead, n_q, n_k, 8)
     assert len(parts) == count <= threads
     assert all(parts)                                         # no empty part
     assert [b for part in parts for b in part] == blocks      # consecutive, in order, nothing lost or repeated
@@ -98,44 +99,44 @@ def test_parts_are_the_blocks_in_order_with_each_head_in_one_part(tpc, small_spl
 
 
 def test_one_head_of_many_row_blocks_is_one_part(tpc, small_splits, monkeypatch):
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 8 * 64)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 8 * 64)
     fast.set_batch_threads(2)
-    blocks = fast_attention._head_blocks((1,), 64, 64)
+    blocks = _attention_blocks._head_blocks((1,), 64, 64)
     assert len(blocks) == 8                                   # 8 row blocks, one head: one group
-    assert fast_attention._shard_blocks((1,), 64, 64, 8) == [blocks]
+    assert _attention_blocks._shard_blocks((1,), 64, 64, 8) == [blocks]
 
 
 def test_no_split_with_one_thread_or_one_block(tpc, small_splits, monkeypatch):
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 16 * 64)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 16 * 64)
     fast.set_batch_threads(1)
-    blocks = fast_attention._head_blocks((2, 4), 64, 64)
-    assert fast_attention._shard_blocks((2, 4), 64, 64, 8) == [blocks]
+    blocks = _attention_blocks._head_blocks((2, 4), 64, 64)
+    assert _attention_blocks._shard_blocks((2, 4), 64, 64, 8) == [blocks]
     fast.set_batch_threads(2)
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 8 * 64)   # every head (8 of 8 × 8) in one block
-    single = fast_attention._head_blocks((2, 4), 8, 8)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 8 * 64)   # every head (8 of 8 × 8) in one block
+    single = _attention_blocks._head_blocks((2, 4), 8, 8)
     assert len(single) == 1
-    assert fast_attention._shard_blocks((2, 4), 8, 8, 8) == [single]
+    assert _attention_blocks._shard_blocks((2, 4), 8, 8, 8) == [single]
 
 
 def test_no_split_under_the_flops_threshold(tpc, monkeypatch):
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 16 * 64)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 16 * 64)
     fast.set_batch_threads(2)
     lead, n, d = (2, 4), 64, 8
-    blocks = fast_attention._head_blocks(lead, n, n)
-    assert fast_attention._SPLIT_MIN_FLOPS > 0
-    assert fast_attention._shard_blocks(lead, n, n, d) == [blocks]   # 2**20 flops: under the real threshold
+    blocks = _attention_blocks._head_blocks(lead, n, n)
+    assert _attention_blocks._SPLIT_MIN_FLOPS > 0
+    assert _attention_blocks._shard_blocks(lead, n, n, d) == [blocks]   # 2**20 flops: under the real threshold
     flops = 4 * math.prod(lead) * n * n * d                  # Q Kᵀ and A V: 2 products of 2·n·n·d flops a head
-    monkeypatch.setattr(fast_attention, "_SPLIT_MIN_FLOPS", flops + 1)
-    assert len(fast_attention._shard_blocks(lead, n, n, d)) == 1
-    monkeypatch.setattr(fast_attention, "_SPLIT_MIN_FLOPS", flops)
-    assert len(fast_attention._shard_blocks(lead, n, n, d)) == 2
+    monkeypatch.setattr(_attention_blocks, "_SPLIT_MIN_FLOPS", flops + 1)
+    assert len(_attention_blocks._shard_blocks(lead, n, n, d)) == 1
+    monkeypatch.setattr(_attention_blocks, "_SPLIT_MIN_FLOPS", flops)
+    assert len(_attention_blocks._shard_blocks(lead, n, n, d)) == 2
 
 
 def test_inside_a_shard_the_attention_is_not_split_again(tpc, small_splits, monkeypatch):
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 16 * 64)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 16 * 64)
     fast.set_batch_threads(2)
     seen = {}
-    _threads._in_shards(lambda i: seen.setdefault(i, len(fast_attention._shard_blocks((2, 4), 64, 64, 8))), 2)
+    _threads._in_shards(lambda i: seen.setdefault(i, len(_attention_blocks._shard_blocks((2, 4), 64, 64, 8))), 2)
     assert seen == {0: 1, 1: 1}
 
 
@@ -185,7 +186,7 @@ def test_split_attention_computes_what_one_part_and_the_plain_path_compute(tpc, 
                                                                            monkeypatch, shape, mask_kind, store,
                                                                            dtype):
     B, h, n, d, scores, threads = SHAPES[shape]
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", scores)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", scores)
     r, (Q, K, V, dO) = _qkv(B, h, n, d, dtype)
     mask = _mask(mask_kind, B, h, n, dtype, r)
     k = max(n, d)                                             # the longest reduction (dK sums over the n rows)
@@ -244,7 +245,7 @@ def _lockstep(monkeypatch, parties: int) -> list[int]:
         seen.append(threading.get_ident())
         real(fn, block)
 
-    monkeypatch.setattr(fast_attention, "_block_pass", stepped)
+    monkeypatch.setattr(fast_attention, "_block_pass", stepped)   # defined in _attention_blocks, looked up here
     return seen
 
 
@@ -252,7 +253,7 @@ def _lockstep(monkeypatch, parties: int) -> list[int]:
 @pytest.mark.parametrize("store", [True, False])
 def test_parts_in_lockstep_each_use_their_own_scratch(tpc, small_splits, split_calls, monkeypatch, shape, store):
     B, h, n, d, scores = LOCKSTEP[shape]
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", scores)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", scores)
     r, (Q, K, V, dO) = _qkv(B, h, n, d, np.float64, seed=4)
     mask = _mask("random (B,h,n,n)", B, h, n, np.float64, r)
     k = max(n, d)
@@ -281,7 +282,7 @@ def test_parts_give_the_same_results_in_reverse_order(tpc, small_splits, monkeyp
     """The parts are independent: run one after the other from the last (a head cut between two parts
     would have its later row blocks added to dK and dV before its first block sets them)."""
     B, h, n, d, scores, threads = SHAPES[shape]
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", scores)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", scores)
     r, (Q, K, V, dO) = _qkv(B, h, n, d, np.float64, seed=6)
     mask = _mask("padding (B,1,1,n)", B, h, n, np.float64, r)
     k = max(n, d)
@@ -312,7 +313,7 @@ def test_parts_give_the_same_results_in_reverse_order(tpc, small_splits, monkeyp
 def test_dropout_forward_is_not_split_and_its_backward_is(tpc, small_splits, split_calls, monkeypatch, store,
                                                           dtype):
     B, h, n, d, scores, _ = SHAPES["rows, D rule"]
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", scores)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", scores)
     r, (Q, K, V, dO) = _qkv(B, h, n, d, dtype, seed=3)
     mask = _mask("padding (B,1,1,n)", B, h, n, dtype, r)
 
@@ -349,7 +350,7 @@ def test_dropout_forward_is_not_split_and_its_backward_is(tpc, small_splits, spl
 def test_a_training_layer_with_split_attention_computes_what_one_part_computes(tpc, small_splits, split_calls,
                                                                               monkeypatch, norm, store, dtype):
     B, n, D, heads, FF = 2, 32, 32, 4, 64
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 8 * n)   # 4 row blocks a head
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 8 * n)   # 4 row blocks a head
     cfg = tnp.EncoderConfig(n_layers=1, d_model=D, n_heads=heads, d_ff=FF, dropout=0.0, norm_position=norm)
     p = sub_params(nontrivial_params(cfg, 0, dtype), "layers.0.")
     r = np.random.default_rng(1)
@@ -406,7 +407,7 @@ def _fail_on_second_call(monkeypatch, name: str) -> list[int]:
 def test_an_exception_in_a_part_propagates_and_blas_threads_are_restored(tpc, small_splits, split_calls,
                                                                          monkeypatch, where):
     B, h, n, d, scores, _ = SHAPES["rows, D rule"]
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", scores)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", scores)
     _, (Q, K, V, dO) = _qkv(B, h, n, d, np.float64)
     fast.set_batch_threads(2)
     with tpc.threadpool_limits(3, user_api="blas"):           # a count a missing restore could not leave by chance
@@ -423,8 +424,8 @@ def test_an_exception_in_a_part_propagates_and_blas_threads_are_restored(tpc, sm
         assert _blas_counts(tpc) == before
     assert _threads._BLAS_DEPTH == 0
     monkeypatch.undo()                                        # the real functions: a later split still works
-    monkeypatch.setattr(fast_attention, "_SPLIT_MIN_FLOPS", 0)
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", scores)
+    monkeypatch.setattr(_attention_blocks, "_SPLIT_MIN_FLOPS", 0)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", scores)
     O2, _ = fast.attention_forward(Q, K, V)
     fast.set_batch_threads(1)
     O1, _ = fast.attention_forward(Q, K, V)

@@ -21,7 +21,7 @@ import pytest
 
 import transformer_np as tnp
 from helpers import assert_paths_close
-from transformer_np.ops import fast, fast_attention
+from transformer_np.ops import _attention_blocks, fast
 
 pytestmark = pytest.mark.torch          # threadpoolctl comes with the torch extra (tests/conftest.py)
 threadpoolctl = pytest.importorskip("threadpoolctl", reason="pip install threadpoolctl (in the torch extra)")
@@ -93,8 +93,8 @@ def test_fast_and_plain_agree_under_one_and_two_blas_threads(norm, dtype, blas_t
             lean = _run(*problem, store_attention=False)                    # A recomputed in the backward
             _assert_runs_close(lean, fast_run, (f"recomputed A, {n} threads", f"stored A, {n} threads"), dtype)
             with monkeypatch.context() as m:                                  # scores by many small row blocks
-                m.setattr(fast_attention, "_BLOCK_SCORES", 4 * 48)
-                assert len(fast_attention._row_blocks(2 * 4, 48, 48)) == 48             # one query row per block
+                m.setattr(_attention_blocks, "_BLOCK_SCORES", 4 * 48)
+                assert len(_attention_blocks._row_blocks(2 * 4, 48, 48)) == 48             # one query row per block
                 for store in (True, False):
                     blocked = _run(*problem, store_attention=store)
                     _assert_runs_close(blocked, fast_run, (f"blocked (store_attention={store}), {n} threads",

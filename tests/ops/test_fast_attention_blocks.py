@@ -1,7 +1,7 @@
 """The fast attention's head-by-head training loops against the plain path, with several row blocks per head.
 
 Without attention dropout the forward and the backward go head by head, by blocks of one head's query rows
-(:func:`transformer_np.ops.fast_attention._head_blocks`); the row sums come from the P [V | 1] product and
+(:func:`transformer_np.ops._attention_blocks._head_blocks`); the row sums come from the P [V | 1] product and
 dA − D from the [dO | −D] [V | 1]ᵀ product. Forced small blocks here (the last one partial), n_q ≠ n_k,
 d_k = 12 (1/√d_k on the scores) and 16 (on Q), masks, stored and recomputed A, with and without attention
 dropout (the rows-across-heads loop): O, A and every gradient within ``assert_paths_close`` of the plain path.
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import assert_paths_close, attention_mask_case
-from transformer_np.ops import fast, fast_attention, plain
+from transformer_np.ops import _attention_blocks, fast, fast_attention, plain
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -27,8 +27,8 @@ def test_blocked_training_attention_agrees_with_plain(monkeypatch, dtype, mask_k
     r = np.random.default_rng(31)
     B, h, n_q, n_k, d_v = 2, 3, 29, 37, 5                    # n_k ≥ 2·d_v: the D rule applies
     monkeypatch.setattr(fast_attention, "_ONES_MIN", 1 if ones else 10**9)
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 6 * n_k)   # 6 rows of one head per block: 5 a head
-    assert len(fast_attention._head_blocks((B, h), n_q, n_k)) == B * h * 5
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 6 * n_k)   # 6 rows of one head per block: 5 a head
+    assert len(_attention_blocks._head_blocks((B, h), n_q, n_k)) == B * h * 5
     Q = r.standard_normal((B, h, n_q, d_k)).astype(dtype)
     K = r.standard_normal((B, h, n_k, d_k)).astype(dtype)
     V = r.standard_normal((B, h, n_k, d_v)).astype(dtype)
@@ -54,7 +54,7 @@ def test_short_rows_keep_the_plain_softmax_backward(monkeypatch, store, ones):
     """Rows of fewer than 2·d_v keys: ⟨dA, A⟩ per row from the block (no D, no fold), several blocks a head."""
     r = np.random.default_rng(32)
     B, h, n_q, n_k, d_k, d_v = 2, 2, 13, 5, 4, 6
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 4 * n_k)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 4 * n_k)
     monkeypatch.setattr(fast_attention, "_ONES_MIN", 0 if ones else 10**9)   # 0: even rows of < d_v keys
     Q = r.standard_normal((B, h, n_q, d_k))
     K = r.standard_normal((B, h, n_k, d_k))
@@ -84,9 +84,9 @@ def test_short_heads_go_several_to_a_block(monkeypatch, store, ones):
     gp = plain.attention_backward(dO, cp)
     scale = max(float(np.abs(g).max()) for g in gp)
     for heads, layout, count in ((6, (0, 2, n), 2), (2, (1, 2, n), 8), (12, (0, 4, n), 1)):
-        monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", heads * n * n)
-        assert fast_attention._block_layout((B, h), n, n) == layout
-        assert len(fast_attention._head_blocks((B, h), n, n)) == count
+        monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", heads * n * n)
+        assert _attention_blocks._block_layout((B, h), n, n) == layout
+        assert len(_attention_blocks._head_blocks((B, h), n, n)) == count
         Of, cf = fast.attention_forward(Q, K, V, mask, store_attention=store)
         assert_paths_close(Of, Op, k=n, paths=(f"fast O ({heads} heads a block)", "plain O"))
         assert_paths_close(fast.attention_weights(cf), cp["weights"], k=n, paths=("fast A", "plain A"))
@@ -103,7 +103,7 @@ def test_pool_threads_do_not_change_training_results(store):
     r = np.random.default_rng(34)
     Q, K, V, dO = (r.standard_normal((2, 2, 200, 16)).astype(np.float32) for _ in range(4))
     mask = attention_mask_case("full", 2, 200, 200, np.float32, r)
-    assert 200 * 200 * 4 >= fast_attention._POOL_MIN              # one block of every head, on the pool
+    assert 200 * 200 * 4 >= _attention_blocks._POOL_MIN              # one block of every head, on the pool
     runs = []
     before = fast.get_num_threads()
     try:
@@ -115,3 +115,17 @@ def test_pool_threads_do_not_change_training_results(store):
         fast.set_num_threads(before)
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)   # exact: elementwise passes moved between threads, nothing else
+
+
+def test_the_patched_block_constants_are_bound_only_where_they_are_read():
+    """The tests set _BLOCK_SCORES, _SPLIT_MIN_FLOPS and _POOL_MIN on ``_attention_blocks``, whose functions read
+    them at call time. A copy bound in another ops module (``from ._attention_blocks import _BLOCK_SCORES``) would
+    be a second place to patch, where a patch changes nothing: each must be bound in that one module."""
+    import importlib
+    import pkgutil
+
+    import transformer_np.ops as ops
+
+    modules = [importlib.import_module(f"transformer_np.ops.{m.name}") for m in pkgutil.iter_modules(ops.__path__)]
+    for name in ("_BLOCK_SCORES", "_SPLIT_MIN_FLOPS", "_POOL_MIN"):
+        assert [m.__name__ for m in modules if name in vars(m)] == ["transformer_np.ops._attention_blocks"], name

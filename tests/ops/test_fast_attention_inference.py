@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import assert_paths_close, attention_mask_case
-from transformer_np.ops import fast, fast_attention, plain
+from transformer_np.ops import _attention_blocks, fast, fast_attention, plain
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = st.sampled_from([np.float64, np.float32])
@@ -62,7 +62,7 @@ def test_several_row_blocks_per_head(monkeypatch, dtype, mask_kind, store, ones)
     d_k = 12 (1/√d_k not folded into Q) and d_k = 16 (folded)."""
     r = np.random.default_rng(5)
     n_q, n_k = 31, 23
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 7 * n_k)
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 7 * n_k)
     monkeypatch.setattr(fast_attention, "_ONES_MIN", 1 if ones else 10**9)   # ℓ from P [V | 1], or a sum pass
     for d_k in (12, 16):
         Q = r.standard_normal((2, 3, n_q, d_k)).astype(dtype)

@@ -31,7 +31,7 @@ import transformer_np as tnp
 from helpers import PATH_C, assert_paths_close, attention_mask_case, nontrivial_params
 from transformer_np.model.gradcheck import rel_error
 from transformer_np.model.params import sub_params
-from transformer_np.ops import _gelu64, fast, fast_attention, fast_ffn, plain
+from transformer_np.ops import _attention_blocks, _gelu64, fast, fast_attention, fast_ffn, plain
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -535,17 +535,17 @@ def test_row_blocked_attention_equals_one_block(monkeypatch, mask_kind, dropout)
         return (O, c["weights"]) + fast.attention_backward(dO, c)
 
     whole = run()
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", n * 2)   # 2 rows of one head per block: 6 blocks a head
-    assert len(fast_attention._head_blocks((B, h), n, n)) == B * h * 6   # the head-by-head loops (no dropout)
-    assert len(fast_attention._row_blocks(B * h, n, n)) == n             # the dropout path: one row of every head
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", n * 2)   # 2 rows of one head per block: 6 blocks a head
+    assert len(_attention_blocks._head_blocks((B, h), n, n)) == B * h * 6   # the head-by-head loops (no dropout)
+    assert len(_attention_blocks._row_blocks(B * h, n, n)) == n             # the dropout path: one row of every head
     blocked = run()
     for a, b in zip(whole, blocked):
         np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-14)
 
 
 def test_row_blocked_attention_gradcheck(monkeypatch):
-    monkeypatch.setattr(fast_attention, "_BLOCK_SCORES", 7 * 3)           # 3 query rows of one head per block
-    assert len(fast_attention._head_blocks((2, 5), 7, 7)) == 2 * 5 * 3
+    monkeypatch.setattr(_attention_blocks, "_BLOCK_SCORES", 7 * 3)           # 3 query rows of one head per block
+    assert len(_attention_blocks._head_blocks((2, 5), 7, 7)) == 2 * 5 * 3
     r = _rng(2)
     Q, K, V = (r.standard_normal((2, 5, 7, 3)) for _ in range(3))
     R = r.standard_normal((2, 5, 7, 3))

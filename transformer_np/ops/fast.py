@@ -86,7 +86,7 @@ from __future__ import annotations
 from ._threads import get_batch_threads, get_num_threads, set_batch_threads, set_num_threads
 from .dropout import _dropout_backward as dropout_backward
 from .dropout import _dropout_forward as dropout_forward
-from .fast_attention import attention_backward, attention_forward, attention_weights, mha_backward, mha_forward, softmax
+from .fast_attention import attention_backward, attention_forward, attention_weights, softmax
 from .fast_ffn import (
            activation_backward,
            activation_forward,
@@ -97,6 +97,7 @@ from .fast_ffn import (
            linear_backward,
            linear_forward,
 )
+from .fast_mha import mha_backward, mha_forward
 from .residual import _residual_backward as residual_backward
 from .residual import _residual_forward as residual_forward
 

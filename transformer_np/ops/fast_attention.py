@@ -1,6 +1,8 @@
-"""The fast path's softmax, attention and multi-head attention (see :mod:`transformer_np.ops.fast` for the
-tricks and the tests that hold them; the plain kernels are in :mod:`transformer_np.ops.softmax` and
-:mod:`transformer_np.ops.attention`)."""
+"""The fast path's softmax and attention core, forward and backward (see :mod:`transformer_np.ops.fast` for
+the tricks and the tests that hold them; the plain kernels are in :mod:`transformer_np.ops.softmax` and
+:mod:`transformer_np.ops.attention`). How the scores are cut into blocks and the blocks shared out over
+threads is in :mod:`transformer_np.ops._attention_blocks`; the multi-head wrapper (the projections) in
+:mod:`transformer_np.ops.fast_mha`."""
 
 from __future__ import annotations
 
@@ -9,13 +11,23 @@ import math
 import numpy as np
 
 from ..errors import InputTypeError, InputValueError
-from ._threads import _chunks, _in_shards, _rows_parallel, get_batch_threads
-from .attention import split_heads
-from .cache import check_for_backward, reader
+from ._attention_blocks import (
+           _block_buffer,
+           _block_pass,
+           _block_rows,
+           _fit,
+           _head_blocks,
+           _per_head,
+           _row_blocks,
+           _shard_blocks,
+           _with_column,
+)
+from ._threads import _in_shards, _rows_parallel
+from .cache import check_for_backward
 from .dropout import _dropout_forward as dropout_forward
-from .fast_ffn import _ones, linear_backward, linear_forward
+from .fast_ffn import _ones
 
-__all__ = ["softmax", "attention_forward", "attention_backward", "attention_weights", "mha_forward", "mha_backward"]
+__all__ = ["softmax", "attention_forward", "attention_backward", "attention_weights"]
 
 
 # ----------------------------------------------------------------------------- softmax
@@ -35,13 +47,6 @@ def _softmax_backward_inplace(ds: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- attention
-
-
-def _row_blocks(lead: int, n_q: int, n_k: int) -> list[slice]:
-    """Slices of the query rows such that one block of scores across every head, lead · rows · n_k
-    entries, has about :data:`_BLOCK_SCORES` of them (at least one row per block): the dropout path's."""
-    rows = max(1, _BLOCK_SCORES // max(1, lead * n_k))
-    return [slice(r, min(r + rows, n_q)) for r in range(0, max(n_q, 1), rows)]
 
 
 def _draw_keep(shape, p: float, training: bool, rng) -> np.ndarray | None:
@@ -155,9 +160,9 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
     maxima m (0 where skipped) and row sums ℓ (two (…, n_q, 1) arrays), from which the backward and
     :func:`attention_weights` recompute each block with the forward's operations. Extra memory: one
     block of scores (~2¹⁸ entries). ``out`` (…, n_q, d_v), any strides BLAS accepts, receives O
-    (:func:`mha_forward` passes the heads' view of its merged context, so merging the heads costs no
-    copy). ``"weights"`` is then None; :func:`attention_weights` rebuilds A on request. With attention
-    dropout in training the keep-mask is kept as booleans (n_q·n_k bytes).
+    (:func:`~transformer_np.ops.fast_mha.mha_forward` passes the heads' view of its merged context, so merging
+    the heads costs no copy). ``"weights"`` is then None; :func:`attention_weights` rebuilds A on request. With
+    attention dropout in training the keep-mask is kept as booleans (n_q·n_k bytes).
 
     ``weights_out`` (keyword only; with ``store_attention``), a C-contiguous (…, n_q, n_k) array of Q's
     dtype, receives A, which is then that array (the sharded inference layer passes each shard its part
@@ -193,138 +198,6 @@ def _check_weights_out(weights_out, shape: tuple, dtype, store_attention: bool) 
         raise InputValueError(f"weights_out must be a writeable C-contiguous array of shape {shape}, got shape "
                               f"{weights_out.shape} (C-contiguous: {weights_out.flags.c_contiguous}, "
                               f"writeable: {weights_out.flags.writeable})")
-
-
-# Scores per block, about _BLOCK_SCORES entries: each elementwise pass of the softmax (exp; scale, mask, max,
-# subtract where they cannot be skipped; the 1/ℓ of a stored A) and of its backward then runs on a block that
-# stays in cache instead of streaming the whole (…, n_q, n_k) array through memory (128 MiB at n = 2048).
-# The loops without attention dropout take, per block, either rows of ONE (batch, head) slice — when a head
-# has at least _BLOCK_SCORES scores — so that every product stays tall (at n = 2048 a block of 2**18 scores
-# spread over 8 heads was 16 rows per product), or whole heads, as many as fit — so that short sequences
-# do not pay a Python iteration per head (MiniLM: 384 heads of 16 × 16 scores); see _head_blocks. The
-# dropout path (_forward_dropout) takes rows across every head (_row_blocks).
-# Measured round 4 (inference forward, CPU time, 1 thread, loaded machine, float32, B·h = 8, d_k = 16,
-# medians of 5–9, A stored / not): n = 512: 2**15 6.5 / 4.8, 2**16 6.4 / 4.5, 2**17 5.9 / 4.2,
-# 2**18 5.7 / 4.3 ms (2**18 is a whole head); n = 2048: 2**16 135 / 82, 2**17 122 / 71, 2**18 115 / 66,
-# 2**19 126 / 70, 2**20 119 / 74 ms. 2**18 scores: 1 MiB in float32, within the 2 MiB L2 of this
-# machine's cores. (Rows across every head, rounds 3–4: 2**20 was best at n = 2048, 2**18 ~15% slower
-# there; at n = 512 within the noise. Attention dropout is not a bench row: one constant for both.)
-_BLOCK_SCORES = 1 << 18
-
-
-def _block_layout(lead: tuple, n_q: int, n_k: int) -> tuple[int, int, int]:
-    """(axis, count, rows) of the blocks of scores of an array with the leading axes ``lead``.
-
-    A head (one index into ``lead``) of ≥ :data:`_BLOCK_SCORES` scores: blocks of ``rows`` query rows of
-    one head (axis = len(lead), count = 1). Smaller heads: all their rows, and as many heads as fit —
-    ``count`` consecutive entries of the leading axis ``axis`` with every axis after it whole (every
-    head in one block: axis 0, count = lead[0])."""
-    if not lead or n_q * n_k >= _BLOCK_SCORES:
-        return len(lead), 1, max(1, min(n_q, _BLOCK_SCORES // max(1, n_k)))
-    fit = max(1, _BLOCK_SCORES // max(1, n_q * n_k))         # heads per block
-    axis, inner = len(lead), 1                               # axes axis… whole: inner heads
-    while axis > 0 and inner * lead[axis - 1] <= fit:
-        axis, inner = axis - 1, inner * lead[axis - 1]
-    if axis == 0:
-        return 0, lead[0], max(n_q, 1)
-    return axis - 1, max(1, fit // inner), max(n_q, 1)
-
-
-def _head_blocks(lead: tuple, n_q: int, n_k: int) -> list[tuple[tuple, slice]]:
-    """(ix, rows) of every block (:func:`_block_layout`): ``X[ix][..., rows, :]`` is the block's part of
-    an array with the leading axes ``lead``, a view — rows of one head, or consecutive whole heads."""
-    axis, count, r = _block_layout(lead, n_q, n_k)
-    row_slices = [slice(r0, min(r0 + r, n_q)) for r0 in range(0, n_q, r)]
-    if axis == len(lead):
-        return [(outer, rows) for outer in np.ndindex(*lead) for rows in row_slices]
-    return [(outer + (slice(c0, min(c0 + count, lead[axis])),), rows)
-            for outer in np.ndindex(*lead[:axis]) for c0 in range(0, lead[axis], count) for rows in row_slices]
-
-
-# The blocks of heads go to get_batch_threads() threads (OpenBLAS at one thread in each: _threads._in_shards)
-# when there are at least two heads' worth and the attention's products reach _SPLIT_MIN_FLOPS (a split costs
-# ~0.1 ms). Training layers gain most: their projections and FFN keep OpenBLAS's threads, while the scores'
-# products and passes, single-threaded between OpenBLAS calls otherwise, get both cores (the inference layer
-# splits its whole batch instead, and its shards do not split again).
-_SPLIT_MIN_FLOPS = 1 << 24
-
-
-def _shard_blocks(lead: tuple, n_q: int, n_k: int, d: int) -> list[list]:
-    """The blocks (:func:`_head_blocks`) in consecutive parts, one per thread; the blocks of one head stay
-    together (the backward accumulates dK and dV over a head's row blocks, in order). One part: no split."""
-    blocks = _head_blocks(lead, n_q, n_k)
-    threads = get_batch_threads()
-    if threads < 2 or len(blocks) < 2 or 4 * math.prod(lead) * n_q * n_k * d < _SPLIT_MIN_FLOPS:
-        return [blocks]
-    groups: list[list] = []
-    for block in blocks:
-        if groups and groups[-1][0][0] == block[0]:
-            groups[-1].append(block)                         # another row block of the same head(s)
-        else:
-            groups.append([block])
-    if len(groups) < 2:
-        return [blocks]
-    return [[b for g in groups[part] for b in g] for part in _chunks(len(groups), threads)]
-
-
-def _block_buffer(lead: tuple, n_q: int, n_k: int, dtype) -> np.ndarray:
-    """Scratch for one block's (…, r, n_k) scores, of the largest block's shape (cut with :func:`_fit`)."""
-    axis, count, r = _block_layout(lead, n_q, n_k)
-    heads = () if axis == len(lead) else (count,) + lead[axis + 1:]
-    return np.empty(heads + (r, n_k), dtype=dtype)
-
-
-def _fit(buf: np.ndarray, shape: tuple) -> np.ndarray:
-    """The leading part of ``buf`` of the shape ``shape`` (a smaller block: fewer heads or rows)."""
-    return buf[tuple(slice(0, k) for k in shape)]
-
-
-def _per_head(a: np.ndarray | None, lead: tuple, core: int):
-    """``a`` broadcast to ``lead`` + its last ``core`` axes (a view), so that ``a[ix]`` is a block's heads;
-    a mask of fewer than two axes is used whole (None stays None)."""
-    if a is None or a.ndim < core:
-        return None if a is None else _Whole(a)
-    return np.broadcast_to(a, lead + a.shape[a.ndim - core:])
-
-
-class _Whole:
-    """An array every block uses whole: ``_Whole(a)[ix]`` is ``a``."""
-
-    def __init__(self, a):
-        self.a = a
-
-    def __getitem__(self, ix):
-        return self.a
-
-
-# Elements below which a block's elementwise pass runs inline rather than on the thread pool: handing rows to
-# the pool and waiting costs ~20–50 µs (measured, 2 threads, a no-op task), about one float32 exp pass over
-# 2**15 elements; every attention block of the bench's shapes is larger (2**17–2**18 elements).
-_POOL_MIN = 1 << 15
-
-
-def _block_pass(fn, block: np.ndarray) -> None:
-    """fn(slice of rows) over a (…, r, n_k) block: on the thread pool (:func:`_rows_parallel`) when the
-    block has ≥ :data:`_POOL_MIN` elements, else inline over all rows (the same operations per element)."""
-    if block.size < _POOL_MIN:
-        fn(slice(0, block.shape[-2]))
-    else:
-        _rows_parallel(fn, block.shape[-2])
-
-
-def _with_column(X: np.ndarray, value) -> np.ndarray:
-    """[X | c] along the last axis, (…, m, k + 1): c = ``value`` (a scalar or a (…, m, 1) array)."""
-    out = np.empty(X.shape[:-1] + (X.shape[-1] + 1,), dtype=X.dtype)
-    out[..., :-1] = X
-    out[..., -1:] = value
-    return out
-
-
-def _block_rows(a, rows: slice):
-    """The query rows ``rows`` of a block's (g, n, …) array (an array broadcast over the rows: whole)."""
-    if a is None or a.ndim < 2 or a.shape[-2] == 1:
-        return a
-    return a[..., rows, :]
 
 
 def _exp_only(S: np.ndarray, sqrt_dk: float, mask, skip_max: bool, m=None, ell=None) -> None:
@@ -578,15 +451,16 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     Without a stored A (``store_attention=False``) each block of P = exp(S − m) is recomputed first
     (:func:`_recompute`) and left unnormalised: with A = P/ℓ (ℓ per row), dV = Σ_r P_rᵀ (dO[r]/ℓ_r),
     ℓ dS = P ⊙ (dA − D), dQ[r] = ((ℓ dS)_r K)/ℓ_r and dK = Σ_r (ℓ dS)_rᵀ (Q[r]/ℓ_r) — every 1/ℓ on an
-    (r, d) array, none on the block. (Writing the results straight into :func:`mha_backward`'s fused
-    gradient layout instead was measured in round 4: no lower peak, ~15% slower at n = 2048.)"""
+    (r, d) array, none on the block. (Writing the results straight into
+    :func:`~transformer_np.ops.fast_mha.mha_backward`'s fused gradient layout instead was measured in round 4: no
+    lower peak, ~15% slower at n = 2048.)"""
     check_for_backward(cache, "attention_forward")
     return _attention_backward(dO, cache, False)
 
 
 def _attention_backward(dO: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`attention_backward`; ``free_cache`` (:func:`mha_backward`'s, the cache already taken from
-    the MHA cache) drops O from the cache once D = ⟨dO, O⟩ is formed: O is the merged heads' context
+    """:func:`attention_backward`; ``free_cache`` (:func:`~transformer_np.ops.fast_mha.mha_backward`'s, the cache
+    already taken from the MHA cache) drops O from the cache once D = ⟨dO, O⟩ is formed: O is the merged heads' context
     (B, n, d), which nothing else reads after the output projection's backward."""
     Q, K, V, O = cache["Q"], cache["K"], cache["V"], cache["O"]
     A = cache["weights"]
@@ -686,123 +560,3 @@ def _accumulate(acc: np.ndarray, a: np.ndarray, b: np.ndarray, first: bool, scra
         acc += np.matmul(a, b, out=scratch.reshape(-1)[:acc.size].reshape(acc.shape))
     else:
         acc += a @ b
-
-
-def _addr(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
-
-
-def _stacked(Ws: tuple, bs: tuple) -> np.ndarray | None:
-    """The C-contiguous (d_in + 1, k·w) array S = [W_1 | … | W_k ; b_1 | … | b_k] of which the k weights
-    ``Ws`` (each (d_in, w)) are consecutive column blocks of the first d_in rows and the k biases ``bs``
-    (each (w,)) the same column blocks of the last row — each a view of S — else None.
-
-    :func:`transformer_np.io.pretrained.load_pretrained` lays each layer's W_Q, W_K, W_V, b_Q, b_K, b_V out
-    this way (and W_O, b_O): the input projection is then one product, X W + b = [X | 1] S for inference.
-    Only views of the same memory pass: an entry replaced by another array, or a copy, does not, and
-    editing a view in place edits S itself, so the product never reads stale weights."""
-    base = Ws[0].base
-    if not isinstance(base, np.ndarray) or base.ndim != 2 or not base.flags.c_contiguous:
-        return None
-    (d_in, w), k = Ws[0].shape, len(Ws)
-    if base.shape != (d_in + 1, k * w) or base.dtype != Ws[0].dtype or len(bs) != k:
-        return None
-    start, step, row = _addr(base), w * base.itemsize, base.strides[0]
-    for i, (W, b) in enumerate(zip(Ws, bs)):
-        if (W.base is not base or W.shape != (d_in, w) or W.strides != base.strides or _addr(W) != start + i * step
-                or not isinstance(b, np.ndarray) or b.base is not base or b.shape != (w,)
-                or b.strides != base.strides[1:] or _addr(b) != start + d_in * row + i * step):
-            return None
-    return base
-
-
-def _ones_column(a: np.ndarray) -> np.ndarray:
-    """[a | 1]: a (M, d) → a new (M, d + 1) array."""
-    out = np.empty((a.shape[0], a.shape[1] + 1), dtype=a.dtype)
-    out[:, :-1] = a
-    out[:, -1] = 1
-    return out
-
-
-def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = None,
-                dropout_p: float = 0.0, training: bool = False, rng=None,
-                store_attention: bool = True, for_backward: bool = True, *,
-                weights_out: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
-    """MHA(X) with Q, K, V in one (B·n, 3d) array, written by three products into its column blocks
-    (no concatenated [W_Q | W_K | W_V] copy is made or cached); Q, K, V are views of it.
-    ``store_attention=False``, ``weights_out`` (B, h, n, n): see :func:`attention_forward`.
-    ``for_backward=False`` (inference): the cache holds only the attention's ``"weights"``;
-    :func:`mha_backward` refuses it.
-
-    When the weights and biases are views of one array S = [W_Q | W_K | W_V ; b_Q | b_K | b_V] (:func:`_stacked`;
-    the layout of :func:`~transformer_np.io.pretrained.load_pretrained`), the projection is one product:
-    X [W_Q | W_K | W_V] (S's first d rows, bit for bit the three products' dot products) then + b, or for
-    inference [X | 1] S, the bias inside the product instead of a pass over (B·n, 3d) (the same sum, the
-    bias term added in another order); likewise [ctx | 1] [W_O ; b_O] for the output projection, the
-    column of ones beside the heads' context, which the attention writes through a view. Measured at
-    MiniLM's 704 rows (1 thread): the input projection 4.8 → 4.6 ms as one product, 4.51 → 4.41 ms with the
-    bias inside."""
-    B, n, d = x.shape
-    x2 = x.reshape(-1, d)                                            # (M, d)
-    qkv = np.empty((x2.shape[0], 3 * d), dtype=x.dtype)              # (M, 3d): [Q | K | V]
-    S_qkv = _stacked((p["W_Q"], p["W_K"], p["W_V"]), (p["b_Q"], p["b_K"], p["b_V"]))   # (d + 1, 3d) or None
-    if S_qkv is not None and not for_backward:
-        np.matmul(_ones_column(x2), S_qkv, out=qkv)                  # [X | 1] S = X W + b
-    else:
-        if S_qkv is not None:
-            np.matmul(x2, S_qkv[:d], out=qkv)                        # one product
-        else:
-            for i, name in enumerate("QKV"):                         # X W_Q, X W_K, X W_V into their
-                np.matmul(x2, p["W_" + name], out=qkv[:, i * d:(i + 1) * d])   # columns: no concatenated W
-        b_qkv = S_qkv[d] if S_qkv is not None else np.concatenate([p["b_Q"], p["b_K"], p["b_V"]])   # (3d,)
-        _rows_parallel(lambda r: qkv[r].__iadd__(b_qkv), qkv.shape[0])
-    qkv_cache = {"kind": "qkv", "x": x, "W": (p["W_Q"], p["W_K"], p["W_V"])}   # references, no copy
-    qkv = qkv.reshape(B, n, 3, n_heads, d // n_heads).transpose(2, 0, 3, 1, 4)   # (3, B, h, n, d_k) view
-    S_o = None if for_backward else _stacked((p["W_O"],), (p["b_O"],))   # (d + 1, d) or None
-    if S_o is not None:
-        ctx1 = np.empty((B * n, d + 1), dtype=x.dtype)               # [ctx | 1]
-        ctx1[:, d] = 1
-        ctx = ctx1[:, :d].reshape(B, n, d)                           # a view (rows of d + 1)
-    else:
-        ctx = np.empty((B, n, d), dtype=x.dtype)                     # Concat(head_1 … head_h): (B, n, d)
-    heads = ctx.reshape(B, n, n_heads, d // n_heads).transpose(0, 2, 1, 3)   # (B, h, n, d_k) view of ctx
-    _, attn_cache = attention_forward(qkv[0], qkv[1], qkv[2], mask, dropout_p, training, rng, store_attention,
-                                      out=heads, for_backward=for_backward,
-                                      weights_out=weights_out)       # O written straight into ctx
-    if S_o is not None:
-        out = (ctx1 @ S_o).reshape(B, n, d)                          # [ctx | 1] [W_O ; b_O]
-        return out, {"kind": "mha", "n_heads": n_heads, "attn": attn_cache, "for_backward": False}
-    out, o_cache = linear_forward(ctx, p["W_O"], p["b_O"])           # (B, n, d)
-    if not for_backward:
-        return out, {"kind": "mha", "n_heads": n_heads, "attn": attn_cache, "for_backward": False}
-    return out, {"kind": "mha", "n_heads": n_heads, "qkv": qkv_cache, "attn": attn_cache, "o": o_cache}
-
-
-def mha_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
-    """Backward of :func:`mha_forward`; ``free_cache`` removes each entry as it is used (the
-    context, then Q, K, V and A), so they are released before the input projection's backward."""
-    check_for_backward(cache, "mha_forward")
-    take = reader(cache, free_cache)
-    dctx, dW_O, db_O = linear_backward(dout, take("o"))              # (B, n, d)
-    B, n, d = dctx.shape
-    h = cache["n_heads"]
-    dQ, dK, dV = _attention_backward(split_heads(dctx, h), take("attn"), free_cache)   # each (B, h, n, d_k)
-    # Write the three head gradients straight into the (B, n, 3, h, d_k) layout of qkv
-    # (one copy, instead of np.stack followed by a transposing reshape: two).
-    dqkv = np.empty((B, n, 3, h, d // h), dtype=dctx.dtype)          # (B, n, 3, h, d_k)
-    dqkv_heads = dqkv.transpose(2, 0, 3, 1, 4)                       # (3, B, h, n, d_k) view
-    dqkv_heads[0], dqkv_heads[1], dqkv_heads[2] = dQ, dK, dV
-    del dctx, dQ, dK, dV                                             # copied into dqkv: release them
-    dqkv = dqkv.reshape(B * n, 3 * d)                                # (M, 3d) view
-    c = take("qkv")
-    x2 = c["x"].reshape(-1, d)                                       # (M, d)
-    dW_qkv = x2.T @ dqkv                                             # (d, 3d): one product
-    db_qkv = dqkv.sum(axis=0)                                        # (3d,)
-    dx = dqkv[:, :d] @ c["W"][0].T                                   # dX = Σ dQ W_Qᵀ + dK W_Kᵀ + dV W_Vᵀ
-    for i in (1, 2):                                                 # (= dQKV [W_Q | W_K | W_V]ᵀ)
-        dx += dqkv[:, i * d:(i + 1) * d] @ c["W"][i].T
-    dx = dx.reshape(B, n, d)                                         # (B, n, d)
-    grads = {"W_Q": dW_qkv[:, :d], "W_K": dW_qkv[:, d:2 * d], "W_V": dW_qkv[:, 2 * d:],
-             "b_Q": db_qkv[:d], "b_K": db_qkv[d:2 * d], "b_V": db_qkv[2 * d:],
-             "W_O": dW_O, "b_O": db_O}
-    return dx, grads
