@@ -146,7 +146,7 @@ def _qkv_layout(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``params`` with each layer's attention weights laid out as views of two arrays (same values):
     S = [W_Q | W_K | W_V ; b_Q | b_K | b_V] (d + 1, 3d) — ``W_Q = S[:d, :d]``, ``b_Q = S[d, :d]``, … — and
     [W_O ; b_O] (d + 1, d). The fast attention then projects with one product each, the bias inside it
-    for inference (:func:`transformer_np.ops.fast_attention._stacked`); an entry replaced by another
+    for inference (:func:`transformer_np.ops.fast_mha._stacked`); an entry replaced by another
     array simply gets the separate products, and an entry edited in place edits the array it views."""
     out = dict(params)
     for name in params:
