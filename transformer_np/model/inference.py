@@ -9,8 +9,10 @@ r"""The encoder's fast inference layer: what :mod:`transformer_np.model.encoder`
 
 Nothing here checks its arguments (:func:`~transformer_np.model.encoder.encoder_forward` and
 :func:`~transformer_np.model.encoder.encoder_layer_forward` have) and nothing here is public API.
-The names are looked up here at call time: a test that patches ``_SHARD_MIN_FLOPS``, ``_in_shards``
-or ``_layer_infer_one`` patches this module. It does not import the encoder module (which imports it).
+A name is patched where it is looked up at call time: ``_SHARD_MIN_FLOPS``, ``_in_shards`` and
+``_layer_infer_one`` in this module; ``_layer_infer`` and ``_embeddings_infer``, called by the encoder, in
+:mod:`transformer_np.model.encoder` (``bench --profile`` wraps ``encoder._embeddings_infer``). This module
+does not import the encoder module (which imports it).
 """
 
 from __future__ import annotations
