@@ -8,7 +8,7 @@ plain path (``assert_paths_close``, k = the longest reduction), hostile inputs i
 * one product per attention projection (:func:`transformer_np.ops.fast_mha._stacked`) for weights laid
   out as ``load_pretrained`` lays them out — views of [W_Q | W_K | W_V ; b_Q | b_K | b_V] and [W_O ; b_O] — an
   edit through a view seen, a replaced entry used as given;
-* the inference embedding block (:func:`transformer_np.model.encoder._embeddings_infer`), non-finite rows
+* the inference embedding block (:func:`transformer_np.model.inference._embeddings_infer`), non-finite rows
   still named.
 """
 

@@ -1,4 +1,4 @@
-"""A batch split over threads for inference (``set_batch_threads``; ops/_threads.py, model/encoder.py).
+"""A batch split over threads for inference (``set_batch_threads``; ops/_threads.py, model/inference.py).
 
 The fast inference layer (``for_backward=False``) runs shards of the batch on their own threads, OpenBLAS
 at one thread while they run, each shard writing its sequences' rows of the output and of A. Here:
@@ -16,7 +16,7 @@ at one thread while they run, each shard writing its sequences' rows of the outp
 * ``weights_out=`` of fast attention_forward / mha_forward: refused by name when it cannot receive A,
   else filled and returned as the cache's A.
 
-Small shapes split only because ``encoder._SHARD_MIN_FLOPS`` is set to 0 (fixture ``small_splits``).
+Small shapes split only because ``inference._SHARD_MIN_FLOPS`` is set to 0 (fixture ``small_splits``).
 Tests that split need threadpoolctl (fixture ``tpc``: the torch lane); the others run in the fast lane.
 """
 
@@ -32,7 +32,7 @@ import pytest
 import transformer_np as tnp
 from helpers import assert_paths_close, nontrivial_params, spy_split_counts
 from transformer_np.errors import InputTypeError, InputValueError
-from transformer_np.model import encoder
+from transformer_np.model import encoder, inference
 from transformer_np.model.params import sub_params
 from transformer_np.ops import _threads, fast
 
@@ -45,13 +45,13 @@ pytestmark = pytest.mark.usefixtures("fast_thread_defaults")   # (tests/conftest
 @pytest.fixture
 def small_splits(monkeypatch):
     """The test's small layers are split (the real threshold keeps layers under 2**24 flops whole)."""
-    monkeypatch.setattr(encoder, "_SHARD_MIN_FLOPS", 0)
+    monkeypatch.setattr(inference, "_SHARD_MIN_FLOPS", 0)
 
 
 @pytest.fixture
 def shard_calls(monkeypatch):
-    """The shard counts the encoder's layers were split into (a spy on encoder._in_shards)."""
-    return spy_split_counts(monkeypatch, encoder)
+    """The shard counts the encoder's layers were split into (a spy on inference._in_shards)."""
+    return spy_split_counts(monkeypatch, inference)
 
 
 def _cfg(norm: str = "post", dropout: float = 0.0, n_layers: int = 2) -> tnp.EncoderConfig:
@@ -207,14 +207,14 @@ def test_uneven_shards(tpc, small_splits, shard_calls, monkeypatch, threads, siz
     cfg, p, x = _layer_problem("post", np.float64, batch=5)
     mask = _mask(mask_kind, 5, np.float64)
     whole, c_whole = _layer(x, p, cfg, mask, 1, True)
-    seen, lock, real = [], threading.Lock(), encoder._layer_infer_one
+    seen, lock, real = [], threading.Lock(), inference._layer_infer_one
 
     def spy(xs, *args, **kwargs):
         with lock:
             seen.append(xs.shape[0])
         return real(xs, *args, **kwargs)
 
-    monkeypatch.setattr(encoder, "_layer_infer_one", spy)
+    monkeypatch.setattr(inference, "_layer_infer_one", spy)
     split, c_split = _layer(x, p, cfg, mask, threads, True)
     assert shard_calls == [threads]
     assert sorted(seen) == sizes                              # consecutive nearly equal shards cover the batch
@@ -263,14 +263,14 @@ def test_training_without_dropout_is_split(tpc, small_splits, shard_calls):
 def test_a_layer_under_the_flops_threshold_is_not_split(tpc, shard_calls, monkeypatch):
     cfg, p, x = _layer_problem("post", np.float32)
     _layer(x, p, cfg, None, 2, False)                         # the real threshold: this small layer stays whole
-    assert encoder._SHARD_MIN_FLOPS > 0 and shard_calls == []
+    assert inference._SHARD_MIN_FLOPS > 0 and shard_calls == []
     # the layer's products: Q, K, V, O (4 of (Bn, d)(d, d)), W_1 and W_2 ((Bn, d)(d, d_ff), (Bn, d_ff)(d_ff, d)),
     # Q Kᵀ and A V (2 of (n, d)(d, n) per sequence, summed over the heads), 2 flops per multiply-add
     flops = 2 * B * N * D * (4 * D + 2 * FF) + 2 * 2 * B * N * N * D
-    monkeypatch.setattr(encoder, "_SHARD_MIN_FLOPS", flops + 1)
+    monkeypatch.setattr(inference, "_SHARD_MIN_FLOPS", flops + 1)
     _layer(x, p, cfg, None, 2, False)
     assert shard_calls == []
-    monkeypatch.setattr(encoder, "_SHARD_MIN_FLOPS", flops)
+    monkeypatch.setattr(inference, "_SHARD_MIN_FLOPS", flops)
     _layer(x, p, cfg, None, 2, False)
     assert shard_calls == [2]
 
@@ -293,14 +293,14 @@ class ShardFailed(Exception):
 
 def test_blas_threads_are_restored_after_an_exception_in_a_shard(tpc, small_splits, monkeypatch):
     cfg, p, x = _layer_problem("pre", np.float64)
-    real, main = encoder._layer_infer_one, threading.current_thread()
+    real, main = inference._layer_infer_one, threading.current_thread()
 
     def fail_off_main(*args, **kwargs):
         if threading.current_thread() is not main:
             raise ShardFailed("shard 1")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(encoder, "_layer_infer_one", fail_off_main)
+    monkeypatch.setattr(inference, "_layer_infer_one", fail_off_main)
     with tpc.threadpool_limits(3, user_api="blas"):
         before = _blas_counts(tpc)
         with pytest.raises(ShardFailed, match="shard 1"):
@@ -503,7 +503,7 @@ def test_without_threadpoolctl_nothing_splits_and_set_batch_threads_says_what_to
     fast.set_batch_threads(1)                                 # 1 and None need no threadpoolctl
     fast.set_batch_threads(None)
     monkeypatch.setattr(_threads, "_BATCH_THREADS", 2)       # a count set earlier, while threadpoolctl was there
-    monkeypatch.setattr(encoder, "_SHARD_MIN_FLOPS", 0)
+    monkeypatch.setattr(inference, "_SHARD_MIN_FLOPS", 0)
     assert fast.get_batch_threads() == 1
     cfg, p, x = _layer_problem("post", np.float64)
     encoder.encoder_layer_forward(x, p, cfg, for_backward=False)

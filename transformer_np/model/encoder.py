@@ -48,18 +48,15 @@ import numpy as np
 from .._validate import (
     all_finite,
     as_float_array,
-    as_int_array,
     check_bool,
     check_cache,
     check_dout,
-    check_rng,
     describe,
     mismatch_detail,
 )
 from ..errors import InputTypeError, InputValueError, NonFiniteError
 from ..ops import fast as _fast_ops
 from ..ops import plain as _plain_ops
-from ..ops._threads import _chunks, _in_shards, get_batch_threads
 from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
 from ..ops.cache import FREED_MESSAGE, ParamGuard, check_for_backward, check_not_freed, reader
 from ..ops.dropout import _dropout_backward, _dropout_forward
@@ -72,8 +69,17 @@ from ..ops.fast_ffn import (
     lin1_from_layernorm,
 )
 from ..ops.feedforward import FFN_PARAM_NAMES
-from ..ops.masks import _padding_mask, combine_masks, validate_attention_mask
+from ..ops.masks import _padding_mask, combine_masks
+from .checks import (
+    _check_dropout_rng,
+    _check_finite_params,
+    _check_inputs,
+    _check_paths,
+    _raise_nonfinite_param,
+    _raise_overflow,
+)
 from .config import EncoderConfig
+from .inference import _embeddings_infer, _layer_infer
 from .params import layer_prefix, param_shapes, sub_params, validate_params
 
 __all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward", "encoder_backward",
@@ -163,94 +169,6 @@ def _inference_cache(c: dict) -> dict:
                                           "attn": {"weights": c["attn"]["attn"]["weights"]}}}
 
 
-# The fast inference layer splits a batch over get_batch_threads() threads (ops/_threads.py has the rule and
-# the measurements) when every thread gets at least one sequence and the layer has at least _SHARD_MIN_FLOPS
-# of products: a split costs ~0.1 ms (handing a shard to a pool thread, waiting for it, OpenBLAS's thread
-# count set twice), the time of ~2**24 flops at one thread here; bench shapes have 2**28–2**35.
-_SHARD_MIN_FLOPS = 1 << 24
-
-
-def _shards(x: np.ndarray, config: EncoderConfig, dropout: bool) -> list[slice]:
-    """The batch slices the inference layer runs on their own threads ([all of x]: no split)."""
-    B, n, d = x.shape
-    threads = get_batch_threads()
-    flops = 2 * B * n * d * (4 * d + 2 * config.d_ff) + 4 * B * n * n * d   # the layer's products
-    if dropout or threads < 2 or B < threads or flops < _SHARD_MIN_FLOPS:
-        return [slice(0, B)]
-    return _chunks(B, threads)
-
-
-def _batch_part(mask: np.ndarray | None, rows: slice, B: int) -> np.ndarray | None:
-    """The part of an additive mask (broadcastable to (B, h, n, n)) for the sequences ``rows``."""
-    if mask is None or mask.ndim < 4 or mask.shape[0] != B:
-        return mask                                          # broadcast over the batch: whole
-    return mask[rows]
-
-
-def _layer_infer(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
-                 training: bool, rng, store_attention: bool) -> tuple[np.ndarray, dict]:
-    """:func:`_layer_infer_one`, on shards of the batch in parallel when :func:`_shards` splits it:
-    each shard writes its sequences' rows of the output and of A (one (B, h, n, n) array)."""
-    parts = _shards(x, config, training and config.dropout > 0)
-    if len(parts) == 1:
-        return _layer_infer_one(x, p, config, mask, training, rng, store_attention)
-    B, n, _ = x.shape
-    out = np.empty_like(x)                                                   # (B, n, d)
-    A = np.empty((B, config.n_heads, n, n), dtype=x.dtype) if store_attention else None   # (B, h, n, n)
-
-    def shard(i: int) -> None:
-        rows = parts[i]
-        out[rows] = _layer_infer_one(x[rows], p, config, _batch_part(mask, rows, B), training, rng,
-                                     store_attention, None if A is None else A[rows])[0]   # (b, n, d)
-
-    _in_shards(shard, len(parts))
-    return out, {"kind": "encoder_layer", "for_backward": False, "fast": True,
-                 "norm_position": config.norm_position, "shape": x.shape,
-                 "attn": {"kind": "mha", "n_heads": config.n_heads, "for_backward": False,
-                          "attn": {"kind": "attention", "weights": A, "for_backward": False}}}
-
-
-def _layer_infer_one(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
-                     training: bool, rng, store_attention: bool,
-                     weights_out: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
-    """The fast path's layer for inference: the same sublayers as :func:`_layer_forward`, their
-    inference kernels (no cache entry a backward needs, no f'(U)), and the residual sums and LayerNorms
-    written in buffers the layer owns (each sublayer's output is a new array; x is never written):
-
-        Post-LN:  a = MHA(x);  a += x;  Z = LN_1(a) in a;  f = FFN(Z);  f += Z;  H = LN_2(f) in f
-        Pre-LN:   Y = LN_1(x);  a = MHA(Y);  a += x (= Z);  Y = LN_2(Z);  f = FFN(Y);  f += Z (= H)
-    """
-    ops = _fast_ops
-    attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
-    drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
-    dropout = training and drop > 0
-
-    def mha(y: np.ndarray) -> tuple[np.ndarray, dict]:
-        a, ca = ops.mha_forward(y, attn_p, h, mask, drop, training, rng, store_attention=store_attention,
-                                for_backward=False, weights_out=weights_out)   # (B, n, d), a new array
-        return (ops.dropout_forward(a, drop, training, rng)[0] if dropout else a), ca
-
-    def ffn(y: np.ndarray) -> np.ndarray:
-        f = ops.ffn_forward(y, ffn_p, config.activation, for_backward=False)[0]   # (B, n, d), a new array
-        return ops.dropout_forward(f, drop, training, rng)[0] if dropout else f
-
-    if config.norm_position == "post":
-        a, ca = mha(x)
-        a += x                                                                # H + MHA(H)
-        z = _layernorm_value(a, p["ln1.gamma"], p["ln1.beta"], eps, out=a)   # Z
-        f = ffn(z)
-        f += z                                                                # Z + FFN(Z)
-        out = _layernorm_value(f, p["ln2.gamma"], p["ln2.beta"], eps, out=f)  # H^(ℓ)
-    else:
-        a, ca = mha(_layernorm_value(x, p["ln1.gamma"], p["ln1.beta"], eps))
-        a += x                                                                # Z = H + MHA(LN(H))
-        f = ffn(_layernorm_value(a, p["ln2.gamma"], p["ln2.beta"], eps))
-        f += a                                                                # H^(ℓ) = Z + FFN(LN(Z))
-        out = f
-    return out, {"kind": "encoder_layer", "for_backward": False, "fast": True,
-                 "norm_position": config.norm_position, "shape": x.shape, "attn": ca}
-
-
 def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, dict]:
     """Backward of :func:`_layer_forward` by the path the forward took, unchecked."""
     ops = _ops(cache["fast"])
@@ -329,23 +247,6 @@ def _check_layer_params(p, config: EncoderConfig, dtype) -> None:
             raise InputValueError(f"p[{k!r}] must have shape {shape}, got shape {p[k].shape}")
 
 
-def _check_paths(fast, store_attention) -> None:
-    check_bool(fast, "fast")
-    check_bool(store_attention, "store_attention")
-    if not fast and not store_attention:
-        raise InputValueError("store_attention=False needs the fast path (fast=True): the plain path keeps "
-                              "the textbook cache, attention matrix included")
-
-
-def _check_dropout_rng(config: EncoderConfig, training, rng) -> None:
-    check_bool(training, "training")
-    if training and config.dropout > 0:
-        if rng is None:
-            raise InputValueError(f"rng must be a numpy.random.Generator when training=True and dropout = "
-                                  f"{config.dropout} > 0 (e.g. rng=np.random.default_rng(0)), got None")
-        check_rng(rng)
-
-
 def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None = None,
                           training: bool = False, rng: np.random.Generator | None = None,
                           fast: bool = True, store_attention: bool = True, *,
@@ -392,32 +293,6 @@ def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: n
     return out, cache
 
 
-def _raise_nonfinite_param(params: dict, names, label: str = "params") -> None:
-    """Raise :class:`NonFiniteError` naming the first of ``names`` in ``params`` that holds NaN/inf (the
-    error path of an inference forward whose output is not finite); return when they are all finite."""
-    for name in names:
-        a = params[name]
-        if not all_finite(a):
-            _raise_nonfinite(label, name, a)
-
-
-def _raise_nonfinite(label: str, name: str, a: np.ndarray) -> None:
-    bad = int(a.size - np.count_nonzero(np.isfinite(a)))
-    first = np.unravel_index(int(np.argmin(np.isfinite(a))), a.shape)
-    raise NonFiniteError(f"{label}[{name!r}] must contain only finite values, got {bad} NaN/inf entries "
-                         f"(the first at index {tuple(int(i) for i in first)}: {a[first]}); the weights are "
-                         f"corrupt or came from a diverged run")
-
-
-def _check_finite_params(params: dict, guard: ParamGuard, label: str = "params") -> None:
-    """Refuse a parameter holding NaN/inf, naming it — at almost no cost: the guard's fingerprints (rᵀA with
-    positive r, or a copy of a vector) are finite whenever the parameter is, so only a parameter whose
-    fingerprint is not finite (NaN/inf inside, or a sum that overflowed) is scanned in full."""
-    for name, fp in guard.prints.items():
-        if not all_finite(fp) and not all_finite(params[name]):
-            _raise_nonfinite(label, name, params[name])
-
-
 def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Returns ``(dx, grads)``, grads keyed like the layer's ``p`` (``attn.W_Q``, …).
 
@@ -439,54 +314,6 @@ def encoder_layer_backward(dout: np.ndarray, cache: dict, free_cache: bool = Fal
 
 
 # ----------------------------------------------------------------------------- the stack
-def _check_inputs(config, dtype, input_ids, attention_mask, token_type_ids, inputs_embeds):
-    if (input_ids is None) == (inputs_embeds is None):
-        raise InputValueError("give exactly one of input_ids and inputs_embeds, got "
-                              + ("both" if input_ids is not None else "neither"))
-    if input_ids is not None:
-        if not config.has_embeddings:
-            raise InputValueError("input_ids needs a token embedding, but the config has vocab_size = None; "
-                                  "pass inputs_embeds (H^(0)) instead")
-        ids = as_int_array(input_ids, "input_ids", ndim=2)
-        B, n = ids.shape
-        V = config.vocab_size
-        if ids.size and (ids.min() < 0 or ids.max() >= V):
-            bad = ids[(ids < 0) | (ids >= V)].flat[0]
-            raise InputValueError(f"input_ids must lie in [0, {V - 1}] (vocab_size = {V}), got {int(bad)}")
-        x = ids
-    else:
-        x = as_float_array(inputs_embeds, "inputs_embeds", ndim=3)
-        B, n, d = x.shape
-        if d != config.d_model:
-            raise InputValueError(f"inputs_embeds must have shape (B, n, d_model) = (*, *, {config.d_model}), "
-                                  f"got shape {x.shape}")
-        if x.dtype != dtype:
-            raise InputTypeError(f"inputs_embeds must have the params' dtype {dtype}, got {x.dtype} "
-                                 f"(convert with inputs_embeds.astype(np.{dtype}))")
-    if n < 1 or B < 1:
-        raise InputValueError(f"the input must have at least one sequence and one position, got (B, n) = ({B}, {n})")
-    if n > config.max_len:
-        raise InputValueError(f"sequence length n = {n} exceeds max_len = {config.max_len}")
-    if attention_mask is not None:
-        attention_mask = validate_attention_mask(attention_mask, (B, n))
-    if token_type_ids is not None:
-        if input_ids is None:
-            raise InputValueError("token_type_ids only applies with input_ids (inputs_embeds is already H^(0))")
-        tt = as_int_array(token_type_ids, "token_type_ids", ndim=2)
-        if tt.shape != (B, n):
-            raise InputValueError(f"token_type_ids must have shape (B, n) = {(B, n)}, got shape {tt.shape}")
-        T = config.type_vocab_size
-        if T == 0:
-            if tt.any():
-                raise InputValueError("token_type_ids given, but the config has type_vocab_size = 0")
-            tt = None
-        elif tt.size and (tt.min() < 0 or tt.max() >= T):
-            raise InputValueError(f"token_type_ids must lie in [0, {T - 1}] (type_vocab_size = {T}), "
-                                  f"got {int(tt[(tt < 0) | (tt >= T)].flat[0])}")
-        token_type_ids = tt
-    return x, attention_mask, token_type_ids
-
-
 def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attention_mask=None,
                     token_type_ids=None, inputs_embeds=None, training: bool = False,
                     rng: np.random.Generator | None = None, extra_mask: np.ndarray | None = None,
@@ -613,38 +440,6 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
         cache.pop("emb_drop", None)
     cache.update(hidden_states=hidden, attentions=attns, out_shape=H.shape, dtype=dtype)
     return H, cache
-
-
-def _embeddings_infer(p: dict, ids: np.ndarray, token_type_ids: np.ndarray | None, eps: float,
-                      use_layer_norm: bool) -> np.ndarray:
-    """The embedding block for inference with learned positions (fast path, nothing kept for a backward):
-    the sums of :func:`~transformer_np.ops.embeddings._embeddings_forward`, in its order and with its
-    values, in one array — E_tok[ids], then + E_pos[0 … n−1] broadcast over the batch (instead of a
-    gathered (B, n, d) copy), then + E_type[t] (one row broadcast when every t is the same) — and
-    :func:`~transformer_np.ops.fast_ffn._layernorm_value` in place (the plain LayerNorm also builds x̂
-    and its cache: 1.2 of the 2 ms of a MiniLM batch of 32 × 22 tokens)."""
-    B, n = ids.shape
-    x = p["word"][ids]                                                           # (B, n, d), ours
-    x += p["position"][:n]                                                       # E_pos[0 … n−1], (n, d)
-    if "token_type" in p:
-        tt = token_type_ids
-        if tt is None or not tt.size or (tt.min() == tt.max()):
-            x += p["token_type"][0 if tt is None or not tt.size else int(tt.flat[0])]   # one row, (d,)
-        else:
-            x += p["token_type"][tt]                                             # (B, n, d)
-    if use_layer_norm:
-        _layernorm_value(x, p["ln.gamma"], p["ln.beta"], eps, out=x)
-    return x
-
-
-def _raise_overflow(where: str, hidden: list, dtype) -> None:
-    """Name the first layer whose output stopped being finite (the input was checked finite)."""
-    first = next((i for i, h in enumerate(hidden) if not all_finite(h)), len(hidden))
-    at = f"in layer {first}" if first < len(hidden) else "in the final LayerNorm"
-    scale = float(np.max(np.abs(hidden[0])))
-    raise NonFiniteError(f"the {where} pass overflowed {dtype} {at}: its output is not finite although the input "
-                         f"was (max |H^(0)| = {scale:.3g}); the input or weight scale is too large for this dtype "
-                         f"(rescale inputs_embeds / the weights, or use float64)")
 
 
 def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = False, free_cache: bool = False):

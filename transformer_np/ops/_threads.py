@@ -150,7 +150,7 @@ def set_batch_threads(n: int | None) -> None:
 
     * the inference layer (``for_backward=False``) runs shards of its batch, when the batch has at
       least ``n`` sequences and the layer at least 2²⁴ flops of products
-      (:mod:`transformer_np.model.encoder`), never with dropout in training (one random stream);
+      (:mod:`transformer_np.model.inference`), never with dropout in training (one random stream);
     * ``PretrainedEncoder.encode`` runs whole batches on the threads in turn (then each layer is not
       split again);
     * the attention core (:func:`transformer_np.ops.fast.attention_forward` without attention dropout,
