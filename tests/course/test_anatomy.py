@@ -258,7 +258,8 @@ def test_bert_totals():
 def test_space_attention_maps_vs_ffn_activations():
     """Article: "Space is dominated by the attention score matrices, O(n²) per layer … plus O(nd)".
     Measured on a real BERT-base-width layer's cache: the maps are B·h·n² (h·n², not n²), the rest
-    grows linearly in n — and is the larger part until n is near 15d/h = 960."""
+    grows linearly in n (14nd + 2n: the fast layer keeps its FFN input as LN_1's x̂) — and is the larger part
+    until n is near 14d/h = 896."""
     cfg = EncoderConfig.bert_base()
     m = {n: anatomy.layer_activation_floats(cfg, 1, n) for n in (128, 256, 512, 1024)}
     for n, r in m.items():
