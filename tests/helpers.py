@@ -182,3 +182,20 @@ def spy_split_counts(monkeypatch, module) -> list[int]:
 
     monkeypatch.setattr(module, "_in_shards", spy)
     return calls
+
+
+def lagrange_monomials(a_nodes, values, K: float) -> np.ndarray:
+    """Monomial coefficients (in s = a/(a + K)) of the polynomial through ``values`` at ``a_nodes``,
+    by Lagrange's formula without BLAS: products of linear factors (np.convolve), each coefficient a
+    math.fsum over the nodes — the float32 GELU kernels' polynomials, recomputed by their tests
+    (tests/ops/test_fast_path.py, tests/model/test_inference.py) the same way on every machine."""
+    from numpy.polynomial import polynomial as P
+    s = [a / (a + K) for a in a_nodes]
+    basis = []
+    for j, sj in enumerate(s):
+        lj = np.ones(1)
+        for k, sk in enumerate(s):
+            if k != j:
+                lj = P.polymul(lj, [-sk, 1.0])
+        basis.append(lj * (values[j] / math.prod(sj - sk for k, sk in enumerate(s) if k != j)))
+    return np.array([math.fsum(b[i] for b in basis) for i in range(len(s))])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import transformer_np as tnp
-from helpers import assert_paths_close, nontrivial_params
+from helpers import assert_paths_close, lagrange_monomials, nontrivial_params
 from transformer_np.errors import InputTypeError, InputValueError, NonFiniteError
 from transformer_np.io.hf_model import hf_backward, hf_forward
 from transformer_np.model.encoder import encoder_layer_backward, encoder_layer_forward
@@ -182,22 +182,6 @@ def test_value_only_float32_gelu_against_math_erfc():
     assert f[-6] == 0.0 and f[-5] == 0.0                      # exact: relu(±0) − 0·Φ(0)
 
 
-def _interpolant(a_nodes, values, K: float) -> np.ndarray:
-    """Monomial coefficients (in s = a/(a + K)) of the polynomial through ``values`` at ``a_nodes``,
-    by Lagrange's formula without BLAS: products of linear factors (np.convolve), each coefficient a
-    math.fsum over the nodes (tests/ops/test_fast_path.py has the same for the fused kernel)."""
-    from numpy.polynomial import polynomial as P
-    s = [a / (a + K) for a in a_nodes]
-    basis = []
-    for j, sj in enumerate(s):
-        lj = np.ones(1)
-        for k, sk in enumerate(s):
-            if k != j:
-                lj = P.polymul(lj, [-sk, 1.0])
-        basis.append(lj * (values[j] / math.prod(sj - sk for k, sk in enumerate(s) if k != j)))
-    return np.array([math.fsum(b[i] for b in basis) for i in range(len(s))])
-
-
 def test_value_only_gelu_coefficients_are_the_interpolant_they_claim_to_be():
     """g, the value-only kernel's polynomial: degree 6 in s = a/(a + K) through N/s at the listed
     nodes, N = a Φ(−a)·2^(−C a²) (C the float32 constant the kernel multiplies z² by), recomputed from
@@ -208,7 +192,7 @@ def test_value_only_gelu_coefficients_are_the_interpolant_they_claim_to_be():
     K, C, nodes = fast_ffn._GELU32V_K, float(np.float32(fast_ffn._GELU32V_C)), fast_ffn._GELU32V_NODES
     assert len(fast_ffn._GELU32V_G) == len(nodes) == 7
     values = [(a + K) * 0.5 * math.erfc(a / math.sqrt(2)) * 2.0 ** (-C * a * a) for a in nodes]   # N/s
-    mono = _interpolant(nodes, values, K)
+    mono = lagrange_monomials(nodes, values, K)
     s = np.linspace(0, 13.2 / (13.2 + K), 10_001)
     assert_paths_close(P.polyval(s, fast_ffn._GELU32V_G), P.polyval(s, mono), paths=("constants", "recomputed"),
                        k=len(nodes))

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import transformer_np as tnp
-from helpers import PATH_C, assert_paths_close, attention_mask_case, nontrivial_params
+from helpers import PATH_C, assert_paths_close, attention_mask_case, lagrange_monomials, nontrivial_params
 from transformer_np.model.gradcheck import rel_error
 from transformer_np.model.params import sub_params
 from transformer_np.ops import _attention_blocks, _gelu64, fast, fast_attention, fast_ffn, plain
@@ -246,24 +246,6 @@ def test_float32_gelu_against_math_erfc():
     assert f[-6] == 0.0 and f[-5] == 0.0 and c["grad"][-6] == c["grad"][-5] == np.float32(0.5)
 
 
-def gelu32_interpolant(a_nodes, values, K: float) -> np.ndarray:
-    """Monomial coefficients (in s = a/(a + K)) of the polynomial through ``values`` at ``a_nodes``,
-    by Lagrange's formula without BLAS: products of linear factors (np.convolve), each coefficient a
-    math.fsum over the nodes (tests/model/test_inference.py has the same for the value-only kernel)."""
-    import math
-
-    from numpy.polynomial import polynomial as P
-    s = [a / (a + K) for a in a_nodes]
-    basis = []
-    for j, sj in enumerate(s):
-        lj = np.ones(1)
-        for k, sk in enumerate(s):
-            if k != j:
-                lj = P.polymul(lj, [-sk, 1.0])
-        basis.append(lj * (values[j] / math.prod(sj - sk for k, sk in enumerate(s) if k != j)))
-    return np.array([math.fsum(b[i] for b in basis) for i in range(len(s))])
-
-
 def test_float32_gelu_coefficients_are_the_interpolant_they_claim_to_be():
     """M, the fused kernel's polynomial: degree 7 in s = a/(a + K) through Φ(−a)·2^(−C a²) (C the
     float32 constant the kernel multiplies z² by) at the listed nodes, recomputed from math.erfc. The
@@ -274,7 +256,7 @@ def test_float32_gelu_coefficients_are_the_interpolant_they_claim_to_be():
     from numpy.polynomial import polynomial as P
     K, C, nodes = fast_ffn._GELU32_K, float(np.float32(fast_ffn._GELU32V_C)), fast_ffn._GELU32_NODES
     assert len(fast_ffn._GELU32_M) == len(nodes) == 8 and nodes[0] == 0.0
-    mono = gelu32_interpolant(nodes, [0.5 * math.erfc(a / math.sqrt(2)) * 2.0 ** (-C * a * a) for a in nodes], K)
+    mono = lagrange_monomials(nodes, [0.5 * math.erfc(a / math.sqrt(2)) * 2.0 ** (-C * a * a) for a in nodes], K)
     s = np.linspace(0, 13.2 / (13.2 + K), 10_001)
     assert_paths_close(P.polyval(s, fast_ffn._GELU32_M), P.polyval(s, mono), paths=("constants", "recomputed"), k=8)
     # a = 0 is a node: M(0) = Φ(0) = ½, so Φ(±0) and f'(±0) are ½ exactly
