@@ -16,7 +16,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from tests.helpers import assert_paths_close, nontrivial_params
+from helpers import assert_paths_close, nontrivial_params
 from transformer_np import EncoderConfig
 from transformer_np.model.encoder import encoder_layer_backward, encoder_layer_forward
 from transformer_np.model.params import sub_params
@@ -114,7 +114,7 @@ def test_ffn_backward_with_the_input_kept_as_its_layernorm(dtype):
     dz, g = fast.ffn_backward(dy, c_ln, free_cache=True)
     np.testing.assert_array_equal(dz, dz_ref)   # exact: the same products on the same arrays (z is not read)
     for k in ("b_1", "W_2", "b_2"):   # exact: as above
-        np.testing.assert_array_equal(g[k], g_ref[k], err_msg=k)
+        np.testing.assert_array_equal(g[k], g_ref[k], err_msg=k)   # exact: as above
     assert_paths_close(g["W_1"], g_ref["W_1"], paths=("z by column blocks", "z whole"), k=x.shape[0] * x.shape[1])
     acc = rng.standard_normal(x.shape).astype(dtype)
     _, c_acc = fast.ffn_forward(z, p)
@@ -134,11 +134,11 @@ def test_layernorm_over_its_input_and_dx_over_xhat_are_the_same_op(shape, dtype)
     y, c = _layernorm_forward(mine, gamma, beta, 1e-5, overwrite=True)
     assert np.shares_memory(c["xhat"], mine)
     # exact: the same operations in the same order, written into x's buffer instead of a new one
-    np.testing.assert_array_equal(y, y_ref)
+    np.testing.assert_array_equal(y, y_ref)                    # exact: as said above
     np.testing.assert_array_equal(c["xhat"], c_ref["xhat"])   # exact: as above
     np.testing.assert_array_equal(c["rstd"], c_ref["rstd"])   # exact: as above
     ref = fast.layernorm_backward(dy, c_ref)
     got = _layernorm_backward(dy, c, True)
     assert got[0] is c["xhat"]                                   # dx written over x̂
     for a, b in zip(got, ref):   # exact: one blocked loop for both, only dx's buffer differs
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, b)                   # exact: as said on the loop
