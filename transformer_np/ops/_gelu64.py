@@ -85,6 +85,16 @@ def _phi_minus_abs(z: np.ndarray, t: np.ndarray, e: np.ndarray, E: np.ndarray) -
     e *= E                                                  # e = Φ(−|z|)
 
 
+def _phi(z: np.ndarray, t: np.ndarray, e: np.ndarray, E: np.ndarray) -> None:
+    """t = Φ(z) = |[z > 0] − e| (e = Φ(−|z|): e for z ≤ 0, 1 − e for z > 0) and E = exp(−z²/2) of a float64
+    block z, for both kernels; e is left holding Φ(−|z|)."""
+    with np.errstate(over="ignore"):                        # z² past 1.3e154: exp(−inf) = 0 is right
+        _phi_minus_abs(z, t, e, E)
+    np.greater(z, 0.0, out=t)                               # [z > 0] as 0.0 / 1.0
+    t -= e
+    np.abs(t, out=t)                                        # Φ(z)
+
+
 def _gelu64(z: np.ndarray, out: np.ndarray, grad: np.ndarray, t: np.ndarray, e: np.ndarray,
             E: np.ndarray) -> None:
     """GELU and its derivative of a float64 block z into ``out`` (which may be z itself) and ``grad``;
@@ -95,11 +105,7 @@ def _gelu64(z: np.ndarray, out: np.ndarray, grad: np.ndarray, t: np.ndarray, e: 
         Φ(z)  = |[z > 0] − e|
         f(z)  = z Φ(z),   f'(z) = Φ(z) + z φ(z),  φ(z) = exp(−z²/2)/√(2π)   (the same exp)
     """
-    with np.errstate(over="ignore"):                        # z² past 1.3e154: exp(−inf) = 0 is right
-        _phi_minus_abs(z, t, e, E)
-    np.greater(z, 0.0, out=t)                               # [z > 0] as 0.0 / 1.0
-    t -= e
-    np.abs(t, out=t)                                        # Φ(z)
+    _phi(z, t, e, E)                                        # t = Φ(z), E = exp(−z²/2)
     E *= z
     E *= _INV_SQRT_2PI                                      # z φ(z)
     np.add(t, E, out=grad)                                  # f'(z) = Φ(z) + z φ(z)
@@ -112,9 +118,5 @@ def _gelu64_value(z: np.ndarray, out: np.ndarray, t: np.ndarray, e: np.ndarray, 
 
         e = Φ(−|z|) = exp(−z²/2) M(t),   f(z) = z |[z > 0] − e|
     """
-    with np.errstate(over="ignore"):
-        _phi_minus_abs(z, t, e, E)
-    np.greater(z, 0.0, out=t)
-    t -= e
-    np.abs(t, out=t)                                        # Φ(z)
+    _phi(z, t, e, E)                                        # t = Φ(z)
     np.multiply(z, t, out=out)                              # f(z) = z Φ(z)
