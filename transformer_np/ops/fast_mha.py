@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._attention_blocks import _with_column
 from ._threads import _rows_parallel
 from .attention import split_heads
 from .cache import check_for_backward, reader
@@ -43,14 +44,6 @@ def _stacked(Ws: tuple, bs: tuple) -> np.ndarray | None:
     return base
 
 
-def _ones_column(a: np.ndarray) -> np.ndarray:
-    """[a | 1]: a (M, d) → a new (M, d + 1) array."""
-    out = np.empty((a.shape[0], a.shape[1] + 1), dtype=a.dtype)
-    out[:, :-1] = a
-    out[:, -1] = 1
-    return out
-
-
 def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = None,
                 dropout_p: float = 0.0, training: bool = False, rng=None,
                 store_attention: bool = True, for_backward: bool = True, *,
@@ -75,7 +68,7 @@ def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = 
     qkv = np.empty((x2.shape[0], 3 * d), dtype=x.dtype)              # (M, 3d): [Q | K | V]
     S_qkv = _stacked((p["W_Q"], p["W_K"], p["W_V"]), (p["b_Q"], p["b_K"], p["b_V"]))   # (d + 1, 3d) or None
     if S_qkv is not None and not for_backward:
-        np.matmul(_ones_column(x2), S_qkv, out=qkv)                  # [X | 1] S = X W + b
+        np.matmul(_with_column(x2, 1), S_qkv, out=qkv)               # [X | 1] S = X W + b
     else:
         if S_qkv is not None:
             np.matmul(x2, S_qkv[:d], out=qkv)                        # one product
