@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ._threads import _chunks, _rows_parallel, get_batch_threads
+from ._threads import _chunks, _row_slices, _rows_parallel, get_batch_threads
 
 # Scores per block, about _BLOCK_SCORES entries: each elementwise pass of the softmax (exp; scale, mask, max,
 # subtract where they cannot be skipped; the 1/ℓ of a stored A) and of its backward then runs on a block that
@@ -60,8 +60,7 @@ def _head_blocks(lead: tuple, n_q: int, n_k: int) -> list[tuple[tuple, slice]]:
 def _row_blocks(lead: int, n_q: int, n_k: int) -> list[slice]:
     """Slices of the query rows such that one block of scores across every head, lead · rows · n_k
     entries, has about :data:`_BLOCK_SCORES` of them (at least one row per block): the dropout path's."""
-    rows = max(1, _BLOCK_SCORES // max(1, lead * n_k))
-    return [slice(r, min(r + rows, n_q)) for r in range(0, max(n_q, 1), rows)]
+    return _row_slices(n_q, lead * n_k, _BLOCK_SCORES) or [slice(0, 0)]   # n_q = 0: one empty block
 
 
 # The blocks of heads go to get_batch_threads() threads (OpenBLAS at one thread in each: _threads._in_shards)

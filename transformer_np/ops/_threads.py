@@ -89,6 +89,13 @@ def _chunks(n: int, parts: int) -> list[slice]:
     return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
+def _row_slices(rows: int, row_len: int, block: int) -> list[slice]:
+    """Consecutive slices of range(rows), each about ``block`` elements of rows of ``row_len`` (at least one
+    row a slice): the blocks of rows a row-wise temporary is made in, so that it stays in cache."""
+    step = max(1, block // max(1, row_len))
+    return [slice(r, min(r + step, rows)) for r in range(0, rows, step)]
+
+
 def _rows_parallel(fn, rows: int) -> None:
     """fn(chunk) over consecutive row chunks, one per thread."""
     chunks = _chunks(rows, get_num_threads())

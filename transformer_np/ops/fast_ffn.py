@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ._gelu64 import _gelu64, _gelu64_value
-from ._threads import _parallel, _rows_parallel, get_num_threads
+from ._threads import _parallel, _row_slices, _rows_parallel, get_num_threads
 from .activations import _FUNCS as _ACTIVATION_FUNCS
 from .activations import _VALUE_FUNCS as _ACTIVATION_VALUES
 from .cache import check_for_backward, reader
@@ -51,14 +51,14 @@ def _layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: 
                        overwrite: bool = False) -> tuple[np.ndarray, dict]:
     """:func:`layernorm_forward`; ``overwrite=True`` writes x − μ (then x̂) over x, which the caller must
     own and not need again (the training layer's residual sums), so the op allocates only y. The
-    variance's (x − μ)² goes by blocks of rows (:func:`_row_blocks`), not as a whole (..., d)
+    variance's (x − μ)² goes by blocks of rows (:data:`_ROW_BLOCK` elements), not as a whole (..., d)
     temporary; each row's mean is the same reduction as before: the same bits."""
     mu = x.mean(axis=-1, keepdims=True)                     # (..., 1)
     xc = np.subtract(x, mu, out=x if overwrite else None)   # (..., d)
     d = xc.shape[-1]
     xc2 = xc.reshape(-1, d)                                 # (M, d) view
     var = np.empty(xc2.shape[0], dtype=xc.dtype)            # (M,)
-    for r in _row_blocks(xc2.shape[0], d):
+    for r in _row_slices(xc2.shape[0], d, _ROW_BLOCK):
         var[r] = np.mean(xc2[r] * xc2[r], axis=-1)          # Σ (x − μ)²/d per row: a block's temporary
     var = var.reshape(mu.shape)                             # (..., 1)
     check_variance(var, xc)
@@ -71,7 +71,7 @@ def _layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: 
 
 
 def layernorm_backward(dy: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """dx = r (g − mean(g) − x̂ mean(g x̂)), g = dy γ, by blocks of rows (:func:`_row_blocks`): the
+    """dx = r (g − mean(g) − x̂ mean(g x̂)), g = dy γ, by blocks of rows (:data:`_ROW_BLOCK` elements): the
     one new (..., d) array is dx; dy ⊙ x̂ (for dγ), g and g ⊙ x̂ exist one block at a time, in cache."""
     return _layernorm_backward(dy, cache, False)
 
@@ -90,7 +90,7 @@ def _layernorm_backward(dy: np.ndarray, cache: dict, overwrite: bool) -> tuple[n
     dx2 = dx.reshape(-1, d)                                 # (M, d) view
     dbeta = dy.sum(axis=lead)                               # (d,)
     dgamma = np.zeros(d, dtype=xhat.dtype)                  # (d,)
-    for r in _row_blocks(x2.shape[0], d):
+    for r in _row_slices(x2.shape[0], d, _ROW_BLOCK):
         t = dy2[r] * x2[r]                                  # (rows, d) dy ⊙ x̂
         dgamma += t.sum(axis=0)
         g = np.multiply(dy2[r], gamma, out=t)               # g = dy γ
@@ -104,12 +104,6 @@ def _layernorm_backward(dy: np.ndarray, cache: dict, overwrite: bool) -> tuple[n
 
 
 _ROW_BLOCK = 1 << 16   # elements per block of rows for a row-wise temporary (256 KiB in float32: in L2)
-
-
-def _row_blocks(rows: int, d: int) -> list[slice]:
-    """Slices of ``rows`` rows of length ``d``, each about :data:`_ROW_BLOCK` elements (at least one row)."""
-    step = max(1, _ROW_BLOCK // max(1, d))
-    return [slice(r, min(r + step, rows)) for r in range(0, rows, step)]
 
 
 _ONES: dict = {}   # (d, dtype) -> a vector of d ones: row sums as one matrix-vector product
