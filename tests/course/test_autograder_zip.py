@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,7 +33,32 @@ NOTEBOOKS = sorted(p.stem for p in (REPO / "exercises").glob("[0-9]*.ipynb"))
 
 def _run(cmd, **kw):
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
-    assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{cmd}\n{_ends(proc.stdout)}\n{_ends(proc.stderr)}"
+    return proc
+
+
+def _ends(text: str, keep: int = 3000) -> str:
+    """The head and the tail of a long output: a kernel's own error comes first, the runner's traceback last."""
+    return text if len(text) <= 2 * keep else f"{text[:keep]}\n[… {len(text) - 2 * keep} characters …]\n{text[-keep:]}"
+
+
+# jupyter_client picks a kernel's ports by binding to port 0 and closing, then the kernel binds them: another
+# process (the other grading, or the other test worker) can take one in between and the kernel exits before
+# it answers (jupyter/jupyter_client#154). That is a failure to start, not a grade: only then is the grading
+# started again, at most twice, and each restart is reported as a warning with what the kernel printed.
+_KERNEL_DID_NOT_START = "Kernel died before replying to kernel_info"
+
+
+def _otter_run(venv: Path, zip_path: Path, submission: Path, out: Path) -> subprocess.CompletedProcess:
+    cmd = [str(venv / "bin" / "otter"), "run", "-a", str(zip_path), "-o", str(out), "--no-logo", str(submission)]
+    for attempt in range(3):
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_clean_env(venv), cwd=out,
+                              timeout=600)
+        if proc.returncode == 0 or _KERNEL_DID_NOT_START not in proc.stderr or attempt == 2:
+            break
+        warnings.warn(f"otter run: the kernel did not start (attempt {attempt + 1}); grading again.\n"
+                      f"{_ends(proc.stderr, 1500)}", stacklevel=2)
+    assert proc.returncode == 0, f"{cmd}\n{_ends(proc.stdout)}\n{_ends(proc.stderr)}"
     return proc
 
 
@@ -85,8 +111,7 @@ def _clean_env(venv: Path) -> dict:
 
 def _grade(venv: Path, zip_path: Path, submission: Path, out: Path) -> dict[str, dict]:
     out.mkdir(parents=True)
-    _run([str(venv / "bin" / "otter"), "run", "-a", str(zip_path), "-o", str(out), "--no-logo", str(submission)],
-         env=_clean_env(venv), cwd=out, timeout=600)
+    _otter_run(venv, zip_path, submission, out)
     tests = json.loads((out / "results.json").read_text())["tests"]
     return {t["name"]: t for t in tests if t.get("max_score")}
 
@@ -161,8 +186,40 @@ def test_an_export_zip_is_verified_against_its_log_and_a_bare_notebook_is_not(bu
                              (work / f"{name}.ipynb", "No log found with which to verify student scores.")):
         out = tmp_path / f"graded-{submission.suffix[1:]}"
         out.mkdir()
-        proc = _run([str(venv / "bin" / "otter"), "run", "-a", str(_zip(built, name)), "-o", str(out), "--no-logo",
-                     str(submission)], env=_clean_env(venv), cwd=out, timeout=600)
+        proc = _otter_run(venv, _zip(built, name), submission, out)
         assert says in proc.stdout, proc.stdout[-2000:]
         tests = json.loads((out / "results.json").read_text())["tests"]
         assert all(t["score"] == t["max_score"] for t in tests if t.get("max_score")), tests
+
+
+def _fake_otter(tmp_path: Path, script: str) -> Path:
+    """A venv whose ``otter`` is ``script``: counts its calls in ``calls`` and fails as it is told."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    otter = venv / "bin" / "otter"
+    otter.write_text(f'#!/usr/bin/env bash\necho x >> "{tmp_path}/calls"\n{script}\n')
+    otter.chmod(0o755)
+    return venv
+
+
+def test_a_kernel_that_did_not_start_is_graded_again_and_reported(tmp_path):
+    venv = _fake_otter(tmp_path, f'[ "$(wc -l < "{tmp_path}/calls")" -ge 2 ] && exit 0\n'
+                                 f'echo "zmq.error.ZMQError: Address already in use" >&2\n'
+                                 f'echo "RuntimeError: {_KERNEL_DID_NOT_START}" >&2; exit 1')
+    with pytest.warns(UserWarning, match="(?s)the kernel did not start.*Address already in use"):
+        _otter_run(venv, tmp_path / "a.zip", tmp_path / "a.ipynb", tmp_path)
+    assert (tmp_path / "calls").read_text().count("x") == 2
+
+
+def test_a_grading_that_fails_otherwise_fails_at_once(tmp_path):
+    venv = _fake_otter(tmp_path, 'echo "NameError: softmax_forward" >&2; exit 1')
+    with pytest.raises(AssertionError, match="NameError: softmax_forward"):
+        _otter_run(venv, tmp_path / "a.zip", tmp_path / "a.ipynb", tmp_path)
+    assert (tmp_path / "calls").read_text().count("x") == 1
+
+
+def test_a_kernel_that_never_starts_fails_after_three_attempts(tmp_path):
+    venv = _fake_otter(tmp_path, f'echo "RuntimeError: {_KERNEL_DID_NOT_START}" >&2; exit 1')
+    with pytest.warns(UserWarning), pytest.raises(AssertionError, match=_KERNEL_DID_NOT_START):
+        _otter_run(venv, tmp_path / "a.zip", tmp_path / "a.ipynb", tmp_path)
+    assert (tmp_path / "calls").read_text().count("x") == 3
