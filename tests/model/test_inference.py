@@ -198,7 +198,9 @@ def test_value_only_gelu_coefficients_are_the_interpolant_they_claim_to_be():
                        k=len(nodes))
 
 
-@pytest.mark.parametrize("size", [1, 5, 65_535, 65_536, 200_003])
+# block edges of both GELU block sizes (fused 32 Ki, value only 128 Ki in float32; float64 32 Ki)
+@pytest.mark.parametrize("size", [1, 5, 65_535, 65_536, 200_003, fast_ffn._GELU32_VALUE_BLOCK,
+                                  2 * fast_ffn._GELU32_VALUE_BLOCK + 3])
 def test_value_only_kernels_by_blocks(size):
     """f(z) by blocks is the one-block kernel (GELU: float32 fast_ffn._gelu32_value, float64
     ops/_gelu64.py), and the plain op's value bit for bit (the other activations); the fused kernel's
@@ -221,7 +223,7 @@ def test_value_only_kernels_by_blocks(size):
 
 
 @pytest.mark.parametrize("for_backward", [True, False])
-@pytest.mark.parametrize("shape", [(3, 5), (70, 1536), (2, 40_000), (65_537, 1)])
+@pytest.mark.parametrize("shape", [(3, 5), (70, 1536), (2, 40_000), (65_537, 1), (200, 1536), (300_001, 1)])
 def test_the_bias_added_by_blocks_is_the_separate_add(for_backward, shape):
     """ffn_forward adds b_1 to each block of rows just before its activation: f(U + b) bit for bit."""
     r = np.random.default_rng(shape[0])

@@ -160,6 +160,9 @@ _BLOCK = 16384   # elements per block: ~64 KB in float32, so f's ~10 live tempor
 _GELU32_BLOCK = 32768   # float32 GELU: 3–4 scratch arrays of 128 KB (round 5, 1 thread, U of (704, 1536) and
                         # (1024, 3072): with f' 3–5% faster than 64 Ki in 6 of 6 runs, value only 1–5% in 5 of 6
                         # and 2% slower in one; 24 Ki, 48 Ki within the noise; 16 Ki 15–25% slower)
+_GELU32_VALUE_BLOCK = 131072   # float32 GELU, value only (inference): 3 scratch arrays of 512 KB. Fewer blocks,
+# fewer NumPy calls holding the GIL (22 per block): MiniLM encode with 2 batch threads 479 → 504/s (median
+# of 8 interleaved runs; 64 Ki 496, 256 Ki 494), the same 268/s at 1 thread (session 7, 2 cores, quiet)
 _GELU64_BLOCK = 32768   # the float64 GELU (ops/_gelu64.py): 3 scratch arrays of 256 KB (measured best of 4–128 Ki)
 
 # Exact GELU in float32 with one range and one exp2 (see _gelu32): Φ(−|z|) = 2^(C z²) M(s), C = −log₂e/2
@@ -297,7 +300,8 @@ def _activation(z: np.ndarray, activation: str, in_place: bool = False, for_back
     grad_flat = grad.reshape(-1) if for_backward else None
     if activation == "gelu" and z.dtype in (np.float32, np.float64):
         f64 = z.dtype == np.float64
-        d, per = (z.shape[-1] if z.ndim else 1), (_GELU64_BLOCK if f64 else _GELU32_BLOCK)
+        per = _GELU64_BLOCK if f64 else (_GELU32_BLOCK if for_backward else _GELU32_VALUE_BLOCK)
+        d = z.shape[-1] if z.ndim else 1
         step = per if bias is None else max(1, per // d) * d       # whole rows with a bias
         starts = range(0, z_flat.size, step)
         workers = min(get_num_threads(), len(starts))
