@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .marking import FLOAT_SLACK, Marking
 from .names import DIAGNOSES, is_per_token
+from .record import FLOAT_SLACK, Marking
 from .steps import DH_KEY, H0_KEY, Step
 
 __all__ = ["diagnose", "round_half_away"]
