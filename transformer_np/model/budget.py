@@ -43,6 +43,7 @@ import numpy as np
 
 from .._validate import check_float_dtype, check_int, describe
 from ..errors import InputValueError, ResourceLimitError
+from .config import _layer_param_count, encoder_param_count  # the count is the config's; kept importable here
 
 __all__ = ["ENV_VAR", "MemoryEstimate", "encoder_param_count", "encoder_param_entries", "estimate_encoder",
            "memory_limit", "available_memory", "check_memory", "format_bytes"]
@@ -88,32 +89,6 @@ class MemoryEstimate:
         inner = ", ".join(f"{k} {format_bytes(v)}" for v, k in big[:most])
         more = ", …" if len(big) > most else ""
         return f"{format_bytes(self.total)}" + (f" ({inner}{more})" if inner else "")
-
-
-def _layer_param_count(d: int, f: int) -> int:
-    return 4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d
-
-
-def encoder_param_count(config) -> int:
-    """Scalar parameters of :func:`~transformer_np.model.params.init_params` for ``config``, in O(1)
-    (the same number as :func:`~transformer_np.model.config.count_parameters`)."""
-    from .config import EncoderConfig
-
-    if not isinstance(config, EncoderConfig):
-        raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
-    d, f = config.d_model, config.d_ff
-    n = 0
-    if config.has_embeddings:
-        n += config.vocab_size * d
-        if config.positional == "learned":
-            n += config.max_len * d
-        n += config.type_vocab_size * d
-        if config.embedding_layer_norm:
-            n += 2 * d
-    n += (1 if config.share_layers else config.n_layers) * _layer_param_count(d, f)
-    if config.use_final_layer_norm:
-        n += 2 * d
-    return n
 
 
 def encoder_param_entries(config) -> int:

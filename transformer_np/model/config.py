@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .._validate import check_bool, check_choice, check_float, check_int, describe
 from ..ops.activations import ACTIVATIONS
 
-__all__ = ["EncoderConfig", "count_parameters"]
+__all__ = ["EncoderConfig", "count_parameters", "encoder_param_count"]
 
 NORM_POSITIONS = ("post", "pre")
 POSITIONALS = ("learned", "sinusoidal", "none")
@@ -136,6 +136,30 @@ class EncoderConfig:
         return cls.bert_base(**{"n_layers": 24, "d_model": 1024, "n_heads": 16, "d_ff": 4096, **overrides})
 
 
+def _layer_param_count(d: int, f: int) -> int:
+    return 4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d
+
+
+def encoder_param_count(config) -> int:
+    """Scalar parameters of :func:`~transformer_np.model.params.init_params` for ``config``, in O(1)
+    (the same number as :func:`~transformer_np.model.config.count_parameters`)."""
+    if not isinstance(config, EncoderConfig):
+        raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
+    d, f = config.d_model, config.d_ff
+    n = 0
+    if config.has_embeddings:
+        n += config.vocab_size * d
+        if config.positional == "learned":
+            n += config.max_len * d
+        n += config.type_vocab_size * d
+        if config.embedding_layer_norm:
+            n += 2 * d
+    n += (1 if config.share_layers else config.n_layers) * _layer_param_count(d, f)
+    if config.use_final_layer_norm:
+        n += 2 * d
+    return n
+
+
 def count_parameters(config: EncoderConfig, embeddings: bool = True) -> int:
     """Number of scalar parameters of :func:`init_params` (embeddings + layers + final LN).
 
@@ -143,8 +167,6 @@ def count_parameters(config: EncoderConfig, embeddings: bool = True) -> int:
     Computed from the sizes in O(1), without building the parameter table (any depth is instant).
     BERT-base: 108,891,648 with embeddings, 85,054,464 = 12·(12d² + 13d) without.
     """
-    from .budget import encoder_param_count  # local import: budget imports config
-
     if not isinstance(config, EncoderConfig):
         raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")
     if not isinstance(embeddings, bool):

@@ -132,7 +132,7 @@ def sinusoidal_positional_encoding(n: int, d_model: int, dtype=np.float64) -> np
     check_int(n, "n", minimum=0)
     check_int(d_model, "d_model", minimum=1)
     dt = check_float_dtype(dtype)
-    # budget.py depends only on _validate and errors (no model code), so this import adds no cycle
+    # budget.py depends only on _validate, errors and model/config.py (which needs ops.activations), so no cycle
     from ..model.budget import MemoryEstimate, check_memory
     check_memory(MemoryEstimate({"positional encoding": n * d_model * (8 + 8 + dt.itemsize) + n * 8}),
                  f"sinusoidal_positional_encoding({n}, {d_model})")

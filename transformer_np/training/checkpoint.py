@@ -8,7 +8,7 @@ The file (a NumPy ``.npz``: a zip archive of ``.npy`` members, no pickles — it
     optim/step.<name>      int64 scalar per parameter that has been updated (0 <= step <= t)
     optim/exp_avg.<name>, optim/exp_avg_sq.<name>   AdamW's moments, like the parameter
     step                   int64 scalar, training steps done (t <= step <= config.steps)
-    config                 the :class:`~transformer_np.training.loop.RunConfig` as a JSON string
+    config                 the :class:`~transformer_np.training.state.RunConfig` as a JSON string
     history                the loss/lr/gradient-norm log as a JSON string
 
 Reading (:func:`load_checkpoint`) never assigns anything before the whole file has been checked:
@@ -32,7 +32,7 @@ this config can be (:func:`_history_limits`, also its JSON token count), and tex
 decoded in 1 MiB chunks while the bytes are counted — so a 1 MB file whose ``history`` unpacks to
 1 GiB is refused in milliseconds, before anything is allocated.
 
-Only then is the :class:`~transformer_np.training.loop.TrainState` built from the arrays. Every
+Only then is the :class:`~transformer_np.training.state.TrainState` built from the arrays. Every
 failure is a :class:`~transformer_np.errors.CheckpointError` (a ``ValueError``) naming the file
 and the entry.
 
@@ -63,6 +63,7 @@ from .._validate import all_finite, describe, mismatch_detail
 from ..errors import CheckpointError, InputTypeError, NonFiniteError, TransformerNPError
 from ..io.jsonfile import loads_strict
 from ..model.params import param_shapes
+from .state import RunConfig, _assemble, _new_history, _setup
 from .tasks import head_param_shapes
 
 __all__ = ["CHECKPOINT", "save_checkpoint", "load_checkpoint", "read_checkpoint_config",
@@ -293,8 +294,6 @@ class _Archive:
 
 # ----------------------------------------------------------------------------- reading: config and schema
 def _config_from(archive: _Archive):
-    from .loop import RunConfig
-
     if "config" not in archive.members:
         raise CheckpointError(f"checkpoint {archive.path} has no 'config' entry: not a checkpoint of this library")
     d = loads_strict(archive.read_text("config", MAX_CONFIG_CHARS), f"checkpoint {archive.path}: entry 'config'",
@@ -306,15 +305,13 @@ def _config_from(archive: _Archive):
 
 
 def read_checkpoint_config(path: str | Path):
-    """The :class:`~transformer_np.training.loop.RunConfig` stored in a checkpoint (only that
+    """The :class:`~transformer_np.training.state.RunConfig` stored in a checkpoint (only that
     entry is read and checked)."""
     with _Archive(Path(path)) as archive:
         return _config_from(archive)
 
 
 def _check_same_run(stored, expect, path: Path) -> None:
-    from .loop import RunConfig
-
     if not isinstance(expect, RunConfig):
         raise InputTypeError(f"expect must be a RunConfig, got {describe(expect)}")
     a, b = stored.to_dict(), expect.to_dict()
@@ -381,8 +378,6 @@ def _check_headers(archive: _Archive, schema: dict, param_shapes_: dict, dtype: 
 
 def _check_history(h, step: int, cfg, path: Path) -> dict:
     where = f"checkpoint {path}: entry 'history'"
-    from .loop import _new_history
-
     want = _new_history()
     if set(h) != set(want):
         raise CheckpointError(f"{where} does not have the history's keys "
@@ -424,12 +419,12 @@ def _history_limits(step: int, cfg) -> tuple[int, int]:
 
 
 def load_checkpoint(path: str | Path, expect=None):
-    """Rebuild a :class:`~transformer_np.training.loop.TrainState` from :func:`save_checkpoint`'s
+    """Rebuild a :class:`~transformer_np.training.state.TrainState` from :func:`save_checkpoint`'s
     file, exactly — after checking all of it (see the module docstring).
 
     Args:
         path: the ``.npz`` file.
-        expect: the :class:`~transformer_np.training.loop.RunConfig` of the run that resumes, or
+        expect: the :class:`~transformer_np.training.state.RunConfig` of the run that resumes, or
             None. When given, every field except ``steps`` and ``eval_every`` must equal the
             checkpoint's.
 
@@ -439,8 +434,6 @@ def load_checkpoint(path: str | Path, expect=None):
             differs from ``expect``.
         ResourceLimitError: the run the checkpoint describes would not fit the memory limit.
     """
-    from .loop import _assemble, _setup
-
     path = Path(path)
     with _Archive(path) as archive:
         cfg = _config_from(archive)

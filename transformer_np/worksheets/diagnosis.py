@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .marking import FLOAT_SLACK, Marking
-from .names import DIAGNOSES, is_per_token
+from .miscopy import find_miscopy, param_version
+from .names import DIAGNOSES
+from .record import Marking, _fmt, _recompute, _row, _score, _steps, _unwritten_ancestors, _vec, _worst
 from .steps import DH_KEY, H0_KEY, Step
 
 __all__ = ["diagnose", "round_half_away"]
@@ -47,20 +48,6 @@ def round_half_away(x: np.ndarray, k: int) -> np.ndarray:
     return np.sign(x) * np.floor(np.abs(x) * f + 0.5) / f
 
 
-def _score(m: Marking, step: Step, value: np.ndarray) -> float:
-    """max |given − value| / tolerance over the given entries (≤ 1: the value reproduces the answer)."""
-    a = m.given(step.key)
-    tol = m.follow_tolerance(step) + FLOAT_SLACK
-    with np.errstate(all="ignore"):
-        r = (np.abs(a.value - value) / tol)[a.mask]
-    return float(np.max(r)) if np.all(np.isfinite(r)) else np.inf
-
-
-def _steps(m: Marking) -> list[Step]:
-    """The steps of the student's chain (with mistakes carried, when a diagnosis put one in)."""
-    return m.student_steps or m.steps
-
-
 def _inputs(m: Marking) -> dict:
     if m.student_inputs is not None:
         return m.student_inputs
@@ -70,50 +57,10 @@ def _inputs(m: Marking) -> dict:
     return out
 
 
-def _recompute(m: Marking, steps: list[Step], changed: dict, last: Step, replaced: dict | None = None):
-    """The value of ``last`` with ``changed`` ({key: value}) and ``replaced`` ({key: Step}) put into the student's
-    chain, every step in between recomputed (given entries kept as written)."""
-    vals = dict(m.chain)
-    vals.update(changed)
-    dirty = set(changed) | set(replaced or ())
-    replaced = replaced or {}
-    with np.errstate(all="ignore"):
-        for s in steps:
-            s = replaced.get(s.key, s)
-            if s.key not in dirty and not dirty.intersection(s.inputs):
-                if s.key == last.key:
-                    return m.own[last.key]
-                continue
-            v = s.fn(*(vals[k] for k in s.inputs))
-            if s.key == last.key:
-                return v
-            a = m.given(s.key)
-            vals[s.key] = v if a is None else np.where(a.mask, a.value, v)
-            dirty.add(s.key)
-    return m.own[last.key]
-
-
 def _carry(m: Marking, steps: list[Step], target: Step, value: np.ndarray, last: Step) -> np.ndarray:
     """``target`` replaced by ``value``, the steps after it recomputed up to ``last`` (given entries kept)."""
     i = next(j for j, s in enumerate(steps) if s.key == target.key)
     return _recompute(m, steps[i + 1:], {target.key: value}, last)
-
-
-def _unwritten_ancestors(m: Marking, step: Step) -> list[Step]:
-    """Earlier steps the student did not write that ``step`` depends on through unwritten steps only (a
-    slip above a written answer cannot reach ``step``: the written answer is used as given), nearest first."""
-    steps = _steps(m)
-    by_key = {s.key: s for s in steps}
-    seen, order, todo = set(), [], list(step.inputs)
-    while todo:
-        k = todo.pop(0)
-        if k in seen or k not in by_key or m.given(k) is not None or k in m.hidden:
-            continue
-        seen.add(k)
-        order.append(by_key[k])
-        todo += list(by_key[k].inputs)
-    pos = {s.key: i for i, s in enumerate(steps)}
-    return sorted(order, key=lambda s: pos[s.key], reverse=True)
 
 
 def _candidates(m: Marking, step: Step):
@@ -162,7 +109,6 @@ def diagnose(m: Marking, step: Step) -> dict:
             found.append((score, code, detail, at, value, version))
     found = _prefer(m, step, found)
     if not found:
-        from .miscopy import find_miscopy
         copy = find_miscopy(m, step)
         if copy is not None:
             return copy
@@ -209,7 +155,6 @@ def student_version(m: Marking, d: dict):
         return None
     base, hidden = _steps(m), set()
     if "param" in version:
-        from .miscopy import param_version
         base, hidden = param_version(m, base, *version["param"])
     steps = [version.get("replace", {}).get(s.key, s) for s in base]
     inputs = dict(_inputs(m))
@@ -219,34 +164,6 @@ def student_version(m: Marking, d: dict):
 
 
 # ----------------------------------------------------------------------------- explanations
-def _fmt(x, dec: int) -> str:
-    s = f"{x:.{dec}f}"
-    return s.replace("-", "") if float(s) == 0 else s
-
-
-def _vec(v, dec: int) -> str:
-    v = np.atleast_1d(v)
-    return "(" + ", ".join(_fmt(x, dec) for x in v) + ")" if v.size > 1 else _fmt(v[0], dec)
-
-
-def _worst(m: Marking, step: Step, ref: np.ndarray):
-    """(label, index) of the given row (or entry) farthest from ``ref``."""
-    a = m.given(step.key)
-    with np.errstate(invalid="ignore"):
-        diff = np.where(a.mask, np.nan_to_num(np.abs(a.value - ref), nan=np.inf), -1.0)
-    i = np.unravel_index(int(np.argmax(diff)), diff.shape)
-    if is_per_token(step.name):
-        return f"row {m.worksheet.tokens[i[0]]!r}", i
-    return (f"row {i[0] + 1}" if diff.ndim > 1 else "the vector"), i
-
-
-def _row(step: Step, a: np.ndarray, i) -> np.ndarray:
-    """The row ``i`` is in (for a per-token vector, its entry; for a parameter vector, all of it)."""
-    if a.ndim > 1 or is_per_token(step.name):
-        return a[i[0]]
-    return a
-
-
 def _explain(m: Marking, step: Step, code: str, detail: str, at: Step, value: np.ndarray) -> str:
     dec = m.worksheet.decimals
     a = m.given(step.key)
@@ -292,24 +209,6 @@ def _explain(m: Marking, step: Step, code: str, detail: str, at: Step, value: np
         text += (f" (the slip is in {at.name} of layer {at.layer}, which you did not write down, and carries on "
                  f"from there)")
     return text + f"; from your own earlier answers it should be {_vec(right, dec)}."
-
-
-def _explain_copy(m: Marking, step: Step, label: str, key, idx, given: float, used: float) -> str:
-    """The explanation of ``miscopied_input``: the entry, the sheet's value, the value used."""
-    dec = m.worksheet.decimals
-    ws = m.worksheet
-    if key in (H0_KEY, DH_KEY):
-        where = f"{label} row {ws.tokens[idx[0]]!r}, column {idx[1] + 1}"
-    elif len(idx) == 2:
-        where = f"{label}[{idx[0] + 1}, {idx[1] + 1}]"
-    else:
-        where = f"{label}[{idx[0] + 1}]"
-    a = m.given(step.key)
-    wl, i = _worst(m, step, m.own[step.key])
-    yours, right = _vec(_row(step, a.value, i), dec), _vec(_row(step, m.own[step.key], i), dec)
-    return (f"Your numbers follow if one number of the sheet was copied wrongly: {where} is {given:g} on the "
-            f"sheet, and your {step.name} is what it gives with {used:g} instead. At {wl} you wrote {yours}; "
-            f"with the sheet's {given:g} it is {right}.")
 
 
 def _arithmetic(m: Marking, step: Step) -> str:

@@ -16,7 +16,8 @@ import copy
 
 import numpy as np
 
-from .steps import DH_KEY, H0_KEY, build_steps
+from .record import Marking, _recompute, _row, _score, _steps, _unwritten_ancestors, _vec, _worst
+from .steps import DH_KEY, H0_KEY, Step, build_steps
 
 __all__ = ["find_miscopy", "MAX_ENTRIES"]
 
@@ -61,7 +62,6 @@ def _order(arr: np.ndarray, key, D: np.ndarray, per_token: bool) -> list:
 def _sources(m, step, chain_steps):
     """(involved steps, [(label, key, array)]): the numbers of the sheet the step reads, directly or through
     unwritten steps — H0 / dH and the parameters of those steps."""
-    from .diagnosis import _unwritten_ancestors
     involved = [step] + _unwritten_ancestors(m, step)
     keys = {k for s in involved for k in s.inputs}
     ws = m.worksheet
@@ -83,7 +83,6 @@ def _sources(m, step, chain_steps):
 
 def find_miscopy(m, step) -> dict | None:
     """The ``miscopied_input`` diagnosis of ``step``, or None."""
-    from .diagnosis import _explain_copy, _score, _steps
     from .names import is_per_token
     a = m.given(step.key)
     chain_steps = _steps(m)
@@ -112,11 +111,29 @@ def find_miscopy(m, step) -> dict | None:
             "at": key if key in (H0_KEY, DH_KEY) else step.key, "_version": version}
 
 
+def _explain_copy(m: Marking, step: Step, label: str, key, idx, given: float, used: float) -> str:
+    """The explanation of ``miscopied_input``: the entry, the sheet's value, the value used."""
+    dec = m.worksheet.decimals
+    ws = m.worksheet
+    if key in (H0_KEY, DH_KEY):
+        where = f"{label} row {ws.tokens[idx[0]]!r}, column {idx[1] + 1}"
+    elif len(idx) == 2:
+        where = f"{label}[{idx[0] + 1}, {idx[1] + 1}]"
+    else:
+        where = f"{label}[{idx[0] + 1}]"
+    a = m.given(step.key)
+    wl, i = _worst(m, step, m.own[step.key])
+    yours, right = _vec(_row(step, a.value, i), dec), _vec(_row(step, m.own[step.key], i), dec)
+    return (f"Your numbers follow if one number of the sheet was copied wrongly: {where} is {given:g} on the "
+            f"sheet, and your {step.name} is what it gives with {used:g} instead. At {wl} you wrote {yours}; "
+            f"with the sheet's {given:g} it is {right}.")
+
+
+
 def _evaluate_with(m, step, chain_steps, key, arr, idx, value):
     """The step's value with entry ``idx`` of the source ``key`` set to ``value`` (and the version to carry).
     A parameter is changed in place for the one evaluation (the steps' functions hold the arrays) and put
     back."""
-    from .diagnosis import _recompute
     if key in (H0_KEY, DH_KEY):
         new = arr.copy()
         new[idx] = value
