@@ -52,6 +52,7 @@ from .._validate import (
 from ..errors import InputTypeError, InputValueError, NonFiniteError
 from .cache import check_not_freed, release
 from .dropout import _dropout_backward, _dropout_forward
+from .head_split import merge_heads, split_heads
 from .linear import _linear_backward, _linear_forward
 from .softmax import _softmax as softmax  # the unchecked kernel: S was built here
 
@@ -87,18 +88,6 @@ def _attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.nda
     dQ = dS @ K / math.sqrt(d_k)                             # (..., n_q, d_k)
     dK = dS.swapaxes(-1, -2) @ Q / math.sqrt(d_k)            # (..., n_k, d_k)
     return dQ, dK, dV
-
-
-def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
-    """(B, n, d_model) → (B, h, n, d_k): a view when possible, never a loop over heads."""
-    B, n, d = x.shape
-    return x.reshape(B, n, n_heads, d // n_heads).transpose(0, 2, 1, 3)   # (B, h, n, d_k)
-
-
-def merge_heads(x: np.ndarray) -> np.ndarray:
-    """(B, h, n, d_k) → (B, n, h·d_k): the concatenation of the heads along features."""
-    B, h, n, dk = x.shape
-    return x.transpose(0, 2, 1, 3).reshape(B, n, h * dk)     # (B, n, d_model)
 
 
 def _mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = None,

@@ -8,10 +8,10 @@ import numpy as np
 
 from ._attention_blocks import _with_column
 from ._threads import _rows_parallel
-from .attention import split_heads
 from .cache import check_for_backward, reader
 from .fast_attention import _attention_backward, attention_forward
 from .fast_ffn import linear_backward, linear_forward
+from .head_split import split_heads
 
 __all__ = ["mha_forward", "mha_backward"]
 
