@@ -18,7 +18,7 @@ from transformer_np.model.flops import layer_flops
 from transformer_np.model.params import init_params, sub_params
 from transformer_np.ops.fast import attention_forward, mha_forward  # the fast path's cache economy
 from transformer_np.ops.linear import linear_forward
-from transformer_np.perf import bench
+from transformer_np.perf import bench, machine, timing
 from transformer_np.perf.memory import cache_nbytes
 
 TINY = "2,8,16,2,32"   # B, n, d, h, d_ff: runs in well under a second per call
@@ -40,7 +40,7 @@ def test_interleaved_ratio_is_median_of_per_round_ratios(monkeypatch):
     def tick():
         clock["t"] += next(durations)
 
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["t"])
     out = bench.interleaved(tick, tick, rounds=3, warmup=1, settle=0.0, warm=_INSTANT)
     assert out["ratios"] == [2.0, 3.0, 4.0]
     assert out["ratio"] == 3.0
@@ -56,7 +56,7 @@ def test_interleaved_reports_the_spread_of_the_rounds(monkeypatch):
     def tick():
         clock["t"] += next(durations)
 
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["t"])
     out = bench.interleaved(tick, tick, rounds=5, warmup=1, settle=0.0, warm=_INSTANT)
     assert out["spread"] == {"min": 2.0, "q1": 3.0, "median": 4.0, "q3": 5.0, "max": 10.0, "rel_range": 2.0}
     assert bench.spread([1.5])["rel_range"] == 0.0
@@ -72,8 +72,8 @@ def test_interleaved_cpu_clock_reads_the_process_time(monkeypatch):
         cpu["t"] += next(durations)
         wall["t"] += 100
 
-    monkeypatch.setattr(bench.time, "process_time", lambda: cpu["t"])
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: wall["t"])
+    monkeypatch.setattr(timing.time, "process_time", lambda: cpu["t"])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: wall["t"])
     out = bench.interleaved(tick, tick, rounds=2, warmup=1, clock="cpu", settle=0.0, warm=_INSTANT)
     assert out["ratios"] == [3.0, 3.0]
 
@@ -135,9 +135,10 @@ def test_other_load_sees_a_spinning_child_process():
 def test_recommended_threads_is_one_only_when_busy(monkeypatch):
     assert bench.recommended_threads(others=0.1, available=2) == 2
     assert bench.recommended_threads(others=bench.BUSY_CORES, available=2) == 1
-    monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: None)    # not measurable (no /proc)
+    # recommended_threads looks other_load up in perf.machine, where it lives: patched there
+    monkeypatch.setattr(machine, "other_load", lambda seconds=0.5: None)  # not measurable (no /proc)
     assert bench.recommended_threads(available=2) == 2                    # unknown load: left as it is
-    monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: 1.8)
+    monkeypatch.setattr(machine, "other_load", lambda seconds=0.5: 1.8)
     assert bench.recommended_threads(available=2) == 1                    # measured when not given
 
 
@@ -153,7 +154,7 @@ def test_busy_start_lowers_the_threads_and_says_so(monkeypatch):
 
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
         torch_before = torch.get_num_threads()
-        monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: 1.5)
+        monkeypatch.setattr(bench, "other_load", lambda seconds=0.5: 1.5)   # run_benchmark's own look-up, in bench
         doc = bench.run_benchmark([bench.parse_shape(TINY)], ["float32"], ("fwd",), rounds=1, memory=False)
         assert doc["machine"]["threads"] == 1 and doc["machine"]["torch_threads"] == 1
         assert doc["machine"]["threads_lowered_from"] == 2

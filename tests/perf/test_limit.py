@@ -15,7 +15,7 @@ import pytest
 
 from transformer_np.model.config import EncoderConfig
 from transformer_np.model.flops import layer_flops
-from transformer_np.perf import bench, limit
+from transformer_np.perf import bench, limit, timing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -80,7 +80,7 @@ def test_interleaved_third_call_is_timed_in_every_round(monkeypatch):
         clock["t"] += next(durations)
 
     seen = []
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock["t"])
     out = bench.interleaved(tick, tick, rounds=3, warmup=1, c=tick, progress=lambda i, k: seen.append((i, k)),
                             settle=0.0, warm=(lambda: None,) * 3)
     assert out["c_ms"] == 2000.0 and out["c_over_a"] == [0.5, 1.0, 1.5]
@@ -107,8 +107,12 @@ def test_unsteady_row_is_rerun_until_steady_or_budget(monkeypatch):
         return interleaved
 
     cfg = EncoderConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32)
-    monkeypatch.setattr(bench, "build_pair", lambda *a, **k: (None, None, cfg))
-    monkeypatch.setattr(limit, "limit_call", lambda *a, **k: None)
+    # _timed_row (in bench) looks build_pair and interleaved up in bench's namespace: patched there, and
+    # limit_call in perf.limit (imported when the row runs); each stub records its calls, so a patch that
+    # stopped reaching _timed_row (after a move) fails below instead of quietly building a real layer
+    built, limits = [], []
+    monkeypatch.setattr(bench, "build_pair", lambda *a, **k: built.append(a) or (None, None, cfg))
+    monkeypatch.setattr(limit, "limit_call", lambda *a, **k: limits.append(a))
     seen = []
     for attempts, budget, steady, used in (([[1, 3, 1], [2, 2, 2]], None, True, 6),
                                            ([[1, 3, 1], [1, 2.5, 1], [1, 3, 1]], 9, False, 9),
@@ -125,6 +129,7 @@ def test_unsteady_row_is_rerun_until_steady_or_budget(monkeypatch):
             w = bench.busy_warnings({"results": [row], "machine": {"cpu_count": 2, "threads": 1}})
             assert any(f"still after {used} rounds" in x for x in w), w
     assert seen[:6] == [(1, 1, 9), (1, 2, 9), (1, 3, 9), (2, 4, 9), (2, 5, 9), (2, 6, 9)]
+    assert len(built) == len(limits) == 3                             # one layer pair and one limit per row
 
 
 def _run_cli(*args, timeout=300):

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from transformer_np.perf import bench, profile
+from transformer_np.perf import bench, profile, timing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,9 +35,9 @@ class Recorder:
 
     def __init__(self, monkeypatch, timing_clock: str = "cpu"):
         self.t, self.events = 0.0, []
-        monkeypatch.setattr(bench.time, "perf_counter", lambda: self.t)
+        monkeypatch.setattr(timing.time, "perf_counter", lambda: self.t)
         if timing_clock == "cpu":                     # the timed calls read process_time: log each read
-            monkeypatch.setattr(bench.time, "process_time", self._read)
+            monkeypatch.setattr(timing.time, "process_time", self._read)
 
     def _read(self) -> float:
         self.events.append(("read",))
@@ -96,7 +96,7 @@ def test_settled_call_waits_the_settle_time_and_at_least_one_call(monkeypatch):
     for settle, untimed in ((2.0, 3), (1.5, 2), (0.0, 1)):
         rec = Recorder(monkeypatch, "wall")
         fn = rec.side("a", 0.75)
-        assert bench.settled_call(fn, settle, bench.time.perf_counter) == (0.75, untimed)
+        assert bench.settled_call(fn, settle, timing.time.perf_counter) == (0.75, untimed)
         assert len(rec.calls()) == untimed + 1
 
 

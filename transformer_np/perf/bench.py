@@ -58,344 +58,44 @@ too (``numpy_default_rss_bytes``). The timed ``fwd+bwd`` rows use the default ba
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
-import numpy as np
 
 from .._compat import forward_moved as _forward_moved
 from ..model.flops import layer_flops
+
+# Split by role: the parts live in lower modules (timing, machine, pair, minilm_bench, memory_bench, busy),
+# which never import this one; this module runs the rows. Every name importable from here before the split
+# still is: the ones not used here are re-exported with an ``as`` alias.
+from .busy import busy_study, format_busy_study
+from .machine import (
+    BUSY_CORES,
+    UNSTEADY_SPREAD,
+    OtherLoad,
+    _blas_threads,
+    _fmt_cores,
+    _import_torch,
+    _limit_blas_threads,
+    busy_warnings,
+    library_thread_defaults,
+    machine_info,
+    matmul_peak,
+    other_load,
+    recommended_threads,
+)
+from .memory_bench import MEMORY_REPEATS, cache_report, measure_memory, torch_saved_nbytes
+from .minilm_bench import _minilm_rounds as _minilm_rounds
+from .minilm_bench import _sentences as _sentences
+from .minilm_bench import minilm_throughput
+from .pair import DTYPES, MODES, SHAPES, build_pair
+from .pair import parse_shape as parse_shape
+from .timing import CLOCKS, SETTLE_S, _check_settle, interleaved, settled_call, spread
 
 __all__ = ["SHAPES", "DTYPES", "MODES", "build_pair", "SETTLE_S", "settled_call", "interleaved", "spread",
            "matmul_peak", "machine_info",
            "OtherLoad", "other_load", "busy_warnings", "recommended_threads", "BUSY_CORES", "UNSTEADY_SPREAD",
            "run_benchmark", "measure_memory", "torch_saved_nbytes", "cache_report", "format_table",
            "minilm_throughput", "library_thread_defaults", "busy_study", "format_busy_study"]
-
-#: name -> (batch B, sequence length n, d_model, heads h, d_ff)
-SHAPES = {
-    "bert-base": (8, 128, 768, 12, 3072),
-    "minilm": (32, 16, 384, 12, 1536),
-    "attn-512": (2, 512, 64, 4, 256),     # attention-bound: the (n, n) scores dominate the (n, d) work
-    "long": (2, 2048, 64, 4, 256),
-}
-DTYPES = ("float32", "float64")
-MODES = ("fwd", "fwd+bwd")
-_TORCH_HINT = "the bench command needs PyTorch: pip install 'transformer_np[torch]' (torch==2.13.0)"
-
-
-def _import_torch():
-    try:
-        import torch
-    except ImportError as e:
-        raise ImportError(_TORCH_HINT) from e
-    return torch
-
-
-def _blas_threads() -> tuple[int, str]:
-    """(threads, source): OpenBLAS's pool size via threadpoolctl, else os.cpu_count()."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return os.cpu_count() or 1, "os.cpu_count() (threadpoolctl not installed)"
-    blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-    if not blas:
-        return os.cpu_count() or 1, "os.cpu_count() (no BLAS found by threadpoolctl)"
-    return int(blas[0]["num_threads"]), "threadpoolctl"
-
-
-def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int, int]]:
-    """A shape name from :data:`SHAPES` or a custom ``B,n,d,h,d_ff`` (e.g. ``2,8,16,2,32``)."""
-    if text in SHAPES:
-        return text, SHAPES[text]
-    parts = text.split(",")
-    try:
-        dims = tuple(int(p) for p in parts)
-    except ValueError:
-        dims = ()
-    if len(dims) != 5 or min(dims) < 1 or dims[2] % dims[3]:
-        raise ValueError(f"shape must be one of {', '.join(SHAPES)} or 'B,n,d,h,d_ff' with positive ints "
-                         f"and h dividing d, got {text!r}")
-    return text, dims  # type: ignore[return-value]
-
-
-# ----------------------------------------------------------------------------- the two sides
-def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = False,
-               store_attention: bool = True) -> tuple[Callable, Callable, object]:
-    """``(numpy_call, torch_call, config)`` running one layer in ``mode`` on identical weights/inputs
-    (``free_cache`` is passed to the NumPy backward, ``store_attention`` to the NumPy forward)."""
-    kw = {} if store_attention else {"store_attention": False}
-    torch = _import_torch()
-    from ..io.interop import from_torch
-    from ..model.encoder import encoder_layer_backward, encoder_layer_forward
-    from ..model.params import sub_params
-
-    B, n, d, h, f = dims
-    tdt = {"float32": torch.float32, "float64": torch.float64}[dtype]
-    torch.manual_seed(seed)
-    layer = torch.nn.TransformerEncoderLayer(d, h, f, dropout=0.0, activation="gelu", batch_first=True,
-                                             dtype=tdt)
-    config, params = from_torch(layer)
-    p = sub_params(params, "layers.0.")
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((B, n, d)).astype(dtype)                  # H^(ℓ−1): (B, n, d)
-    dy = rng.standard_normal((B, n, d)).astype(dtype)                 # ∂L/∂H^(ℓ): (B, n, d)
-    xt, dyt = torch.from_numpy(x.copy()), torch.from_numpy(dy.copy())
-
-    if mode == "fwd":
-        layer.eval()
-
-        def np_call():
-            # inference, as torch's side runs under no_grad: no cache for a backward (for_backward=False);
-            # the attention weights are still kept unless store_attention=False (the recompute rows)
-            return encoder_layer_forward(x, p, config, for_backward=False, **kw)
-
-        def torch_call():
-            # op-by-op eager, like ours; the switch is global to torch: restore it after the call
-            was_enabled = torch.backends.mha.get_fastpath_enabled()
-            torch.backends.mha.set_fastpath_enabled(False)
-            try:
-                with torch.no_grad():
-                    return layer(xt)
-            finally:
-                torch.backends.mha.set_fastpath_enabled(was_enabled)
-    else:
-        layer.train()                                                 # dropout is 0: only autograd differs
-        xt.requires_grad_(True)
-
-        def np_call():
-            _, cache = encoder_layer_forward(x, p, config, **kw)
-            return encoder_layer_backward(dy, cache, free_cache=free_cache)
-
-        def torch_call():
-            layer.zero_grad(set_to_none=True)
-            xt.grad = None
-            layer(xt).backward(dyt)
-    return np_call, torch_call, config
-
-
-#: The clocks a row can be timed with: wall time, or this process's CPU time ("cpu": only meaningful with
-#: one thread each side — then it is the work done, whatever share of the cores other processes leave).
-CLOCKS = ("wall", "cpu")
-
-#: Seconds of untimed calls of a side (by the wall clock, and at least one call) before each of its timed
-#: calls. OpenBLAS's idle worker threads spin for 2**28 TSC cycles (0.10 s at this machine's 2.6 GHz) after
-#: a call before they sleep, and on 2 cores a spinning NumPy worker steals a core from torch's next call
-#: (bert-base fwd 67–110 ms alone, 143–173 ms right after a NumPy call); twice that timeout lets them park.
-SETTLE_S = 0.2
-
-
-def settled_call(fn: Callable, settle: float, now: Callable[[], float], warm: Callable | None = None
-                 ) -> tuple[float, int]:
-    """(time of one call of ``fn`` by ``now``, untimed calls made before it).
-
-    First ``warm`` (default ``fn`` itself) is called until ``settle`` seconds of the wall clock have
-    passed since this block began, and at least once: so the timed call follows a call of its own
-    side, and any other library's threads have been idle for at least ``settle`` seconds."""
-    warm = fn if warm is None else warm
-    t0, calls = time.perf_counter(), 0
-    while True:
-        warm()
-        calls += 1
-        if time.perf_counter() - t0 >= settle:
-            break
-    t1 = now()
-    fn()
-    return now() - t1, calls
-
-
-def interleaved(a: Callable, b: Callable, rounds: int, warmup: int = 1, clock: str = "wall",
-                c: Callable | None = None, progress: Callable[[int, int], None] | None = None,
-                settle: float = SETTLE_S, warm: tuple[Callable | None, ...] | None = None) -> dict:
-    """Time a and b in alternating blocks; medians of the times and of the per-round a/b, and the
-    spread of those ratios (:func:`spread`). ``clock``: one of :data:`CLOCKS`.
-
-    Each round is a block of a, then a block of b (then of ``c``, if given: the bench's NumPy-limit
-    call, ``c_ms`` its median). A block is :func:`settled_call`: untimed calls of its own side for at
-    least ``settle`` seconds (and at least one), then one timed call — so no timed call directly
-    follows a call of the other side, whose worker threads may still be spinning. ``warm`` (one entry
-    per side, None for the side itself) gives a cheaper untimed call for a side whose call is long
-    (MiniLM's encode of 1,000 sentences settles on a short batch). ``progress(i, rounds)`` is called
-    after round i (1-based); ``settle_calls``: the median untimed calls per block, per side."""
-    now = (lambda: time.perf_counter()) if clock == "wall" else (lambda: time.process_time())
-    sides = [a, b] + ([c] if c is not None else [])
-    warm = tuple(warm) if warm is not None else (None,) * len(sides)
-    if len(warm) != len(sides):
-        raise ValueError(f"warm must give one entry per side ({len(sides)}), got {len(warm)}")
-    _check_settle(settle)
-    for _ in range(warmup):
-        for fn in sides:
-            fn()
-    times: list[list[float]] = [[] for _ in sides]
-    calls: list[list[int]] = [[] for _ in sides]
-    for i in range(rounds):
-        for k, fn in enumerate(sides):
-            t, n = settled_call(fn, settle, now, warm[k])
-            times[k].append(t)
-            calls[k].append(n)
-        if progress is not None:
-            progress(i + 1, rounds)
-    ta, tb = times[0], times[1]
-    ratios = [x / y for x, y in zip(ta, tb)]
-    out = {"a_ms": 1e3 * statistics.median(ta), "b_ms": 1e3 * statistics.median(tb),
-           "ratio": statistics.median(ratios), "ratios": ratios, "spread": spread(ratios),
-           "settle_s": settle, "settle_calls": [statistics.median(n) for n in calls]}
-    if c is not None:
-        out["c_ms"] = 1e3 * statistics.median(times[2])
-        out["c_over_a"] = [z / x for x, z in zip(ta, times[2])]
-    return out
-
-
-def spread(values: list[float]) -> dict:
-    """min, quartiles, max of the per-round ratios and ``rel_range`` = (max − min) / median.
-
-    Quartiles by :func:`statistics.quantiles` (``method="inclusive"``: with 5 rounds, q1 and q3
-    are the 2nd and 4th smallest). One round gives a zero spread."""
-    v = sorted(values)
-    med = statistics.median(v)
-    q1, _, q3 = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else (v[0], v[0], v[0])
-    return {"min": v[0], "q1": q1, "median": med, "q3": q3, "max": v[-1],
-            "rel_range": (v[-1] - v[0]) / med if med else 0.0}
-
-
-def matmul_peak(dtype: str, size: int = 2048, repeats: int = 5) -> float:
-    """GFLOP/s of the best of ``repeats`` (size × size) @ (size × size) NumPy matmuls."""
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((size, size)).astype(dtype)
-    b = rng.standard_normal((size, size)).astype(dtype)
-    a @ b                                                             # warm-up (thread pool, pages)
-    best = min(_timed(lambda: a @ b) for _ in range(repeats))
-    return 2.0 * size ** 3 / best / 1e9
-
-
-def _timed(fn: Callable) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def machine_info(threads: int, threads_source: str) -> dict:
-    """Where and how the numbers were measured (CPU, libraries, threads, load)."""
-    torch = _import_torch()
-    info = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "platform": platform.platform(),
-            "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-            "numpy": np.__version__, "torch": torch.__version__, "threads": threads,
-            "threads_source": threads_source, "torch_threads": torch.get_num_threads(),
-            "openblas_env": {k: v for k, v in os.environ.items() if k.startswith("OPENBLAS")}}
-    try:
-        info["load_average"] = [round(v, 2) for v in os.getloadavg()]
-    except OSError:
-        pass
-    try:
-        from threadpoolctl import threadpool_info
-        info["blas"] = [{k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
-                        for i in threadpool_info() if i.get("user_api") == "blas"]
-    except ImportError:
-        info["blas"] = "threadpoolctl not installed"
-    return info
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-# ----------------------------------------------------------------------------- a busy machine
-#: Other processes using this many cores (on average, during a measurement) make the machine "busy".
-BUSY_CORES = 0.5
-#: A (max − min) / median of the per-round ratios above this is reported as an unsteady row.
-UNSTEADY_SPREAD = 0.3
-
-
-def _system_busy_seconds() -> float | None:
-    """CPU seconds spent busy since boot by all processes (``/proc/stat``: every column but idle
-    and iowait, summed over the CPUs), or None where there is no /proc (not Linux).
-
-    Niced processes count in full: with the Linux scheduler's autogroups (on by default on
-    desktops and on this project's machines), CPU time is shared fairly between *sessions* first,
-    and a process's nice value only ranks it inside its own session — another user's ``nice``
-    job still takes its session's share from ours."""
-    try:
-        with open("/proc/stat", encoding="ascii") as fh:
-            fields = [int(v) for v in fh.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    busy = sum(fields[:8]) - idle                        # user nice system idle iowait irq softirq steal
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-def _own_cpu_seconds() -> float:
-    """CPU seconds of this process (all its threads) and its waited-for children."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
-class OtherLoad:
-    """The cores other processes used while a block ran: (Δ system busy − Δ our CPU) / Δ wall.
-
-    ``with OtherLoad() as m: ...`` then ``m.cores`` (None where /proc/stat is missing). This
-    is a direct measurement, unlike the load average, which lags by a minute and counts our
-    own threads. Our own threads include OpenBLAS's workers, busy-waiting or not."""
-
-    def __enter__(self):
-        self._t, self._busy, self._own = time.perf_counter(), _system_busy_seconds(), _own_cpu_seconds()
-        self.cores = None
-        return self
-
-    def __exit__(self, *exc):
-        busy = _system_busy_seconds()
-        wall = time.perf_counter() - self._t
-        if busy is not None and self._busy is not None and wall > 0:
-            self.cores = max(0.0, (busy - self._busy) - (_own_cpu_seconds() - self._own)) / wall
-        return False
-
-
-def other_load(seconds: float = 0.5) -> float | None:
-    """Cores used by other processes while this one sleeps for ``seconds`` (None if unknown)."""
-    with OtherLoad() as m:
-        time.sleep(seconds)
-    return m.cores
-
-
-def busy_warnings(doc: dict) -> list[str]:
-    """Plain-language warnings for a benchmark document: other processes using the cores (before
-    or during the rows) and rows whose per-round ratios spread widely."""
-    mach, out = doc["machine"], []
-    cpus = mach.get("cpu_count") or 1
-    seen = [v for v in [mach.get("other_load_cores_before")] + [r.get("other_load_cores") for r in doc["results"]]
-            if v is not None]
-    if seen and max(seen) >= BUSY_CORES:
-        threads = mach.get("threads")
-        out.append(f"the machine is busy: other processes used up to {max(seen):.1f} of its {cpus} cores during "
-                   f"the benchmark (load average {mach.get('load_average')}). The ratios are not those of a quiet "
-                   f"machine" + (f"; {threads} BLAS threads compete with them for the cores (see "
-                                 f"docs/guide/performance.md, 'A busy machine': try --threads 1 or "
-                                 f"OPENBLAS_NUM_THREADS=1)" if threads and threads > 1 else "") + ".")
-    if mach.get("threads_lowered_from"):
-        out.append(f"this run used {mach.get('threads')} thread(s) each side instead of "
-                   f"{mach['threads_lowered_from']}, because other processes kept the machine busy at its start "
-                   f"(on a busy machine 1 thread is faster and steadier for both NumPy and torch); pass "
-                   f"--threads {mach['threads_lowered_from']} to measure with more.")
-    unsteady = [r for r in doc["results"] if r.get("spread", {}).get("rel_range", 0) > UNSTEADY_SPREAD]
-    if unsteady:
-        worst = max(unsteady, key=lambda r: r["spread"]["rel_range"])
-        out.append(f"{len(unsteady)} row(s) are unsteady: the per-round NumPy/torch ratio varies by more than "
-                   f"{100 * UNSTEADY_SPREAD:.0f}% of its median (worst: {worst['shape']} {worst['dtype']} "
-                   f"{worst['mode']}, {worst['spread']['min']:.2f}–{worst['spread']['max']:.2f}×)"
-                   + (f", still after {worst['rounds_run']} rounds (the round budget: --max-rounds)"
-                      if "rounds_run" in worst else "")
-                   + "; rerun with more --rounds on a quieter machine before trusting them.")
-    return out
 
 
 # ----------------------------------------------------------------------------- the run
@@ -459,60 +159,11 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
             limiter.restore_original_limits()
 
 
-@contextmanager
-def library_thread_defaults() -> Iterator[dict]:
-    """The fast path's thread settings at the library's defaults while the block runs, restored after it:
-    elementwise threads (:func:`transformer_np.ops.fast.set_num_threads`, default 1) and batch threads
-    (:func:`~transformer_np.ops.fast.set_batch_threads`, default BLAS's thread count, so the run's
-    ``threads``). Yields ``{"elementwise_threads": …, "batch_threads": …}`` as they are in the block."""
-    from ..ops import _threads, fast
-    saved = _threads._THREADS, _threads._BATCH_THREADS
-    fast.set_num_threads(None)
-    _threads._BATCH_THREADS = None               # (set_batch_threads(None) without its threadpoolctl check)
-    try:
-        yield {"elementwise_threads": fast.get_num_threads(), "batch_threads": fast.get_batch_threads()}
-    finally:
-        _threads._THREADS, _threads._BATCH_THREADS = saved
-
-
 def _mib_range(values) -> str:
     """'a–b MiB' of a list of byte counts (the runs of a memory measurement); 'one run' for fewer than two."""
     if not values or len(values) < 2:
         return "one run"
     return f"{min(values) / 2**20:.1f}–{max(values) / 2**20:.1f} MiB"
-
-
-def _check_settle(settle) -> None:
-    if isinstance(settle, bool) or not isinstance(settle, (int, float)) or not settle >= 0 or settle > 60:
-        raise ValueError(f"settle must be a number of seconds from 0 to 60, got {settle!r}")
-
-
-def recommended_threads(others: float | None = None, available: int | None = None) -> int:
-    """BLAS threads to use now: 1 when other processes keep the machine busy (``others``, in cores,
-    at least :data:`BUSY_CORES`; measured with :func:`other_load` when not given), else ``available``
-    (default: OpenBLAS's current thread count).
-
-    Why 1: with other jobs sharing the cores, every OpenBLAS call (a fork-join of its threads, whose
-    waiting threads spin) waits for its slowest thread, and the spinning burns the CPU share the work
-    needed. Measured on the BERT-base layer, float32 fwd+bwd, 2 cores, other sessions busy: 2 threads
-    took 2.5–4× longer than 1 thread and used 3× its CPU time per call (torch: 2× / 2×); see
-    docs/guide/performance.md, "A busy machine". On a quiet machine 2 threads are ~1.7× faster.
-    """
-    if available is None:
-        available = _blas_threads()[0]
-    if others is None:
-        others = other_load()
-    return 1 if others is not None and others >= BUSY_CORES else available
-
-
-def _limit_blas_threads(threads: int):
-    """threadpoolctl's limiter for OpenBLAS (call ``.restore_original_limits()`` to undo)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError as e:
-        raise ImportError("setting the BLAS thread count needs threadpoolctl: pip install threadpoolctl "
-                          "(or set OPENBLAS_NUM_THREADS before starting Python)") from e
-    return threadpool_limits(threads, user_api="blas")
 
 
 def _timed_row(name, dims, dtype, mode, rounds, peak, store_attention=True, clock="wall", threads: int = 1,
@@ -648,78 +299,6 @@ def _round(v: float | None, digits: int = 2) -> float | None:
     return None if v is None else round(v, digits)
 
 
-def _fmt_cores(v: float | None) -> str:
-    return "?" if v is None else f"{v:.2f}"
-
-
-def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | None = None,
-                      clock: str = "wall", settle: float = SETTLE_S) -> dict:
-    """Sentences/s of :meth:`PretrainedEncoder.encode` (float32) vs sentence-transformers on the
-    same ``n_sentences`` generated sentences, in alternating settled blocks (:func:`interleaved`; a
-    block's untimed calls encode the first 64 sentences), median of per-round ratios."""
-    _check_settle(settle)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    torch = _import_torch()
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as e:
-        raise ImportError("the MiniLM throughput needs sentence-transformers: pip install sentence-transformers") from e
-    from ..io.pretrained import MODEL_NAME, load_pretrained, model_folder
-
-    ours = load_pretrained(MODEL_NAME)
-    st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
-    limiter = None
-    if threads is not None:
-        torch.set_num_threads(threads)
-        if threads != _blas_threads()[0]:
-            limiter = _limit_blas_threads(threads)
-    try:
-        from .minilm_limit import minilm_limit_call
-
-        limit_threads = _blas_threads()[0]           # the limit's exp pass is spread over the run's threads
-        with library_thread_defaults() as counts:    # the library's defaults, as encode runs for a user
-            doc = _minilm_rounds(ours, st, n_sentences, rounds, clock, settle,
-                                 limit=lambda s: minilm_limit_call(ours, s, 32, limit_threads))
-        return {**doc, **counts}
-    finally:
-        if limiter is not None:
-            limiter.restore_original_limits()
-
-
-def _minilm_rounds(ours, st, n_sentences: int, rounds: int, clock: str = "wall", settle: float = SETTLE_S,
-                  limit: Callable[[list[str]], Callable[[], None]] | None = None) -> dict:
-    """Interleaved, settled rounds of ``ours.encode`` and ``st.encode`` (and of ``limit(sentences)()``, the
-    NumPy limit of that encode, when ``limit`` is given: keys ``limit_s``, ``limit_fraction`` and
-    ``limit_torch_ratio``, the limit over sentence-transformers' time)."""
-    sentences = _sentences(n_sentences)
-    short = sentences[:64]
-    t = interleaved(lambda: ours.encode(sentences, batch_size=32),
-                    lambda: st.encode(sentences, batch_size=32, normalize_embeddings=True), rounds, clock=clock,
-                    c=None if limit is None else limit(sentences), settle=settle,
-                    warm=(lambda: ours.encode(short, batch_size=32),
-                          lambda: st.encode(short, batch_size=32, normalize_embeddings=True))
-                    + (() if limit is None else (limit(short),)))
-    agree = float(np.abs(ours.encode(sentences[:64]) - st.encode(sentences[:64], normalize_embeddings=True)).max())
-    doc = {"sentences": n_sentences, "numpy_per_s": round(n_sentences / (t["a_ms"] / 1e3), 1),
-           "sentence_transformers_per_s": round(n_sentences / (t["b_ms"] / 1e3), 1),
-           "throughput_ratio": round(1.0 / t["ratio"], 3), "rounds": rounds, "clock": clock, "settle_s": settle,
-           "max_abs_diff_embeddings": agree}
-    if limit is not None:
-        doc.update(limit_s=round(t["c_ms"] / 1e3, 4), limit_fraction=round(statistics.median(t["c_over_a"]), 3),
-                   limit_torch_ratio=round(t["c_ms"] / t["b_ms"], 3))
-    return doc
-
-
-def _sentences(count: int, seed: int = 0) -> list[str]:
-    """Deterministic English-like sentences of 4–30 words (lengths vary, as real text does)."""
-    words = ("the a river bank money boat reached paid cat sat on mat model attention layer token "
-             "sentence encoder students read quickly slowly under over every small large green old new "
-             "network learns weights from data and then predicts next word in context").split()
-    rng = np.random.default_rng(seed)
-    return [" ".join(rng.choice(words, size=int(rng.integers(4, 31)))).capitalize() + "."
-            for _ in range(count)]
-
-
 def format_table(doc: dict) -> str:
     """The Markdown table of the README (times, ratio, GFLOP/s, fraction of matmul peak, memory)."""
     lines = ["| shape | dtype | mode | NumPy ms | torch ms | NumPy/torch | rounds min–max | NumPy limit ms "
@@ -783,9 +362,3 @@ __getattr__ = _forward_moved(__name__, {
     "add_arguments": "transformer_np.cli.bench",
     "run": "transformer_np.cli.bench",
 })
-
-
-# Split by role (round 4): the busy study and the memory measurement live in their own modules;
-# their names stay importable from here.
-from .busy import busy_study, format_busy_study  # noqa: E402
-from .memory_bench import MEMORY_REPEATS, cache_report, measure_memory, torch_saved_nbytes  # noqa: E402

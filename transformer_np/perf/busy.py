@@ -1,7 +1,8 @@
 """The busy-machine study of ``bench --busy-study``: thread count × background load, measured.
 
 Split from :mod:`transformer_np.perf.bench` (which re-exports its names); see
-docs/guide/performance.md, "A busy machine"."""
+docs/guide/performance.md, "A busy machine". Imports the lower modules (timing, machine, pair), never the
+bench itself."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import json
 import os
 import subprocess
 import sys
+
+from .machine import _fmt_cores
+from .pair import SHAPES
+from .timing import SETTLE_S, _check_settle
 
 __all__ = ["busy_study", "format_busy_study"]
 
@@ -18,7 +23,9 @@ _SPIN = "import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.ti
 _BUSY_CHILD = r"""
 import json, os, statistics, sys, time
 import numpy as np, torch
-from transformer_np.perf.bench import build_pair, OtherLoad, other_load, settled_call
+from transformer_np.perf.machine import OtherLoad, other_load
+from transformer_np.perf.pair import build_pair
+from transformer_np.perf.timing import settled_call
 dims, dtype, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 threads, rounds, settle = int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 torch.set_num_threads(threads)
@@ -70,13 +77,11 @@ def busy_study(dims=None, dtype: str = "float32", mode: str = "fwd+bwd", threads
     itself after ``spin_seconds`` and killed by its pid when the cell is done; then a fresh process with
     OpenBLAS and torch limited to ``threads`` runs the layer pair in ``rounds`` rounds of settled blocks
     (each timed call after ``settle`` seconds of its own side's untimed calls, default
-    :data:`transformer_np.perf.bench.SETTLE_S`; see :func:`transformer_np.perf.bench.interleaved`).
+    :data:`transformer_np.perf.timing.SETTLE_S`; see :func:`transformer_np.perf.timing.interleaved`).
     Each row: median times and ratio, the per-round range of the ratio, the CPU seconds per call
     (all threads of the process: work *and* the busy-waiting of threads waiting for each other), and the
     cores used by other processes (spinners included) during the rounds and in 0.5 s just before them.
     Linux only (reads /proc). ``dims`` defaults to the bert-base shape."""
-    from .bench import SETTLE_S, SHAPES, _check_settle, _fmt_cores  # here: bench imports this module at its end
-
     settle = SETTLE_S if settle is None else settle
     _check_settle(settle)
 
@@ -112,7 +117,6 @@ def busy_study(dims=None, dtype: str = "float32", mode: str = "fwd+bwd", threads
 
 def format_busy_study(rows: list[dict]) -> str:
     """The busy-machine table of docs/guide/performance.md."""
-    from .bench import _fmt_cores
     lines = ["| threads | busy loops | other processes (cores) | NumPy ms | torch ms | NumPy/torch (rounds) | "
              "NumPy CPU s/call | torch CPU s/call |", "|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:

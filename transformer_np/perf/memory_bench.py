@@ -1,7 +1,7 @@
 """Peak memory of one layer's forward+backward, NumPy and torch, each in a fresh process.
 
 Split from :mod:`transformer_np.perf.bench` (which re-exports its names); the method is in that
-module's docstring."""
+module's docstring. Imports the lower modules (machine, pair), never the bench itself."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ import sys
 
 import numpy as np
 
+from .machine import _import_torch
+
 __all__ = ["measure_memory", "torch_saved_nbytes", "cache_report"]
 
 
 _CHILD = r"""
 import ctypes, gc, json, sys, numpy as np, torch
-from transformer_np.perf.bench import build_pair
+from transformer_np.perf.pair import build_pair
 side, dims, dtype, threads = sys.argv[1], tuple(json.loads(sys.argv[2])), sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(threads)
 np_call, torch_call, _ = build_pair(dims, dtype, "fwd+bwd", free_cache=(side != "numpy-default"),
@@ -51,8 +53,6 @@ def torch_saved_nbytes(dims, dtype: str) -> int:
     """Bytes of the tensors torch's autograd saves for backward in one forward of the layer
     (distinct storages, read with ``saved_tensors_hooks``; parameters excluded) — torch's
     counterpart of our cache."""
-    from .bench import _import_torch  # here: bench imports this module at its end
-
     torch = _import_torch()
     B, n, d, h, f = dims
     layer = torch.nn.TransformerEncoderLayer(d, h, f, dropout=0.0, activation="gelu", batch_first=True,

@@ -1,9 +1,9 @@
 r"""``bench --profile minilm``: where MiniLM's ``encode`` spends its time, next to sentence-transformers.
 
-Both encode the same generated sentences (:func:`transformer_np.perf.bench._sentences`), batch size
+Both encode the same generated sentences (:func:`transformer_np.perf.minilm_bench._sentences`), batch size
 32, float32, the same thread count; rounds alternate (ours, theirs, ours, …) and each part's time is
 the median over the rounds. Each side's timed call is settled as the bench's rows are
-(:func:`transformer_np.perf.bench.settled_call`): it follows at least ``settle`` seconds (and at least one
+(:func:`transformer_np.perf.timing.settled_call`): it follows at least ``settle`` seconds (and at least one
 call) of its own side's untimed encoding of the first 64 sentences, so the other library's idle worker
 threads have stopped spinning before it starts. The parts:
 
@@ -27,6 +27,8 @@ import statistics
 import threading
 import time
 from contextlib import contextmanager
+
+from . import machine, minilm_bench, timing
 
 PARTS = ("tokenisation", "embeddings", "layers", "pooling", "other")
 
@@ -120,16 +122,14 @@ def _theirs_once(st, sentences, clock: str) -> dict:
 
 def _settled_rounds(sides, rounds: int, settle: float, log=None) -> dict:
     """``{name: [timed() of each round]}`` for ``sides`` = ((name, timed, warm), …), side after side in
-    every round, each ``timed()`` call settled by :func:`transformer_np.perf.bench.settled_call` (``warm``
+    every round, each ``timed()`` call settled by :func:`transformer_np.perf.timing.settled_call` (``warm``
     called for at least ``settle`` seconds, and at least once, just before it). ``log(r)`` as round r starts."""
-    from . import bench
-
     runs: dict = {name: [] for name, _, _ in sides}
     for r in range(rounds):
         if log:
             log(r + 1)
         for name, timed, warm in sides:
-            bench.settled_call(lambda t=timed, n=name: runs[n].append(t()), settle, time.perf_counter, warm)
+            timing.settled_call(lambda t=timed, n=name: runs[n].append(t()), settle, time.perf_counter, warm)
     return runs
 
 
@@ -137,33 +137,31 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
                    log=None, settle: float | None = None) -> dict:
     """The per-part times (seconds, median over ``rounds`` alternating rounds) of our ``encode`` and
     sentence-transformers' on the same sentences, and each side's sentences per second. ``settle``: seconds
-    of untimed calls of a side before each of its timed calls (default :data:`transformer_np.perf.bench.SETTLE_S`)."""
+    of untimed calls of a side before each of its timed calls (default :data:`transformer_np.perf.timing.SETTLE_S`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from . import bench
-
-    torch = bench._import_torch()
+    torch = machine._import_torch()
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as e:
         raise ImportError("the MiniLM profile needs sentence-transformers: pip install sentence-transformers") from e
     from ..io.pretrained import MODEL_NAME, load_pretrained, model_folder
 
-    if clock not in bench.CLOCKS:
-        raise ValueError(f"clock must be one of {', '.join(bench.CLOCKS)}, got {clock!r}")
+    if clock not in timing.CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(timing.CLOCKS)}, got {clock!r}")
     if clock == "cpu" and threads != 1:
         raise ValueError(f"clock='cpu' needs threads=1, got threads={threads}")
-    settle = bench.SETTLE_S if settle is None else settle
-    bench._check_settle(settle)
+    settle = timing.SETTLE_S if settle is None else settle
+    timing._check_settle(settle)
     ours = load_pretrained(MODEL_NAME)
     st = SentenceTransformer(str(model_folder(MODEL_NAME)), device="cpu")
-    sentences = bench._sentences(n_sentences)
+    sentences = minilm_bench._sentences(n_sentences)
     limiter, torch_threads = None, torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
-        if threads != bench._blas_threads()[0]:
-            limiter = bench._limit_blas_threads(threads)
+        if threads != machine._blas_threads()[0]:
+            limiter = machine._limit_blas_threads(threads)
     try:
-        with bench.library_thread_defaults() as counts:               # as encode runs for a user
+        with machine.library_thread_defaults() as counts:             # as encode runs for a user
             ours.encode(sentences[:64])                               # warm-up: weights in float32, pools
             st.encode(sentences[:64])
             short = sentences[:64]
@@ -179,7 +177,7 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
         if limiter is not None:
             limiter.restore_original_limits()
     out = {"sentences": n_sentences, "rounds": rounds, "clock": clock, "settle_s": settle,
-           "threads": threads if threads is not None else bench._blas_threads()[0], **counts}
+           "threads": threads if threads is not None else machine._blas_threads()[0], **counts}
     for side, rs in runs.items():
         parts = {k: statistics.median(r[k] for r in rs) for k in PARTS + ("total",)}
         out[side] = {**{f"{k}_s": round(v, 4) for k, v in parts.items()},
