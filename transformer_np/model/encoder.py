@@ -43,6 +43,8 @@ fingerprint per parameter, recorded by the forward: see :class:`~transformer_np.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 
 from .._validate import (
@@ -55,8 +57,10 @@ from .._validate import (
     mismatch_detail,
 )
 from ..errors import InputTypeError, InputValueError, NonFiniteError
+from ..ops import _attention_blocks
 from ..ops import fast as _fast_ops
 from ..ops import plain as _plain_ops
+from ..ops._threads import _blas_single
 from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
 from ..ops.cache import FREED_MESSAGE, ParamGuard, check_for_backward, check_not_freed, reader
 from ..ops.dropout import _dropout_backward, _dropout_forward
@@ -110,6 +114,47 @@ def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarr
             return _layer_infer(x, p, config, mask, training, rng, store_attention)
         out, c = _layer_forward(x, p, config, mask, training, rng, fast)
         return out, _inference_cache(c)
+    single = fast and _blas_one_thread(x.shape, config, training and config.dropout > 0)
+    with _blas_single() if single else nullcontext():
+        out, c = _layer_train(x, p, config, mask, training, rng, fast, store_attention)
+    if fast:
+        c["blas_one_thread"] = single            # the backward runs the same way
+    return out, c
+
+
+# The fast training layer's products run at one OpenBLAS thread, the whole forward and backward, when the
+# attention core does most of the layer's products and splits its heads over the batch threads (when it has
+# two parts' worth of blocks and _SPLIT_MIN_FLOPS, without attention dropout: ops/_attention_blocks.py).
+# OpenBLAS's idle workers spin for ~0.1 s after each multi-threaded product (ops/_threads.py): spinning, they
+# take a core from the attention's second thread, which then gains little (the inference layer avoids the
+# same by splitting its batch: model/inference.py). Share = the attention's 4·B·n²·d flops over the layer's
+# (with the projections' and FFN's 2·B·n·d·(4d + 2·d_ff)). Measured on the 2-core VM (quiet, 2026-12-02
+# 09:50 UTC, float32 fwd+bwd, median of 5 settled calls; OpenBLAS at 2 threads and 2 batch threads against
+# the products at 1 thread): long (share 0.84) 183 → 131 ms; (2, 1024, 128, 8, 512) (0.57) 99 → 83 ms;
+# attn-512 (0.57) 12.0 → 11.1 ms; (4, 512, 256, 4, 1024) (0.25) 89 → 109 ms; (8, 256, 256, 4, 1024) (0.14)
+# 72 → 98 ms; bert-base (0.03) 186 → 299 ms. So: a share of at least one half. This rule against the
+# previous code, fresh processes interleaved (median of 5, 10:00 UTC): long fwd+bwd 0.78× (float64 0.90×),
+# attn-512 0.90× (float64 0.85×); minilm and bert-base unchanged (0.99×, 1.00×).
+_ATTENTION_SHARE = 0.5
+
+
+def _blas_one_thread(shape: tuple, config: EncoderConfig, dropout: bool) -> bool:
+    """Whether the fast training layer of input ``shape`` (B, n, d) runs its products at one OpenBLAS thread
+    (see the comment above): no attention dropout, the attention core split over the batch threads (its own
+    rule, :func:`~transformer_np.ops._attention_blocks._shard_blocks`), and the attention's products at least
+    :data:`_ATTENTION_SHARE` of the layer's."""
+    B, n, d = shape
+    h = config.n_heads
+    if dropout or len(_attention_blocks._shard_blocks((B, h), n, n, d // h)) < 2:
+        return False
+    attention = 4 * B * n * n * d                                 # S = Q Kᵀ and O = A V (fwd), all heads
+    products = 2 * B * n * d * (4 * d + 2 * config.d_ff)          # Q, K, V, O projections and the FFN
+    return attention >= _ATTENTION_SHARE * (attention + products)
+
+
+def _layer_train(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None, training: bool,
+                 rng, fast: bool, store_attention: bool) -> tuple[np.ndarray, dict]:
+    """:func:`_layer_forward` with a cache for the backward (``for_backward=True``), unchecked."""
     ops = _ops(fast)
     add = _residual_into if fast else ops.residual_forward   # fast: the sum in the sublayer output's buffer
     ln_own = _layernorm_over if fast else ops.layernorm_forward   # fast: x̂ over its input (a sum of ours)
@@ -170,7 +215,14 @@ def _inference_cache(c: dict) -> dict:
 
 
 def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, dict]:
-    """Backward of :func:`_layer_forward` by the path the forward took, unchecked."""
+    """Backward of :func:`_layer_forward` by the path the forward took, unchecked (with the products at one
+    OpenBLAS thread when the forward ran so: :func:`_blas_one_thread`)."""
+    with _blas_single() if cache.get("blas_one_thread") else nullcontext():
+        return _layer_grads(dout, cache, free_cache)
+
+
+def _layer_grads(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, dict]:
+    """:func:`_layer_backward`'s body."""
     ops = _ops(cache["fast"])
     take, g = reader(cache, free_cache), {}
     ln_back = ops.layernorm_backward

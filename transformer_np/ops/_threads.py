@@ -139,7 +139,8 @@ def _blas_libs() -> list:
 
 def get_batch_threads() -> int:
     """Threads the fast path splits a batch or the attention's heads over (see :func:`set_batch_threads`):
-    the count set, else BLAS's own thread count; 1 without threadpoolctl, and inside a shard."""
+    the count set, else BLAS's own thread count (outside a region that holds it at one: :func:`_blas_single`);
+    1 without threadpoolctl, and inside a shard."""
     if getattr(_LOCAL, "in_shard", False):
         return 1
     libs = _blas_libs()
@@ -147,6 +148,8 @@ def get_batch_threads() -> int:
         return 1
     if _BATCH_THREADS is not None:
         return _BATCH_THREADS
+    if _BLAS_DEPTH > 0:                      # OpenBLAS held at one thread by _blas_single: its count before
+        return max(1, _BLAS_SAVED[0])
     return max(1, int(libs[0].get_num_threads()))
 
 
@@ -163,7 +166,9 @@ def set_batch_threads(n: int | None) -> None:
     * the attention core (:func:`transformer_np.ops.fast.attention_forward` without attention dropout,
       and :func:`~transformer_np.ops.fast.attention_backward`) runs its blocks of heads, a head's row
       blocks together, when there are two heads' worth and 2²⁴ flops — in training too, where the
-      projections and the FFN keep OpenBLAS's own threads.
+      projections and the FFN keep OpenBLAS's own threads, unless the attention does at least half the
+      layer's products: then the whole training layer, forward and backward, runs its products at one
+      OpenBLAS thread (:func:`transformer_np.model.encoder._blas_one_thread`; the cache records it).
 
     Each sequence's and head's result is computed by the same operations whichever thread runs it; the
     matrix products see fewer rows and one BLAS thread, so results agree to round-off, not bit for bit,
