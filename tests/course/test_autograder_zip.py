@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import KERNEL_DID_NOT_START, execute_notebook
 from transformer_np.course.grading import POINTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.notebooks]
@@ -42,11 +43,10 @@ def _ends(text: str, keep: int = 3000) -> str:
     return text if len(text) <= 2 * keep else f"{text[:keep]}\n[… {len(text) - 2 * keep} characters …]\n{text[-keep:]}"
 
 
-# jupyter_client picks a kernel's ports by binding to port 0 and closing, then the kernel binds them: another
-# process (the other grading, or the other test worker) can take one in between and the kernel exits before
-# it answers (jupyter/jupyter_client#154). That is a failure to start, not a grade: only then is the grading
-# started again, at most twice, and each restart is reported as a warning with what the kernel printed.
-_KERNEL_DID_NOT_START = "Kernel died before replying to kernel_info"
+# A kernel that died before it answered (helpers.KERNEL_DID_NOT_START: jupyter_client's port race) is a
+# failure to start, not a grade: only then is the grading started again, at most twice, and each restart is
+# reported as a warning with what the kernel printed.
+_KERNEL_DID_NOT_START = KERNEL_DID_NOT_START
 
 
 def _otter_run(venv: Path, zip_path: Path, submission: Path, out: Path) -> subprocess.CompletedProcess:
@@ -166,7 +166,7 @@ def test_an_export_zip_is_verified_against_its_log_and_a_bare_notebook_is_not(bu
     notebook's last cell) carries the log of the student's own check runs and otter reports no
     discrepancy; the bare .ipynb has no log and otter says so, with the same scores."""
     nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("nbclient")
     name = "01_softmax"
     solution = nbformat.read(built / name / "autograder" / f"{name}.ipynb", as_version=4)
     bodies = {c.source.split("(")[0]: c.source for c in solution.cells
@@ -179,8 +179,7 @@ def test_an_export_zip_is_verified_against_its_log_and_a_bare_notebook_is_not(bu
     work.mkdir()
     nbformat.write(student, work / f"{name}.ipynb")
     monkeypatch.setenv("PYTHONPATH", str(REPO))     # … in an environment that has transformer_np
-    nbclient.NotebookClient(student, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(work)}}).execute()   # … and runs every cell
+    execute_notebook(student, work, timeout=600)    # … and runs every cell
     (export,) = work.glob(f"{name}_*.zip")
     for submission, says in ((export, "No discrepancies found while verifying scores against the log."),
                              (work / f"{name}.ipynb", "No log found with which to verify student scores.")):
@@ -223,3 +222,41 @@ def test_a_kernel_that_never_starts_fails_after_three_attempts(tmp_path):
     with pytest.warns(UserWarning), pytest.raises(AssertionError, match=_KERNEL_DID_NOT_START):
         _otter_run(venv, tmp_path / "a.zip", tmp_path / "a.ipynb", tmp_path)
     assert (tmp_path / "calls").read_text().count("x") == 3
+
+
+def test_a_notebook_whose_kernel_did_not_start_is_run_again(monkeypatch):
+    """helpers.execute_notebook: a kernel that died before it answered is started again (a warning), with the
+    cells as they were; any other error, and a third death, are raised."""
+    import nbclient
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    calls = []
+
+    class Client:
+        def __init__(self, nb, **kw):
+            self.nb = nb
+
+        def execute(self):
+            calls.append(self.nb.cells[0].source)
+            self.nb.cells[0].source = "changed by a run"
+            if len(calls) < fail_times + 1:
+                raise RuntimeError(error)
+
+    monkeypatch.setattr(nbclient, "NotebookClient", Client)
+    fail_times, error = 1, KERNEL_DID_NOT_START
+    with pytest.warns(UserWarning, match="the kernel did not start"):
+        execute_notebook(nb, ".")
+    assert calls == ["x = 1", "x = 1"]                 # run again from the cells as they were
+    calls.clear()
+    nb.cells[0].source = "x = 1"
+    fail_times, error = 1, "Kernel died while waiting for execute reply"
+    with pytest.raises(RuntimeError, match="execute reply"):
+        execute_notebook(nb, ".")                      # a death while running a cell is a result: raised
+    assert len(calls) == 1
+    calls.clear()
+    nb.cells[0].source = "x = 1"
+    fail_times, error = 3, KERNEL_DID_NOT_START
+    with pytest.warns(UserWarning), pytest.raises(RuntimeError, match=KERNEL_DID_NOT_START):
+        execute_notebook(nb, ".")
+    assert len(calls) == 3

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import execute_notebook
 from transformer_np.course._exercise_specs import EXERCISES, copy_inputs
 from transformer_np.course.exercises import EXERCISE_NAMES, Feedback, check_backward, check_forward
 from transformer_np.errors import InputValueError
@@ -436,14 +437,10 @@ def _build(name: str, out: Path) -> tuple[Path, Path]:
 
 def _execute(path: Path, monkeypatch):
     import nbformat
-    from nbclient import NotebookClient
 
     for key, value in _env().items():                    # the kernel inherits this process's environment
         monkeypatch.setenv(key, value)
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()   # raises on any error
-    return nb
+    return execute_notebook(nbformat.read(path, as_version=4), path.parent)   # raises on any error
 
 
 def _check_outputs(nb) -> dict[str, str]:
