@@ -44,7 +44,7 @@ from .._compat import forward_moved as _forward_moved
 from .._files import write_atomic
 from .._validate import all_finite
 from ..errors import InputValueError, NonFiniteError
-from .checkpoint import load_checkpoint, remove_stale_temporaries, save_checkpoint
+from .checkpoint import CHECKPOINT, load_checkpoint, remove_stale_temporaries, save_checkpoint
 from .optim import clip_grad_norm
 from .state import SCHEDULES as SCHEDULES  # re-exported: it was defined here before the split (cli.train reads it)
 from .state import RunConfig, TrainState, _assemble, _schedule, _setup, estimate_run
@@ -54,7 +54,6 @@ __all__ = ["RunConfig", "TrainState", "build", "train_step", "evaluate", "train"
            "estimate_run", "save_checkpoint", "load_checkpoint", "save_loss_curve", "OUTPUTS", "existing_outputs",
            "check_fresh_out", "nonfinite_parameter"]
 
-CHECKPOINT = "checkpoint.npz"                   # the same name as checkpoint.CHECKPOINT
 CURVE_JSON = "loss_curve.json"
 CURVE_PNG = "loss_curve.png"
 
