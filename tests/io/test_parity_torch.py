@@ -191,6 +191,32 @@ def test_single_encoder_layer():
     assert all(torch.equal(explicit[k], mapped[k]) for k in mapped)
 
 
+# activation modules: the name each maps to, and the layer's output against torch's (an exact GELU read as the
+# tanh approximation, or the reverse, differs by ~1e-4 relative: far outside TOL64). Against torch's op-by-op
+# path: its eval fast path (the fused encoder-layer kernel under no_grad) computes the EXACT GELU for
+# nn.GELU(approximate="tanh") — it only asks whether the activation is a GELU — 4e-5 relative away from what
+# the same layer computes in training (torch 2.13; found here). The module's own function is the tanh one.
+@pytest.mark.parametrize("module,name", [(torch.nn.GELU(), "gelu"), (torch.nn.GELU(approximate="tanh"), "gelu_tanh"),
+                                         (torch.nn.ReLU(), "relu"), ("gelu", "gelu"), ("relu", "relu")])
+def test_activation_modules_map_to_their_function(module, name):
+    layer = torch.nn.TransformerEncoderLayer(D, N_HEADS, D_FF, dropout=0.0, activation=module, layer_norm_eps=EPS,
+                                             batch_first=True, dtype=torch.float64)
+    randomise_(layer, 8)
+    layer.eval()
+    config, params = from_torch(layer)
+    assert config.activation == name
+    x, _ = inputs(False)
+    H, _ = encoder_forward(params, config, inputs_embeds=x)
+    was = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)         # op by op (see above); the switch is global
+    try:
+        with torch.no_grad():
+            out_t = layer(torch.from_numpy(x)).numpy()
+    finally:
+        torch.backends.mha.set_fastpath_enabled(was)
+    assert nrel(H, out_t) <= TOL64
+
+
 def test_bare_layer_config_equals_the_plain_one_and_round_trips():
     """from_torch(layer) gives a TorchLayerConfig: equal to the plain EncoderConfig, hashable the same, and
     every export / import defaults to the layer's own names; single_layer=False still forces layers.0.*."""
