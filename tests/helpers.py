@@ -208,25 +208,36 @@ def lagrange_monomials(a_nodes, values, K: float) -> np.ndarray:
 KERNEL_DID_NOT_START = "Kernel died before replying to kernel_info"
 
 
+def retry_kernel_start(run, what: str):
+    """``run()``, started again (at most twice, each time with a warning naming ``what``) while it raises a
+    RuntimeError saying that the kernel did not start (:data:`KERNEL_DID_NOT_START`); any other exception, and a
+    third such failure, propagate. Returns what ``run()`` returns."""
+    import warnings
+
+    for attempt in range(2):
+        try:
+            return run()
+        except RuntimeError as e:
+            if KERNEL_DID_NOT_START not in str(e):
+                raise
+            warnings.warn(f"{what}: the kernel did not start (attempt {attempt + 1}); running again.\n{e}",
+                          stacklevel=3)
+    return run()
+
+
 def execute_notebook(nb, cwd, timeout: int = 300):
     """Run every cell of the nbformat notebook ``nb`` in a python3 kernel started in ``cwd`` (nbclient; raises on
-    any cell's error), starting the kernel again (at most twice, with a warning) only when it died before it
-    answered (:data:`KERNEL_DID_NOT_START`). Returns the executed notebook (``nb`` itself)."""
+    any cell's error), the kernel started again when it died before it answered (:func:`retry_kernel_start`),
+    each attempt from the cells as they were. Returns the executed notebook (``nb`` itself)."""
     import copy
-    import warnings
 
     from nbclient import NotebookClient
 
-    original = copy.deepcopy(nb)
-    for attempt in range(3):
-        try:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                           resources={"metadata": {"path": str(cwd)}}).execute()
-            return nb
-        except RuntimeError as e:
-            if KERNEL_DID_NOT_START not in str(e) or attempt == 2:
-                raise
-            warnings.warn(f"nbclient: the kernel did not start (attempt {attempt + 1}): {e}; running again",
-                          stacklevel=2)
-            nb.cells = copy.deepcopy(original.cells)       # nothing ran: the cells as they were
-    raise AssertionError("unreachable")
+    original = copy.deepcopy(nb.cells)
+
+    def run():
+        nb.cells = copy.deepcopy(original)
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+        return nb
+
+    return retry_kernel_start(run, "nbclient")

@@ -16,14 +16,13 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from helpers import KERNEL_DID_NOT_START, execute_notebook
+from helpers import KERNEL_DID_NOT_START, execute_notebook, retry_kernel_start
 from transformer_np.course.grading import POINTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.notebooks]
@@ -43,21 +42,22 @@ def _ends(text: str, keep: int = 3000) -> str:
     return text if len(text) <= 2 * keep else f"{text[:keep]}\n[… {len(text) - 2 * keep} characters …]\n{text[-keep:]}"
 
 
-# A kernel that died before it answered (helpers.KERNEL_DID_NOT_START: jupyter_client's port race) is a
-# failure to start, not a grade: only then is the grading started again, at most twice, and each restart is
-# reported as a warning with what the kernel printed.
-_KERNEL_DID_NOT_START = KERNEL_DID_NOT_START
-
-
 def _otter_run(venv: Path, zip_path: Path, submission: Path, out: Path) -> subprocess.CompletedProcess:
+    """``otter run`` of ``submission``; a grading whose kernel died before it answered (jupyter_client's port
+    race) is a failure to start, not a grade, and only it is run again (helpers.retry_kernel_start)."""
     cmd = [str(venv / "bin" / "otter"), "run", "-a", str(zip_path), "-o", str(out), "--no-logo", str(submission)]
-    for attempt in range(3):
+
+    def run() -> subprocess.CompletedProcess:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_clean_env(venv), cwd=out,
                               timeout=600)
-        if proc.returncode == 0 or _KERNEL_DID_NOT_START not in proc.stderr or attempt == 2:
-            break
-        warnings.warn(f"otter run: the kernel did not start (attempt {attempt + 1}); grading again.\n"
-                      f"{_ends(proc.stderr, 1500)}", stacklevel=2)
+        if proc.returncode != 0 and KERNEL_DID_NOT_START in proc.stderr:
+            raise RuntimeError(_ends(proc.stderr, 1500))
+        return proc
+
+    try:
+        proc = retry_kernel_start(run, "otter run")
+    except RuntimeError as e:                          # the third start failed too
+        raise AssertionError(f"{cmd}\n{e}") from e
     assert proc.returncode == 0, f"{cmd}\n{_ends(proc.stdout)}\n{_ends(proc.stderr)}"
     return proc
 
@@ -204,7 +204,7 @@ def _fake_otter(tmp_path: Path, script: str) -> Path:
 def test_a_kernel_that_did_not_start_is_graded_again_and_reported(tmp_path):
     venv = _fake_otter(tmp_path, f'[ "$(wc -l < "{tmp_path}/calls")" -ge 2 ] && exit 0\n'
                                  f'echo "zmq.error.ZMQError: Address already in use" >&2\n'
-                                 f'echo "RuntimeError: {_KERNEL_DID_NOT_START}" >&2; exit 1')
+                                 f'echo "RuntimeError: {KERNEL_DID_NOT_START}" >&2; exit 1')
     with pytest.warns(UserWarning, match="(?s)the kernel did not start.*Address already in use"):
         _otter_run(venv, tmp_path / "a.zip", tmp_path / "a.ipynb", tmp_path)
     assert (tmp_path / "calls").read_text().count("x") == 2
@@ -218,8 +218,8 @@ def test_a_grading_that_fails_otherwise_fails_at_once(tmp_path):
 
 
 def test_a_kernel_that_never_starts_fails_after_three_attempts(tmp_path):
-    venv = _fake_otter(tmp_path, f'echo "RuntimeError: {_KERNEL_DID_NOT_START}" >&2; exit 1')
-    with pytest.warns(UserWarning), pytest.raises(AssertionError, match=_KERNEL_DID_NOT_START):
+    venv = _fake_otter(tmp_path, f'echo "RuntimeError: {KERNEL_DID_NOT_START}" >&2; exit 1')
+    with pytest.warns(UserWarning), pytest.raises(AssertionError, match=KERNEL_DID_NOT_START):
         _otter_run(venv, tmp_path / "a.zip", tmp_path / "a.ipynb", tmp_path)
     assert (tmp_path / "calls").read_text().count("x") == 3
 
