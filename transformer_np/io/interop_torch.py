@@ -116,6 +116,18 @@ def _in_proj_names(config: EncoderConfig, single_layer: bool) -> list[tuple[str,
     return [("" if single_layer else f"layers.{i}.", f"layers.{i}.attn.") for i in range(config.n_layers)]
 
 
+def _in_proj_rows(config: EncoderConfig, single_layer: bool) -> tuple[list[tuple[str, str, bool]], dict]:
+    """The table rows of every layer's fused ``self_attn.in_proj_{weight,bias}``, as the pseudo-parameters
+    ``attn.W_QKV`` (d, 3d; transposed) and ``attn.b_QKV`` (3d,), and their shapes for the checks."""
+    d = config.d_model
+    rows, shapes = [], {}
+    for tp, op in _in_proj_names(config, single_layer):
+        shapes[op + "W_QKV"], shapes[op + "b_QKV"] = (d, 3 * d), (3 * d,)
+        rows += [(tp + "self_attn.in_proj_weight", op + "W_QKV", True),
+                 (tp + "self_attn.in_proj_bias", op + "b_QKV", False)]
+    return rows, shapes
+
+
 def params_from_torch_state_dict(state: Mapping, config: EncoderConfig, dtype=None,
                                  single_layer: bool | None = None) -> dict[str, np.ndarray]:
     """Our params from the state dict of ``nn.TransformerEncoder`` (``single_layer=False``)
@@ -132,12 +144,8 @@ def params_from_torch_state_dict(state: Mapping, config: EncoderConfig, dtype=No
     d = config.d_model
     shapes = dict(param_shapes(config))
     table = _torch_table(config, single_layer)
-    # Treat in_proj_{weight,bias} as pseudo-parameters of shape (d, 3d) / (3d,) for the checks.
-    fused = []
-    for tp, op in _in_proj_names(config, single_layer):
-        shapes[op + "W_QKV"], shapes[op + "b_QKV"] = (d, 3 * d), (3 * d,)
-        fused += [(tp + "self_attn.in_proj_weight", op + "W_QKV", True),
-                  (tp + "self_attn.in_proj_bias", op + "b_QKV", False)]
+    fused, fused_shapes = _in_proj_rows(config, single_layer)      # in_proj as pseudo-parameters
+    shapes.update(fused_shapes)
     rows = _rows_for(state, table + fused, len(table) + len(fused), [], (), "PyTorch")
     flat = _import(state, rows, shapes, dtype, "PyTorch")
     for _, op in _in_proj_names(config, single_layer):
@@ -162,7 +170,7 @@ def torch_state_dict_from_params(tree: Mapping[str, np.ndarray], config: Encoder
     shapes = dict(param_shapes(config))
     table = _torch_table(config, single_layer)
     fused_tree = dict(tree)
-    for tp, op in _in_proj_names(config, single_layer):
+    for _, op in _in_proj_names(config, single_layer):
         for kind, shape in (("W_", (d, d)), ("b_", (d,))):
             parts = []
             for s in "QKV":
@@ -175,10 +183,9 @@ def torch_state_dict_from_params(tree: Mapping[str, np.ndarray], config: Encoder
                 parts.append(a)
             # [W_Q | W_K | W_V] (d, 3d) transposed is [W_Qᵀ; W_Kᵀ; W_Vᵀ] (3d, d): torch's in_proj_weight.
             fused_tree[op + kind + "QKV"] = np.concatenate(parts, axis=-1)
-        shapes[op + "W_QKV"], shapes[op + "b_QKV"] = (d, 3 * d), (3 * d,)
-        table += [(tp + "self_attn.in_proj_weight", op + "W_QKV", True),
-                  (tp + "self_attn.in_proj_bias", op + "b_QKV", False)]
-    return _export(fused_tree, table, [], shapes, "torch_state_dict_from_params")
+    fused, fused_shapes = _in_proj_rows(config, single_layer)
+    shapes.update(fused_shapes)
+    return _export(fused_tree, table + fused, [], shapes, "torch_state_dict_from_params")
 
 
 # ----------------------------------------------------------------------------- torch / transformers modules
