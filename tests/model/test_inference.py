@@ -198,9 +198,10 @@ def test_value_only_gelu_coefficients_are_the_interpolant_they_claim_to_be():
                        k=len(nodes))
 
 
-# block edges of both GELU block sizes (fused 32 Ki, value only 128 Ki in float32; float64 32 Ki)
+# block edges of the value-only GELU block sizes (float32 128 Ki, float64 64 Ki)
 @pytest.mark.parametrize("size", [1, 5, 65_535, 65_536, 200_003, fast_ffn._GELU32_VALUE_BLOCK,
-                                  2 * fast_ffn._GELU32_VALUE_BLOCK + 3])
+                                  2 * fast_ffn._GELU32_VALUE_BLOCK + 3, fast_ffn._GELU64_VALUE_BLOCK + 1,
+                                  3 * fast_ffn._GELU64_VALUE_BLOCK - 1])
 def test_value_only_kernels_by_blocks(size):
     """f(z) by blocks is the one-block kernel (GELU: float32 fast_ffn._gelu32_value, float64
     ops/_gelu64.py), and the plain op's value bit for bit (the other activations); the fused kernel's

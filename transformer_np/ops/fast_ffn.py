@@ -164,6 +164,14 @@ _GELU32_VALUE_BLOCK = 131072   # float32 GELU, value only (inference): 3 scratch
 # fewer NumPy calls holding the GIL (22 per block): MiniLM encode with 2 batch threads 479 → 504/s (median
 # of 8 interleaved runs; 64 Ki 496, 256 Ki 494), the same 268/s at 1 thread (session 7, 2 cores, quiet)
 _GELU64_BLOCK = 32768   # the float64 GELU (ops/_gelu64.py): 3 scratch arrays of 256 KB (measured best of 4–128 Ki)
+_GELU64_VALUE_BLOCK = 65536   # float64 GELU, value only (inference): 3 scratch arrays of 512 KB. Fewer NumPy calls
+# per element: when two threads make NumPy calls at once (the inference layer's batch shards), each call waits
+# ~3–4 µs for the GIL (two threads each calling np.exp on 4 Ki float64 elements: 6.6 µs per pair of calls against
+# 2.8 µs for one). One thread: 18.7 against 19.1 ms ((512, 3072), 32 Ki); two threads, each its own (512, 3072) at
+# once: 21.4–22.0 against 27.5–27.8 ms; (320, 1536): 6.4–6.5 against 9.6–9.8 ms (48 Ki 7.6–8.1, 96 Ki 6.1–6.2 but
+# 5.9 alone, 128 Ki 6.7–7.0). Whole inference layers, 2 threads, fresh processes, median of 5 (session 8): bert-base
+# 0.96×, minilm 0.93×, attn-512 0.91× the time; 1 thread: bert-base 1.00×. The fused kernel (with f′, training) keeps
+# 32 Ki: at 64 Ki bert-base fwd+bwd took 1.04× at 2 threads, 1.01× at 1
 
 # Exact GELU in float32 with one range and one exp2 (see _gelu32): Φ(−|z|) = 2^(C z²) M(s), C = −log₂e/2
 # (the float32 number the kernel multiplies by), s = |z|/(|z| + K), K = 4; M is the degree-7 polynomial
@@ -300,7 +308,8 @@ def _activation(z: np.ndarray, activation: str, in_place: bool = False, for_back
     grad_flat = grad.reshape(-1) if for_backward else None
     if activation == "gelu" and z.dtype in (np.float32, np.float64):
         f64 = z.dtype == np.float64
-        per = _GELU64_BLOCK if f64 else (_GELU32_BLOCK if for_backward else _GELU32_VALUE_BLOCK)
+        per = ((_GELU64_BLOCK if for_backward else _GELU64_VALUE_BLOCK) if f64
+               else (_GELU32_BLOCK if for_backward else _GELU32_VALUE_BLOCK))
         d = z.shape[-1] if z.ndim else 1
         step = per if bias is None else max(1, per // d) * d       # whole rows with a bias
         starts = range(0, z_flat.size, step)
