@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -62,6 +63,27 @@ def test_limit_exp_blocks_partial_last_block(monkeypatch):
     monkeypatch.setattr(limit.np, "exp", lambda x, out=None: sizes.append(x.size) or real_exp(x, out=out))
     call()
     assert sizes == [50, 31]
+
+
+@pytest.mark.parametrize("elementwise_threads", [None, 1, 3])
+def test_limit_exp_pass_runs_on_the_rows_threads(monkeypatch, elementwise_threads):
+    """The exp pass is spread over the row's ``threads`` threads — the caller and a pool thread at 2 —
+    whatever the fast path's elementwise thread count (its pool runs inline at the default of one: the
+    pass ran on one thread at any row count until session 8), and each thread's blocks are its own."""
+    from transformer_np.ops import _threads, fast
+
+    monkeypatch.setattr(limit, "EXP_BLOCK", 50)
+    monkeypatch.setattr(_threads, "_THREADS", _threads._THREADS)   # the count set below is undone after the test
+    fast.set_num_threads(elementwise_threads)
+    threads, sizes = [], []
+    real_exp = np.exp
+    call = limit.limit_call((1, 15, 4, 1, 4), "float32", "fwd", threads=2)   # 225 scores: blocks 50 ×4 + 25
+    monkeypatch.setattr(limit.np, "exp", lambda x, out=None: threads.append(threading.get_ident()) or
+                        sizes.append(x.size) or real_exp(x, out=out))
+    call()
+    assert sorted(sizes) == [25, 50, 50, 50, 50]
+    assert len(set(threads)) == 2 and threading.get_ident() in threads
+    assert sorted(threads.count(t) for t in set(threads)) == [2, 3]    # blocks 0, 2, 4 and 1, 3
 
 
 def test_attention_bound_rows():

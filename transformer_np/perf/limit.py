@@ -8,14 +8,19 @@ For a row (shape, dtype, mode) the limit is the time, on this machine and in the
   two per linear, four for attention), written into preallocated outputs; plus
 * **one elementwise pass (``np.exp``) over every (n × n) block of scores** — B·h·n² elements, on
   blocks of :data:`EXP_BLOCK` elements that stay in the CPU cache, spread over the row's threads
-  (NumPy releases the GIL inside a ufunc, so threads share the pass).
+  (NumPy releases the GIL inside a ufunc, so threads share the pass: alone, two threads took
+  0.46–0.50 ms for attn-512's 2 M scores in float32, one 0.74–0.76 ms; right after 2-thread products,
+  OpenBLAS's spinning idle worker takes most of that gain, see ``_EXP_POOL``).
 
 measured back to back (:func:`limit_call` returns one callable that does both). A softmax
 needs at least one exp per score; torch's fused attention kernel does it in registers, NumPy
 in at least one pass over memory or cache. Everything else the layer does — the rest of the
 softmax, the scale and mask, LayerNorm, GELU, the bias adds, dropout, Python between the calls —
-is left out, so the limit is a lower bound on NumPy's time, and ``limit / time`` (the row's
-``limit_fraction``) says how much of the time is that unavoidable work. It is tight for
+is left out, so the limit is a lower bound on NumPy's time for the work arranged this way, and
+``limit / time`` (the row's ``limit_fraction``) says how much of the time is that unavoidable work. A
+layer that arranges it otherwise can beat it: the fast layer's batch shards (and its attention-bound
+training layers) run their products at one OpenBLAS thread each, so no idle OpenBLAS worker spins
+against their exp passes, and ``long`` fwd showed a fraction of 1.04–1.09 (sessions 7 and 8). It is tight for
 attention-bound rows (the (n, n) scores dominate, :func:`attention_bound`) and loose for
 FFN-heavy ones, whose GELU and LayerNorm passes it does not count.
 """
@@ -23,7 +28,9 @@ FFN-heavy ones, whose GELU and LayerNorm passes it does not count.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -31,6 +38,26 @@ __all__ = ["EXP_BLOCK", "layer_gemms", "attention_bound", "limit_call"]
 
 #: Elements per block of the exp pass: 256 KiB in float32, within L2 on current x86 cores.
 EXP_BLOCK = 1 << 16
+
+# The exp pass's own threads: threads − 1 workers, the caller being the first. Until session 8 the pass went
+# through the fast path's elementwise pool, which runs inline at its default of one thread, so it ran on one
+# thread whatever the row's count. Alone (settled, 2-core VM), attn-512's 2 M float32 scores take 0.74–0.76 ms on
+# one thread and 0.46–0.50 ms on two. Back to back with 2-thread products the second thread gains little: OpenBLAS's
+# idle worker spins on the other core for ~0.1 s after each product. Whole limit call, 2 threads, settled, before
+# → after: attn-512 fwd 2.96–3.16 → 3.03–3.14 ms, fwd+bwd 7.1–8.2 → 8.1–8.9 ms, long fwd 47.3–47.6 → 49.0–49.9 ms.
+_EXP_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_EXP_POOL_LOCK = threading.Lock()
+
+
+def _exp_workers(count: int) -> ThreadPoolExecutor:
+    """A pool of at least ``count`` threads for the exp pass's shares after the first (created once, grown)."""
+    global _EXP_POOL
+    with _EXP_POOL_LOCK:
+        if _EXP_POOL is None or _EXP_POOL[0] < count:
+            if _EXP_POOL is not None:
+                _EXP_POOL[1].shutdown(wait=False)
+            _EXP_POOL = (count, ThreadPoolExecutor(count, thread_name_prefix="transformer_np_limit"))
+        return _EXP_POOL[1]
 
 
 def attention_bound(dims) -> bool:
@@ -82,9 +109,8 @@ def limit_call(dims, dtype: str, mode: str, threads: int = 1, seed: int = 0) -> 
 
     Operands, outputs and exp buffers are allocated here, once: the call itself allocates nothing.
     The exp pass covers B·h·n² elements with :data:`EXP_BLOCK`-element blocks, each of ``threads``
-    threads working on its own in/out pair (inputs in [−10, 0]: no overflow, no subnormals)."""
-    from ..ops._threads import _parallel
-
+    threads (the caller and ``threads − 1`` pool threads, whatever the fast path's elementwise thread
+    count) working on its own in/out pair (inputs in [−10, 0]: no overflow, no subnormals)."""
     rng = np.random.default_rng(seed)
     products = []
     for _, a_shape, b_shape, ta, tb in layer_gemms(dims, mode):
@@ -105,9 +131,14 @@ def limit_call(dims, dtype: str, mode: str, threads: int = 1, seed: int = 0) -> 
             m = last if i == blocks - 1 else size
             np.exp(src[:m], out=dst[:m])
 
+    pool = _exp_workers(workers - 1) if workers > 1 else None
+
     def call() -> None:
         for a, b, out in products:
             np.matmul(a, b, out=out)
-        _parallel(exp_share, workers)
+        others = [pool.submit(exp_share, w) for w in range(1, workers)] if pool is not None else []
+        exp_share(0)
+        for f in others:
+            f.result()                                   # every share done (a worker's error re-raised)
 
     return call
