@@ -56,10 +56,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -80,107 +78,16 @@ from ._diagnosis import (
 from ._exercise_specs import EXERCISES, Case, Exercise, Mistake
 from ._exercise_specs import copy_inputs as _copy
 from ._integrity import CallWatch, allowed_objects, static_findings
+from .feedback import _MAX_LINES as _MAX_LINES  # re-exported: importable from here as before the split
+from .feedback import FEEDBACK_ENV, Feedback, Problem, _Stop, feedback_level
+from .feedback import _summarise as _summarise  # re-exported, as _MAX_LINES
 
 __all__ = ["EXERCISE_NAMES", "FEEDBACK_ENV", "FOLLOW_LIMIT", "MATCH", "TOLERANCE", "Feedback", "Problem",
            "check_backward", "check_forward", "feedback_level"]
 
 FOLLOW_LIMIT = 0.5  # a wrong forward within this relative error of the op (or a named slip) is followed
-FEEDBACK_ENV = "TRANSFORMER_NP_FEEDBACK"   # "hint" (default: diagnoses in words) or "instructor" (+ the fix)
 EXERCISE_NAMES = tuple(EXERCISES)
 _INTEGRITY = True   # refuse calls into the library (tests of the diagnoses that wrap library ops turn it off)
-_MAX_LINES = 4     # gradient problems shown in full before the rest are summarised
-
-
-# ----------------------------------------------------------------------------- feedback objects
-def feedback_level() -> str:
-    """``"hint"`` (the default: what is wrong, in words — which term, axis or shape) or ``"instructor"``
-    (also the corrected formula or code), from the environment variable ``TRANSFORMER_NP_FEEDBACK``."""
-    level = os.environ.get(FEEDBACK_ENV, "hint").strip().lower() or "hint"
-    if level not in ("hint", "instructor"):
-        raise InputValueError(f"{FEEDBACK_ENV} must be 'hint' or 'instructor'; got {level!r}")
-    return level
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong: ``output`` (e.g. "out", "dgamma"), a machine-readable ``code``, the diagnosis in
-    words (``message``) and the fix (``fix``: the corrected formula or code, shown to instructors only)."""
-
-    output: str
-    code: str
-    message: str
-    fix: str = ""
-
-
-@dataclass
-class Feedback:
-    """What is wrong with a student's function; its ``repr`` is the text a student reads.
-
-    Attributes:
-        function: the student's function the feedback is about ("softmax_backward").
-        header: one line saying which case failed.
-        problems: the problems found, in order.
-        notes: further lines (the finite-difference check, cases that passed).
-    """
-
-    function: str
-    header: str
-    problems: list[Problem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def codes(self) -> list[str]:
-        """The problem codes, in order (``gradcheck`` included when it failed)."""
-        return [p.code for p in self.problems]
-
-    @property
-    def text(self) -> str:
-        """The feedback as plain text at :func:`feedback_level`: a header line, one line per distinct
-        problem, then the notes. At the default level no line contains the corrected formula or code."""
-        return self.render(feedback_level() == "instructor")
-
-    @property
-    def instructor_text(self) -> str:
-        """The text with each problem's fix (the corrected formula or code): for the instructor's report."""
-        return self.render(True)
-
-    def render(self, with_fix: bool) -> str:
-        lines = [f"✗ {self.function}: {self.header}"]
-        lines += _summarise(self.problems, with_fix)
-        lines += [f"  {n}" for n in self.notes]
-        return "\n".join(line.rstrip() for line in lines if line.strip())   # no blank line: doctest-safe
-
-    def __repr__(self) -> str:
-        return self.text
-
-    __str__ = __repr__
-
-
-def _summarise(problems: list[Problem], with_fix: bool = False) -> list[str]:
-    """One line per distinct message (gradients sharing a diagnosis are listed together), at most
-    ``_MAX_LINES`` of them, then a count of the rest."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for p in problems:
-        groups.setdefault((p.code, p.message, p.fix if with_fix else ""), []).append(p.output)
-    lines = []
-    for (_code, message, fix), outputs in list(groups.items())[:_MAX_LINES]:
-        who = outputs[0] if len(outputs) == 1 else ", ".join(outputs[:3]) + (
-            f" and {len(outputs) - 3} more" if len(outputs) > 3 else "")
-        lines.append(f"  - {who}: {message}" + (f" [fix: {fix}]" if fix else ""))
-    rest = list(groups.values())[_MAX_LINES:]
-    if rest:
-        names = [o for outs in rest for o in outs]
-        lines.append(f"  - also wrong: {', '.join(names[:6])}{' …' if len(names) > 6 else ''} "
-                     f"(fix the ones above first: later gradients depend on them)")
-    return lines
-
-
-class _Stop(Exception):
-    """Internal: a problem that ends the check of the current case."""
-
-    def __init__(self, problem: Problem):
-        super().__init__(problem.message)
-        self.problem = problem
 
 
 # ----------------------------------------------------------------------------- public API
