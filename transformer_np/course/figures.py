@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 
 from .._compat import forward_moved as _forward_moved
+from .._optional import require
 
 __all__ = ["FIGURE_MODULES", "FIGURE_SETS", "FigureError", "generate", "title"]
 
@@ -96,10 +97,7 @@ def generate(outdir: str = "figures", modules=FIGURE_MODULES, timings: bool = Fa
         if fn is not None and not callable(fn):
             raise TypeError(f"{name} must be a callable or None, got {type(fn).__name__}")
     os.environ.setdefault("MPLBACKEND", "Agg")
-    try:
-        import matplotlib
-    except ImportError as e:
-        raise ImportError("the figures command needs matplotlib: pip install 'transformer_np[plot]'") from e
+    matplotlib = require("matplotlib", "the figures command needs matplotlib: pip install 'transformer_np[plot]'")
     matplotlib.use("Agg")
     os.makedirs(outdir, exist_ok=True)
     log = log or (lambda line: None)

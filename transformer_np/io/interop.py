@@ -64,6 +64,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .._optional import require
 from .._validate import describe
 from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
@@ -271,12 +272,8 @@ def hf_module_names(config: EncoderConfig | HFEncoderConfig) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- transformers modules
 def _require_transformers():
-    try:
-        import transformers
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("this function needs transformers: pip install transformers "
-                          "(or pip install 'transformer_np[hf]')") from e
-    return transformers
+    return require("transformers", "this function needs transformers: pip install transformers "
+                                   "(or pip install 'transformer_np[hf]')")
 
 
 def from_hf_bert(model, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]]:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._optional import require
 from .._validate import describe
 from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
@@ -56,13 +57,8 @@ _PIP = "pip install jax flax (or pip install 'transformer_np[jax]')"
 
 
 def _require_flax():
-    try:
-        import jax
-        import jax.numpy as jnp
-        from flax import nnx
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(f"the JAX lane needs jax and flax: {_PIP}") from e
-    return jax, jnp, nnx
+    hint = f"the JAX lane needs jax and flax: {_PIP}"
+    return require("jax", hint), require("jax.numpy", hint), require("flax.nnx", hint)
 
 
 def _jax_dtype(dtype):

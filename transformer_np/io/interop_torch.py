@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._optional import require
 from .._validate import describe
 from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
@@ -190,12 +191,8 @@ def torch_state_dict_from_params(tree: Mapping[str, np.ndarray], config: Encoder
 
 # ----------------------------------------------------------------------------- torch / transformers modules
 def _require_torch():
-    try:
-        import torch
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("this function needs PyTorch: pip install torch==2.13.0 "
-                          "(or pip install 'transformer_np[torch]')") from e
-    return torch
+    return require("torch", "this function needs PyTorch: pip install torch==2.13.0 "
+                            "(or pip install 'transformer_np[torch]')")
 
 
 def _torch_activation(layer) -> str:

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from .._optional import require
+
 __all__ = ["matmul_peak", "machine_info", "OtherLoad", "other_load", "busy_warnings", "recommended_threads",
            "BUSY_CORES", "UNSTEADY_SPREAD", "library_thread_defaults"]
 
@@ -24,11 +26,7 @@ _TORCH_HINT = "the bench command needs PyTorch: pip install 'transformer_np[torc
 
 
 def _import_torch():
-    try:
-        import torch
-    except ImportError as e:
-        raise ImportError(_TORCH_HINT) from e
-    return torch
+    return require("torch", _TORCH_HINT)
 
 
 def _blas_threads() -> tuple[int, str]:
@@ -45,12 +43,9 @@ def _blas_threads() -> tuple[int, str]:
 
 def _limit_blas_threads(threads: int):
     """threadpoolctl's limiter for OpenBLAS (call ``.restore_original_limits()`` to undo)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError as e:
-        raise ImportError("setting the BLAS thread count needs threadpoolctl: pip install threadpoolctl "
-                          "(or set OPENBLAS_NUM_THREADS before starting Python)") from e
-    return threadpool_limits(threads, user_api="blas")
+    threadpoolctl = require("threadpoolctl", "setting the BLAS thread count needs threadpoolctl: pip install "
+                                             "threadpoolctl (or set OPENBLAS_NUM_THREADS before starting Python)")
+    return threadpoolctl.threadpool_limits(threads, user_api="blas")
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._optional import require
 from .machine import _blas_threads, _import_torch, _limit_blas_threads, library_thread_defaults
 from .timing import SETTLE_S, _check_settle, interleaved
 
@@ -27,10 +28,8 @@ def minilm_throughput(n_sentences: int = 1000, rounds: int = 3, threads: int | N
     _check_settle(settle)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch = _import_torch()
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as e:
-        raise ImportError("the MiniLM throughput needs sentence-transformers: pip install sentence-transformers") from e
+    SentenceTransformer = require("sentence_transformers", "the MiniLM throughput needs sentence-transformers: "
+                                  "pip install sentence-transformers").SentenceTransformer
     from ..io.pretrained import MODEL_NAME, load_pretrained, model_folder
 
     ours = load_pretrained(MODEL_NAME)

@@ -28,6 +28,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+from .._optional import require
 from . import machine, minilm_bench, timing
 
 PARTS = ("tokenisation", "embeddings", "layers", "pooling", "other")
@@ -140,10 +141,8 @@ def minilm_profile(n_sentences: int = 1000, rounds: int = 3, threads: int | None
     of untimed calls of a side before each of its timed calls (default :data:`transformer_np.perf.timing.SETTLE_S`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch = machine._import_torch()
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as e:
-        raise ImportError("the MiniLM profile needs sentence-transformers: pip install sentence-transformers") from e
+    SentenceTransformer = require("sentence_transformers", "the MiniLM profile needs sentence-transformers: "
+                                  "pip install sentence-transformers").SentenceTransformer
     from ..io.pretrained import MODEL_NAME, load_pretrained, model_folder
 
     if clock not in timing.CLOCKS:

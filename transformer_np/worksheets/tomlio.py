@@ -7,6 +7,7 @@ import os
 import re
 
 from .._files import read_bytes_bounded
+from .._optional import require
 from ..errors import WorksheetError
 
 __all__ = ["read_toml", "parse_toml", "scan_toml", "toml_value", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_ENTRIES",
@@ -19,13 +20,9 @@ def _toml_module():
     try:
         import tomllib  # Python >= 3.11
         return tomllib
-    except ModuleNotFoundError:
-        try:
-            import tomli  # the same parser, packaged for Python 3.10
-            return tomli
-        except ModuleNotFoundError as e:
-            raise ImportError("reading a worksheet on Python 3.10 needs the 'tomli' package "
-                              "(pip install tomli, or pip install 'transformer_np[worksheets]')") from e
+    except ModuleNotFoundError:                      # the same parser, packaged for Python 3.10
+        return require("tomli", "reading a worksheet on Python 3.10 needs the 'tomli' package "
+                                "(pip install tomli, or pip install 'transformer_np[worksheets]')")
 
 
 def parse_toml(text: str, source: str) -> dict:

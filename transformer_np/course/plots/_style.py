@@ -20,6 +20,8 @@ import contextlib
 import functools
 import os
 
+from ..._optional import require
+
 __all__ = ["DPI", "NAMES", "RC", "colorbar", "figure", "name", "pyplot", "save", "styled"]
 
 DPI = 150
@@ -58,12 +60,8 @@ def name(key: str) -> str:
 
 def pyplot():
     """``matplotlib.pyplot``, or an ImportError that names the pip extra."""
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError("the course figures need matplotlib: pip install 'transformer_np[plot]' "
-                          "(or pip install matplotlib)") from e
-    return plt
+    return require("matplotlib.pyplot", "the course figures need matplotlib: pip install 'transformer_np[plot]' "
+                                        "(or pip install matplotlib)")
 
 
 @contextlib.contextmanager
