@@ -44,7 +44,7 @@ EXP_BLOCK = 1 << 16
 # thread whatever the row's count. Alone (settled, 2-core VM), attn-512's 2 M float32 scores take 0.74–0.76 ms on
 # one thread and 0.46–0.50 ms on two. Back to back with 2-thread products the second thread gains little: OpenBLAS's
 # idle worker spins on the other core for ~0.1 s after each product. Whole limit call, 2 threads, settled, before
-# → after: attn-512 fwd 2.96–3.16 → 3.03–3.14 ms, fwd+bwd 7.1–8.2 → 8.1–8.9 ms, long fwd 47.3–47.6 → 49.0–49.9 ms.
+# → after: attn-512 fwd 2.98–3.16 → 3.03–3.14 ms, fwd+bwd 7.1–8.2 → 8.1–8.9 ms, long fwd 47.3–47.6 → 49.0–49.9 ms.
 _EXP_POOL: tuple[int, ThreadPoolExecutor] | None = None
 _EXP_POOL_LOCK = threading.Lock()
 
