@@ -20,7 +20,7 @@ is left out, so the limit is a lower bound on NumPy's time for the work arranged
 ``limit / time`` (the row's ``limit_fraction``) says how much of the time is that unavoidable work. A
 layer that arranges it otherwise can beat it: the fast layer's batch shards (and its attention-bound
 training layers) run their products at one OpenBLAS thread each, so no idle OpenBLAS worker spins
-against their exp passes, and ``long`` fwd showed a fraction of 1.04–1.09 (sessions 7 and 8). It is tight for
+against their exp passes, and ``long`` fwd showed a fraction of 1.04–1.17 (sessions 7 and 8). It is tight for
 attention-bound rows (the (n, n) scores dominate, :func:`attention_bound`) and loose for
 FFN-heavy ones, whose GELU and LayerNorm passes it does not count.
 """
@@ -131,11 +131,11 @@ def limit_call(dims, dtype: str, mode: str, threads: int = 1, seed: int = 0) -> 
             m = last if i == blocks - 1 else size
             np.exp(src[:m], out=dst[:m])
 
-    pool = _exp_workers(workers - 1) if workers > 1 else None
-
     def call() -> None:
         for a, b, out in products:
             np.matmul(a, b, out=out)
+        # the pool is looked up per call: a row with more threads since this one was built replaced it
+        pool = _exp_workers(workers - 1) if workers > 1 else None
         others = [pool.submit(exp_share, w) for w in range(1, workers)] if pool is not None else []
         exp_share(0)
         for f in others:
