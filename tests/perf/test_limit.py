@@ -86,9 +86,11 @@ def test_limit_exp_pass_runs_on_the_rows_threads(monkeypatch, elementwise_thread
     assert sorted(threads.count(t) for t in set(threads)) == [2, 3]    # blocks 0, 2, 4 and 1, 3
 
 
-def test_a_limit_call_still_runs_after_a_row_with_more_threads():
+def test_a_limit_call_still_runs_after_a_row_with_more_threads(monkeypatch):
     """The exp pass's pool grows for a row with more threads (the old one shut down): a call built before
     that keeps working, on its own row's thread count."""
+    monkeypatch.setattr(limit, "EXP_BLOCK", 50)                 # 225 scores: 5 blocks, room for 4 threads
+    monkeypatch.setattr(limit, "_EXP_POOL", None)               # a fresh pool, whatever ran before
     first = limit.limit_call((1, 15, 4, 1, 4), "float32", "fwd", threads=2)
     first()
     limit.limit_call((1, 15, 4, 1, 4), "float32", "fwd", threads=4)()
