@@ -42,7 +42,7 @@ def _block_layout(lead: tuple, n_q: int, n_k: int) -> tuple[int, int, int]:
     while axis > 0 and inner * lead[axis - 1] <= fit:
         axis, inner = axis - 1, inner * lead[axis - 1]
     if axis == 0:
-        return 0, lead[0], max(n_q, 1)
+        return 0, max(1, lead[0]), max(n_q, 1)          # lead[0] = 0 (an empty batch): no block, not a 0 step
     return axis - 1, max(1, fit // inner), max(n_q, 1)
 
 
