@@ -83,6 +83,7 @@ from .checks import (
     _raise_overflow,
 )
 from .config import EncoderConfig
+from .flops import layer_flops
 from .inference import _embeddings_infer, _layer_infer
 from .params import layer_prefix, param_shapes, sub_params, validate_params
 
@@ -146,10 +147,9 @@ def _blas_one_thread(shape: tuple, config: EncoderConfig, dropout: bool) -> bool
     B, n, d = shape
     h = config.n_heads
     if dropout or len(_attention_blocks._shard_blocks((B, h), n, n, d // h)) < 2:
-        return False
-    attention = 4 * B * n * n * d                                 # S = Q Kᵀ and O = A V (fwd), all heads
-    products = 2 * B * n * d * (4 * d + 2 * config.d_ff)          # Q, K, V, O projections and the FFN
-    return attention >= _ATTENTION_SHARE * (attention + products)
+        return False                                  # (a split needs B, n ≥ 1: layer_flops' arguments)
+    flops = layer_flops(config, B, n)                 # attention_scores: Q Kᵀ and A V, all heads
+    return flops["attention_scores"] >= _ATTENTION_SHARE * flops["total"]
 
 
 def _layer_train(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None, training: bool,
