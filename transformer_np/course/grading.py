@@ -27,6 +27,7 @@ import os
 import secrets
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputValueError
@@ -59,6 +60,27 @@ POINTS: dict[str, dict[str, int]] = {
     "05_gelu_ffn": {"q1": 1, "q2": 1, "q3": 1, "q4": 2},
     "06_encoder_layer": {"q1": 2, "q2": 2},
 }
+
+
+@dataclass(frozen=True)
+class GradedCheck:
+    """One hidden, point-carrying check of an assignment."""
+
+    question: str
+    kind: str
+    exercise: str
+    points: float
+
+
+def graded_checks(assignment: str) -> list[GradedCheck]:
+    """The point-carrying checks of ``assignment``, a question's points shared among its exercise names."""
+    if assignment not in POINTS:
+        raise InputValueError(f"assignment must be one of {', '.join(POINTS)}; got {assignment!r}")
+    out = []
+    for q, (kind, names) in CHECKS[assignment].items():
+        for name in names:
+            out.append(GradedCheck(q, kind, name, POINTS[assignment][q] / len(names)))
+    return out
 
 
 def grading_seed() -> int:
