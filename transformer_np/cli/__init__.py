@@ -27,6 +27,7 @@ COMMANDS = {
     "trace": ("transformer_np.cli.trace", "the article's 'the cat sat' worked example, recomputed"),
     "check": ("transformer_np.cli.check", "check a hand calculation written as a worksheet (TOML)"),
     "worksheet": ("transformer_np.cli.worksheet", "write a fresh worksheet for hand calculation (worksheet new)"),
+    "grade": ("transformer_np.cli.grade", "grade course exercises: each submission run in its own restricted process"),
     "gradcheck": ("transformer_np.cli.gradcheck", "finite-difference gradient checks of every op (float64)"),
     "gradflow": ("transformer_np.cli.gradflow", "gradient flow through deep Pre-LN / Post-LN stacks"),
     "embed": ("transformer_np.cli.embed", "sentence embeddings with all-MiniLM-L6-v2 in NumPy"),

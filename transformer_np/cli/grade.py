@@ -1,0 +1,191 @@
+"""The ``grade`` command: the grade of record of a course exercise, each submission run in its own process.
+
+    transformer-np grade 01_softmax submissions/ --csv grades.csv --workers 2
+
+EXERCISE is an assignment's name as in ``exercises/`` (``01_softmax`` … ``06_encoder_layer``); each SUBMISSION
+is an ``.ipynb`` file or a folder of them. The student's cells run in a child process that cannot import this
+project or any framework (NumPy, math and the standard library only), with limits on time, memory and files; the
+hidden cases, the reference and the comparisons stay in the grader. Points attach to named checks. A crash, a
+timeout or a wrong output costs that check only; the run goes on with the next submission.
+
+Without ``--json`` a line per submission (score, each question) and the feedback of each failed check are
+printed; progress goes to stderr. ``--csv FILE`` writes one row per submission (file, score, out_of, each
+question, flags) with every cell a spreadsheet would read as a formula escaped; ``--csv -`` writes it to
+standard output. ``--similarity`` compares each graded function with the library's own source and with every
+other submission in the run, and lists the pairs above the threshold: flagged for the instructor, never
+penalised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+
+__all__ = ["add_arguments", "run", "csv_cell", "terminal_text"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("exercise", metavar="EXERCISE", help="the assignment: 01_softmax … 06_encoder_layer")
+    p.add_argument("submissions", metavar="SUBMISSION", nargs="+", help="an .ipynb file or a folder of them")
+    p.add_argument("--csv", metavar="FILE", help="write one row per submission to FILE ('-': standard output)")
+    p.add_argument("--force", action="store_true", help="let --csv replace an existing FILE")
+    p.add_argument("--json", action="store_true", help="print the grades as JSON instead of text")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="seconds one cell or one call of a student's function may take (default 10)")
+    p.add_argument("--submission-timeout", type=float, default=300.0, metavar="S",
+                   help="seconds a whole submission may take (default 300)")
+    p.add_argument("--memory-mb", type=int, default=1024, metavar="MB",
+                   help="address-space limit of a submission's process, NumPy included (default 1024)")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")
+    p.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="the hidden cases' seed, to reproduce a run (default: a fresh random one, printed)")
+    p.add_argument("--similarity", action="store_true",
+                   help="list pairs of graded functions that look copied (from the library or each other)")
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in list(range(0x20)) + list(range(0x7F, 0xA0)) if c not in (0x0A,)}
+
+
+def terminal_text(text: str, newlines: bool = True) -> str:
+    """``text`` with control characters shown escaped (``\\x1b``), so a file name or a student's output cannot
+    move the cursor or recolour the terminal; newlines kept when ``newlines``."""
+    table = dict(_CONTROL)
+    if not newlines:
+        table[0x0A] = "\\n"
+    return str(text).translate(table)
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell a spreadsheet will not execute: text beginning with = + - @, TAB or CR gets a leading '."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be a positive number of seconds; got {args.timeout}")
+    if not args.submission_timeout > 0:
+        raise ValueError(f"--submission-timeout must be a positive number of seconds; got {args.submission_timeout}")
+    if args.memory_mb < 256:
+        raise ValueError(f"--memory-mb must be at least 256 (NumPy itself needs ~150 MB); got {args.memory_mb}")
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1; got {args.workers}")
+    if args.csv and args.csv != "-" and os.path.lexists(args.csv) and not args.force:
+        raise ValueError(f"--csv {args.csv!r} exists; add --force to replace it")
+    if args.csv == "-" and args.json:
+        raise ValueError("--csv - and --json both write to standard output; choose one")
+
+
+def _rows(grades: list, questions: list[str]) -> list[list]:
+    rows = [["file", "score", "out_of"] + questions + ["flags"]]
+    for g in grades:
+        per = g.questions()
+        rows.append([g.file, f"{g.score:g}", f"{g.out_of:g}"] + [f"{per[q][0]:g}" if q in per else "" for q in questions]
+                    + [";".join(g.flags)])
+    return rows
+
+
+def _write_csv(path: str, rows: list[list]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for row in rows:
+        writer.writerow([csv_cell(c) for c in row])
+    if path == "-":
+        sys.stdout.write(buf.getvalue())
+        return
+    from .._files import write_atomic
+
+    write_atomic(path, buf.getvalue(), error=ValueError)
+
+
+def _similarity(exercise: str, grades: list) -> list:
+    from ..course.grade import read_code_cells
+    from ..course.grading import CHECKS
+    from ..course.similarity import function_sources, similarity_report
+    from ..course._exercise_specs import EXERCISES
+
+    names = []
+    for _, (_, exercises) in CHECKS[exercise].items():
+        for e in exercises:
+            names += [EXERCISES[e].forward, EXERCISES[e].backward]
+    names = list(dict.fromkeys(names))
+    subs = {}
+    for g in grades:
+        if g.error is None:
+            cells, _ = read_code_cells(g.file)
+            subs[g.file] = function_sources([src for _, src in cells], names)
+    pairs = similarity_report(subs, exercise)
+    by_file = {g.file: g for g in grades}
+    for p in pairs:
+        for side, other in ((p.a, p.b), (p.b, p.a)):
+            if side in by_file:
+                by_file[side].flags.append(f"similar:{p.function}:{other}:{p.score:.2f}")
+    return pairs
+
+
+def _print_text(grades: list, pairs: list | None, seed: int) -> None:
+    out = sys.stdout
+    for g in grades:
+        name = terminal_text(g.file, newlines=False)
+        if g.error is not None:
+            out.write(f"{name}: 0/{g.out_of:g}  could not be graded: {terminal_text(g.error, False)}\n")
+            continue
+        per = "  ".join(f"{q} {e:g}/{o:g}" for q, (e, o) in g.questions().items())
+        out.write(f"{name}: {g.score:g}/{g.out_of:g}  {per}\n")
+        for c in g.checks:
+            if c.feedback:
+                for line in terminal_text(c.feedback).splitlines():
+                    out.write(f"    {line}\n")
+        for note in g.notes:
+            out.write(f"    note: {terminal_text(note, False)}\n")
+    if grades:
+        scores = [g.score for g in grades]
+        out_of = grades[0].out_of
+        full = sum(s == out_of for s in scores)
+        out.write(f"{len(grades)} submission{'s' if len(grades) != 1 else ''}: mean {sum(scores) / len(scores):.2f}"
+                  f"/{out_of:g}, {full} with full marks (hidden cases drawn with seed {seed})\n")
+    if pairs is not None:
+        if not pairs:
+            out.write("similarity: no pair above the threshold\n")
+        for p in pairs:
+            out.write(f"similar ({p.score:.2f}): {p.function} in {terminal_text(p.a, False)} and "
+                      f"{terminal_text(p.b, False)} — flagged for a look, not penalised\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    _validate(args)
+    import secrets
+
+    from ..course.grade import grade_submissions
+    from ..course.grading import POINTS
+    from ..course.sandbox import Limits
+    from ._progress import Progress
+
+    if args.exercise not in POINTS:
+        raise ValueError(f"EXERCISE must be one of {', '.join(POINTS)}; got {args.exercise!r}")
+    seed = secrets.randbits(32) if args.seed is None else args.seed
+    limits = Limits(call_timeout=args.timeout, submission_timeout=args.submission_timeout, memory_mb=args.memory_mb,
+                    cpu_seconds=int(args.submission_timeout) + 30)
+    progress = Progress(f"grading {args.exercise}")
+    try:
+        grades = grade_submissions(args.exercise, args.submissions, workers=args.workers, seed=seed, limits=limits,
+                                   progress=lambda i, n, f: progress(i, n, terminal_text(os.path.basename(f), False)))
+    finally:
+        progress.close()
+    pairs = _similarity(args.exercise, grades) if args.similarity else None
+    if args.csv:
+        _write_csv(args.csv, _rows(grades, list(POINTS[args.exercise])))
+    if args.json:
+        doc = {"exercise": args.exercise, "seed": seed, "submissions": [g.to_dict() for g in grades]}
+        if pairs is not None:
+            doc["similar"] = [{"function": p.function, "a": p.a, "b": p.b, "score": p.score} for p in pairs]
+        json.dump(doc, sys.stdout, indent=1, ensure_ascii=True)
+        sys.stdout.write("\n")
+    elif args.csv != "-":
+        _print_text(grades, pairs, seed)
+    return 0
