@@ -85,8 +85,8 @@ def _rows(grades: list, questions: list[str]) -> list[list]:
     rows = [["file", "score", "out_of"] + questions + ["flags"]]
     for g in grades:
         per = g.questions()
-        rows.append([g.file, f"{g.score:g}", f"{g.out_of:g}"] + [f"{per[q][0]:g}" if q in per else "" for q in questions]
-                    + [";".join(g.flags)])
+        cells = [f"{per[q][0]:g}" if q in per else "" for q in questions]
+        rows.append([g.file, f"{g.score:g}", f"{g.out_of:g}"] + cells + [";".join(g.flags)])
     return rows
 
 
@@ -105,15 +105,9 @@ def _write_csv(path: str, rows: list[list]) -> None:
 
 def _similarity(exercise: str, grades: list) -> list:
     from ..course.grade import read_code_cells
-    from ..course.grading import CHECKS
-    from ..course.similarity import function_sources, similarity_report
-    from ..course._exercise_specs import EXERCISES
+    from ..course.similarity import function_sources, graded_functions, similarity_report
 
-    names = []
-    for _, (_, exercises) in CHECKS[exercise].items():
-        for e in exercises:
-            names += [EXERCISES[e].forward, EXERCISES[e].backward]
-    names = list(dict.fromkeys(names))
+    names = graded_functions(exercise)
     subs = {}
     for g in grades:
         if g.error is None:
