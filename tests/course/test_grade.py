@@ -385,3 +385,69 @@ def test_the_wire_refuses_what_is_not_numbers():
     with pytest.raises(wire.WireError):
         wire.unpack(good[:-8])
     assert sys.getrecursionlimit() > wire.MAX_DEPTH
+
+
+# ----------------------------------------------------------------------------- the command
+def _cli(*argv):
+    from transformer_np.cli import main
+
+    return main(list(argv))
+
+
+def test_the_command_writes_a_gradebook_a_spreadsheet_cannot_execute(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)                    # relative names: the file cell begins with the name itself
+    notebook(tmp_path / "=HYPERLINK(1).ipynb", SOL)
+    notebook(tmp_path / "@bob.ipynb", EMPTY)
+    notebook(tmp_path / "carol.ipynb", SOL)
+    out = tmp_path / "grades.csv"
+    assert _cli("grade", "01_softmax", "=HYPERLINK(1).ipynb", "@bob.ipynb", "carol.ipynb", "--csv", str(out),
+                "--seed", "7", "--timeout", "5") == 0
+    import csv
+
+    rows = list(csv.reader(out.read_text(encoding="utf-8").splitlines()))
+    assert rows[0] == ["file", "score", "out_of", "q1", "q2", "flags"]
+    assert [r[:5] for r in rows[1:]] == [["'=HYPERLINK(1).ipynb", "3", "3", "1", "2"],
+                                         ["'@bob.ipynb", "0", "3", "0", "0"], ["carol.ipynb", "3", "3", "1", "2"]]
+    text = capsys.readouterr().out
+    assert "3 submissions: mean 2.00/3" in text and "seed 7" in text
+    # an existing gradebook is not replaced without --force; '-' is standard output
+    assert _cli("grade", "01_softmax", "carol.ipynb", "--csv", str(out)) == 2
+    assert "exists; add --force" in capsys.readouterr().err
+    assert _cli("grade", "01_softmax", "@bob.ipynb", "--csv", "-", "--seed", "7") == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("'@bob.ipynb,0,3")
+    assert not (tmp_path / "-").exists()
+
+
+def test_csv_cells_are_escaped():
+    from transformer_np.cli.grade import csv_cell, terminal_text
+
+    for bad in ("=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx"):
+        assert csv_cell(bad) == "'" + bad
+    assert csv_cell("alice.ipynb") == "alice.ipynb"
+    assert terminal_text("a\x1b[31mb\x07") == "a\\x1b[31mb\\x07"
+
+
+def test_the_command_json_and_similarity(tmp_path, capsys):
+    a = notebook(tmp_path / "a.ipynb", SOL)
+    b = notebook(tmp_path / "b.ipynb", SOL)                    # the same code twice: flagged, not penalised
+    assert _cli("grade", "01_softmax", str(a), str(b), "--json", "--similarity", "--seed", "3") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["seed"] == 3 and [s["score"] for s in doc["submissions"]] == [3, 3]
+    assert {doc["similar"][0]["a"], doc["similar"][0]["b"]} == {str(a), str(b)}
+    assert all(any(f.startswith("similar:") for f in s["flags"]) for s in doc["submissions"])
+    assert set(doc["submissions"][0]["questions"]) == {"q1", "q2"}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["07_x", "a.ipynb"], "EXERCISE must be one of"),
+    (["01_softmax", "missing.ipynb"], "no such submission"),
+    (["01_softmax", "a.ipynb", "--timeout", "0"], "--timeout must be a positive"),
+    (["01_softmax", "a.ipynb", "--workers", "0"], "--workers must be at least 1"),
+    (["01_softmax", "a.ipynb", "--memory-mb", "10"], "--memory-mb must be at least 256"),
+])
+def test_bad_arguments_get_one_line_and_status_2(argv, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    notebook(tmp_path / "a.ipynb", SOL)
+    assert _cli("grade", *argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1, err
