@@ -13,10 +13,13 @@ wrong and how, and whose ``codes`` name each problem for programs. Nothing the s
 escapes as an exception: a ``NotImplementedError``, an unfilled body (``...`` returns None), a
 crash, a wrong return type or shape all become feedback.
 
-First, no marks for calling the library: the graded function's source is read and, while it runs,
-its calls are watched (:mod:`transformer_np.course._integrity`); a call into transformer_np's ops or
-model, or into torch/jax, ends the check with ``library_call`` (functions the notebook hands out, an
-exercise's ``allowed``, excepted).
+These checks run in the student's own Python process (the notebook's kernel, or otter's): they are
+the student's feedback loop and the formative score, and code in the notebook can change what they
+see. They do not try to refuse calls into the library. The grade of record is ``transformer-np grade``,
+which runs the student's cells in a separate process where this library (and any framework) cannot be
+imported, and calls the student's functions from the grader through proxies; it reuses
+:func:`run_forward` and :func:`run_backward` on those proxies, so both give the same verdicts on honest
+work.
 
 How a forward is checked, case by case (simplest first; the first failing case is reported):
 
@@ -54,7 +57,6 @@ more cases drawn at grading time.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import warnings
 from collections.abc import Callable
@@ -77,7 +79,6 @@ from ._diagnosis import (
 )
 from ._exercise_specs import EXERCISES, Case, Exercise, Mistake
 from ._exercise_specs import copy_inputs as _copy
-from ._integrity import CallWatch, allowed_objects, static_findings
 from .feedback import _MAX_LINES as _MAX_LINES  # re-exported: importable from here as before the split
 from .feedback import FEEDBACK_ENV, Feedback, Problem, _Stop, feedback_level
 from .feedback import _summarise as _summarise  # re-exported, as _MAX_LINES
@@ -87,7 +88,6 @@ __all__ = ["EXERCISE_NAMES", "FEEDBACK_ENV", "FOLLOW_LIMIT", "MATCH", "TOLERANCE
 
 FOLLOW_LIMIT = 0.5  # a wrong forward within this relative error of the op (or a named slip) is followed
 EXERCISE_NAMES = tuple(EXERCISES)
-_INTEGRITY = True   # refuse calls into the library (tests of the diagnoses that wrap library ops turn it off)
 
 
 # ----------------------------------------------------------------------------- public API
@@ -123,28 +123,11 @@ def check_backward(exercise: str, forward: Callable, backward: Callable) -> Feed
     return run_backward(ex, forward, backward, ex.cases())
 
 
-def _library_use(ex: Exercise, fn: Callable) -> Problem | None:
-    """The static no-library-calls check of one graded function."""
-    if not _INTEGRITY:
-        return None
-    findings = static_findings(fn, allowed_objects(ex.allowed))
-    return None if not findings else _library_problem(getattr(fn, "__name__", "your function"), findings)
-
-
-def _library_problem(name: str, findings: list[str]) -> Problem:
-    return Problem(name, "library_call", f"{'; '.join(findings[:3])} — this question asks you to write it with "
-                   f"NumPy yourself: a graded function that calls transformer_np's ops or model, or a framework's "
-                   f"autograd (torch, jax), scores 0 for the question")
-
-
 def run_forward(ex: Exercise, forward: Callable, cases: list[Case], hidden: bool = False) -> Feedback | None:
     """:func:`check_forward` on given cases (``hidden``: the labels say so)."""
     if not callable(forward):
         return Feedback(ex.forward, f"expected your function {ex.signature}, got {_kind(forward)}",
                         [Problem(ex.forward, "not_callable", "define it with def, then run its cell")])
-    lib = _library_use(ex, forward)
-    if lib is not None:
-        return Feedback(ex.forward, "uses the library instead of computing the op", [lib])
     for i, case in enumerate(cases):
         problems = _forward_case(ex, forward, case)
         if problems:
@@ -153,7 +136,7 @@ def run_forward(ex: Exercise, forward: Callable, cases: list[Case], hidden: bool
 
 
 _STRUCTURAL = {"not_implemented", "exception", "returned_none", "not_tuple", "wrong_count", "missing_gradient",
-               "unexpected_gradient", "not_array", "shape", "library_call", "not_callable", "mutated_input",
+               "unexpected_gradient", "not_array", "shape", "not_callable", "mutated_input",
                "nonfinite"}
 
 
@@ -163,9 +146,6 @@ def run_backward(ex: Exercise, forward: Callable, backward: Callable, cases: lis
     if not callable(backward):
         return Feedback(ex.backward, f"expected your function {ex.backward_signature}, got {_kind(backward)}",
                         [Problem(ex.backward, "not_callable", "define it with def, then run its cell")])
-    lib = _library_use(ex, backward)
-    if lib is not None:
-        return Feedback(ex.backward, "uses the library instead of computing the gradients", [lib])
     fwd = run_forward(ex, forward, cases, hidden)
     if fwd is not None:
         first = fwd.problems[0] if fwd.problems else Problem(ex.forward, "forward_first", fwd.header)
@@ -263,21 +243,14 @@ def _passed_note(i: int, cases: list[Case], hidden: bool = False) -> list[str]:
 
 # ----------------------------------------------------------------------------- calling student code
 def _call(ex: Exercise, function_name: str, fn: Callable, *args: Any) -> Any:
-    """Run student code; anything it raises becomes a ``_Stop`` with a one-line explanation, and so does
-    a call it makes into the library or a framework (watched while it runs, see :mod:`._integrity`).
+    """Run student code; anything it raises becomes a ``_Stop`` with a one-line explanation.
     Floating-point warnings are silenced: non-finite results are reported by the checks."""
-    watch = CallWatch(allowed_objects(ex.allowed)) if _INTEGRITY else contextlib.nullcontext()
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            with watch:
-                result = fn(*args)
+            result = fn(*args)
     except Exception as e:
-        if _INTEGRITY and getattr(watch, "findings", None):
-            raise _Stop(_library_problem(function_name, watch.findings)) from None
         _raise_stop(function_name, e)
-    if _INTEGRITY and watch.findings:
-        raise _Stop(_library_problem(function_name, watch.findings))
     return result
 
 

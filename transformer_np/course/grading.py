@@ -8,13 +8,18 @@ which run the same checks on the public cases *and* on cases drawn at grading ti
 (:func:`grading_seed`) — shapes varied (n_q ≠ n_k, n ≠ d, several heads, a batch larger than one),
 so outputs stored for the public inputs do not pass. As in the public checks:
 
-- a graded function that calls transformer_np's ops or model, or torch/jax, scores 0 for the question
-  with a message saying why (see :mod:`transformer_np.course._integrity` for what is caught);
 - a backward is graded against the library's gradients when the student's forward is right, and
   against finite differences of the student's *own* forward when that forward is wrong but recognisably
   the op (error carried forward: a forward slip costs the forward's points only);
 - feedback names the problem in words; the corrected formula is added only with
   ``TRANSFORMER_NP_FEEDBACK=instructor`` (or read ``Feedback.instructor_text``).
+
+Under otter these checks run in the student's own kernel, next to the student's code: their score is
+formative (code in the notebook can change it, e.g. by calling the library or patching this module).
+The grade of record is ``transformer-np grade``: the student's cells run in a separate process where
+this library cannot be imported, and the grader calls the student's functions through proxies, with the
+same :func:`~transformer_np.course.exercises.run_forward` / ``run_backward`` checks and
+:func:`graded_checks`' points.
 
 :data:`POINTS` is the one table of points: ``scripts/build_exercises.sh`` writes it into each
 notebook's questions when it builds the autograder, and the instructors' page prints it.
