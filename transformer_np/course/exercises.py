@@ -11,7 +11,10 @@ Both return ``None`` when every check passes — silence means correct, so an ot
 expected output — and otherwise a :class:`Feedback`, whose text (its ``repr``) says which output is
 wrong and how, and whose ``codes`` name each problem for programs. Nothing the student's code does
 escapes as an exception: a ``NotImplementedError``, an unfilled body (``...`` returns None), a
-crash, a wrong return type or shape all become feedback.
+crash (a ``KeyboardInterrupt`` or ``SystemExit`` too), a wrong return type or shape all become
+feedback. What the student's functions print is captured, not shown (a failed check says how much),
+and the checks' own arithmetic ignores the notebook's ``np.seterr`` and warnings filters
+(:mod:`._calling`).
 
 These checks run in the student's own Python process (the notebook's kernel, or otter's): they are
 the student's feedback loop and the formative score, and code in the notebook can change what they
@@ -30,7 +33,9 @@ How a forward is checked, case by case (simplest first; the first failing case i
 3. ``out`` must have the library's shape (``shape``: transposed, an extra axis, the shape of an
    input or of an intermediate such as the attention weights) and be finite (``nonfinite``);
 4. its values must agree with the library's op to a relative error of ``TOLERANCE``
-   (``rel_error`` of :mod:`transformer_np.model.gradcheck`). If not, the diagnosis is found by
+   (``rel_error`` of :mod:`transformer_np.model.gradcheck`). Values computed in float32 (a float32 or
+   float16 result, or float64 holding float32-rounded numbers, that agrees with the op to that
+   precision) are ``float32``. Otherwise the diagnosis is found by
    recomputing the op with each *known mistake* of that exercise (missing 1/√d_k, softmax over the
    wrong axis, sample variance, tanh-GELU, Pre-LN wiring, …) and keeping the one that reproduces the
    student's numbers (to ``MATCH``); failing that, by generic relations — a constant factor (named
@@ -43,15 +48,19 @@ or code (a mistake's ``fix``, the op's equation) is shown only at the ``instruct
 
 A backward, when the forward passes: on each case it gets a random upstream gradient; the return
 value must have the documented structure (``wrong_count``, ``missing_gradient``,
-``unexpected_gradient``, …); every gradient is compared with the library's backward and diagnosed as
-above (known mistakes: the diagonal-only softmax Jacobian, LayerNorm's missing mean terms, a skipped
+``unexpected_gradient``, …); every gradient is compared with the library's backward at
+``BACKWARD_TOLERANCE`` — the backward must be analytic: one that is close but not that close (within
+``TOLERANCE``), as a finite-difference backward is, gets ``not_analytic`` — and diagnosed as above
+(known mistakes: the diagonal-only softmax Jacobian, LayerNorm's missing mean terms, a skipped
 residual path, …; generic: scale, sign, transposition, another gradient's values
 ``swapped_gradients``). Then the finite-difference gradient check of
 :func:`transformer_np.model.gradcheck.check_op` runs the student's backward against central
 differences of the student's *own* forward (``gradcheck``). When the forward is wrong but recognisably
 the op (a named slip, or within ``FOLLOW_LIMIT`` of it), the backward is checked against central
-differences of that forward on every case instead — error carried forward — and a forward that is
-not the op at all gives ``forward_first``. The hidden, graded checks (:mod:`.grading`) run all this on
+differences of that forward on every case instead (at the gradient check's tolerance) — error carried
+forward — and a forward that is not the op at all gives ``forward_first``. A forward that returns
+NaN/inf on some cases only is followed on the others (the skipped cases are named): an overflow costs
+the forward only. The hidden, graded checks (:mod:`.grading`) run all this on
 more cases drawn at grading time.
 """
 
