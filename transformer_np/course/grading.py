@@ -8,9 +8,11 @@ which run the same checks on the public cases *and* on cases drawn at grading ti
 (:func:`grading_seed`) — shapes varied (n_q ≠ n_k, n ≠ d, several heads, a batch larger than one),
 so outputs stored for the public inputs do not pass. As in the public checks:
 
-- a backward is graded against the library's gradients when the student's forward is right, and
-  against finite differences of the student's *own* forward when that forward is wrong but recognisably
-  the op (error carried forward: a forward slip costs the forward's points only);
+- a backward is graded against the library's gradients when the student's forward is right, at
+  ``exercises.BACKWARD_TOLERANCE``: it must be analytic (a finite-difference backward cannot get that
+  close: ``not_analytic``); and against finite differences of the student's *own* forward when that
+  forward is wrong but recognisably the op (error carried forward: a forward slip, or an overflow on
+  some cases, costs the forward's points only);
 - feedback names the problem in words; the corrected formula is added only with
   ``TRANSFORMER_NP_FEEDBACK=instructor`` (or read ``Feedback.instructor_text``).
 
