@@ -284,3 +284,30 @@ def test_a_forward_that_is_nonfinite_everywhere_leaves_nothing_to_follow():
         return np.full_like(x, np.nan), None
 
     assert grade_backward("softmax", all_nan, softmax_bwd, seed=SEED).codes == ["forward_first"]
+
+
+def test_checks_in_parallel_threads_capture_their_own_prints_and_restore_the_streams(capsys):
+    """``transformer-np grade --workers`` runs checks in threads: each check counts its own student's prints,
+    nothing reaches the output, and sys.stdout/sys.stderr and the warnings filters are the ones from before."""
+    import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    def wrong_and_loud(n):
+        def student(x):
+            for _ in range(50):
+                print("y" * n, flush=True)                     # n + 1 characters a line
+                time.sleep(0.0005)                             # let the other threads run in between
+            e = np.exp(x - x.max(-1, keepdims=True))
+            return 2 * e / e.sum(-1, keepdims=True), None
+        return student
+
+    before = (sys.stdout, sys.stderr, warnings.filters)
+    sizes = [3, 5, 7, 11, 13, 17]
+    with ThreadPoolExecutor(3) as pool:
+        feedback = list(pool.map(lambda n: check_forward("softmax", wrong_and_loud(n)), sizes))
+    for n, fb in zip(sizes, feedback):
+        assert fb.codes == ["scale_factor"] and "fails on case 1 of" in fb.text     # one call of the student's
+        assert f"printed {50 * (n + 1)} characters" in fb.text, fb
+    assert all(now is then for now, then in zip((sys.stdout, sys.stderr, warnings.filters), before))
+    assert capsys.readouterr() == ("", "")

@@ -27,6 +27,8 @@ import contextvars
 import difflib
 import functools
 import io
+import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -68,13 +70,68 @@ class _Printed(io.TextIOBase):
 _PRINTED: contextvars.ContextVar[_Printed | None] = contextvars.ContextVar("transformer_np_printed", default=None)
 
 
+_CAPTURE: contextvars.ContextVar[_Printed | None] = contextvars.ContextVar("transformer_np_capture", default=None)
+
+
+class _Router:
+    """Stands in for ``sys.stdout`` / ``sys.stderr`` while checks run: what a student's function writes (in
+    whichever thread runs it, see ``_CAPTURE``) goes to that check's :class:`_Printed`; everything else to the
+    stream that was there before. One router serves every thread: ``contextlib.redirect_stdout`` would swap
+    the process-wide stream per call, and checks run in parallel threads (``transformer-np grade --workers``)
+    would then restore each other's streams out of order."""
+
+    def __init__(self, original: Any) -> None:
+        self._original = original
+
+    def write(self, s: str) -> int:
+        sink = _CAPTURE.get()
+        if sink is not None:
+            return sink.write(s)
+        return self._original.write(s) if self._original is not None else len(s)
+
+    def flush(self) -> None:
+        if _CAPTURE.get() is None and self._original is not None:
+            self._original.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:     # encoding, isatty, fileno, … of the original stream
+        return getattr(self._original, name)
+
+
+_SHARED_LOCK = threading.Lock()
+_shared: dict[str, Any] = {"active": 0}
+
+
+@contextlib.contextmanager
+def _process_wide() -> Iterator[None]:
+    """The process-wide state a check changes — ``sys.stdout``/``sys.stderr`` routed through :class:`_Router`
+    and the warnings filters set to ``ignore`` — installed by the first check to start (in any thread) and put
+    back by the last one to end, under a lock (``warnings.catch_warnings`` is not thread-safe either)."""
+    with _SHARED_LOCK:
+        if _shared["active"] == 0:
+            _shared["saved"] = (sys.stdout, sys.stderr, warnings.filters, warnings.showwarning)
+            sys.stdout, sys.stderr = _Router(sys.stdout), _Router(sys.stderr)
+            warnings.filters = warnings.filters[:]
+            warnings.simplefilter("ignore")
+        _shared["active"] += 1
+    try:
+        yield
+    finally:
+        with _SHARED_LOCK:
+            _shared["active"] -= 1
+            if _shared["active"] == 0:
+                sys.stdout, sys.stderr, warnings.filters, warnings.showwarning = _shared.pop("saved")
+                getattr(warnings, "_filters_mutated", lambda: None)()
+
+
 @contextlib.contextmanager
 def grader_state() -> Iterator[None]:
-    """NumPy's error state ``ignore`` and warnings silenced, whatever the student's code set before:
-    the checks' own arithmetic (the reference, the known mistakes, the comparisons) never raises or
+    """NumPy's error state ``ignore`` (per thread) and warnings silenced, whatever the student's code set
+    before: the checks' own arithmetic (the reference, the known mistakes, the comparisons) never raises or
     warns because of a student's ``np.seterr(all="raise")`` or ``warnings.simplefilter("error")``."""
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
+    with _process_wide(), np.errstate(all="ignore"):
         yield
 
 
@@ -105,15 +162,18 @@ def printed_note(count: int) -> str:
 
 @contextlib.contextmanager
 def _student_context() -> Iterator[None]:
-    """Around one call of student code: prints captured, NumPy errors ignored, warnings silenced; any
-    error state or warnings filter the call sets is undone when it returns."""
+    """Around one call of student code: its prints captured (into the check's :class:`_Printed`), NumPy
+    errors ignored, warnings silenced; an error state the call sets is undone when it returns (a warnings
+    filter, when the last running check ends)."""
     sink = _PRINTED.get()
     if sink is None:                       # called outside a decorated check: a private sink
         sink = _Printed()
-    with warnings.catch_warnings(), np.errstate(all="ignore"), \
-            contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        warnings.simplefilter("ignore")
-        yield
+    with _process_wide(), np.errstate(all="ignore"):
+        token = _CAPTURE.set(sink)
+        try:
+            yield
+        finally:
+            _CAPTURE.reset(token)
 
 
 def _student_call(fn: Callable, *args: Any) -> Any:
