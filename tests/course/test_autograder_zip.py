@@ -6,8 +6,9 @@ site-packages) gets exactly what the zip's ``environment.yml`` lists under ``pip
 wheel of this project shipped inside the zip (so NumPy as its only dependency) — with ``/autograder``
 mapped to the directory the zip was unpacked in, as otter's ``setup.sh`` would. That venv's ``otter run``
 then grades, with no PYTHONPATH: each solution notebook (full marks, as POINTS says), each untouched
-student notebook (0, with feedback in words), a submission whose forward calls the library (0 for that
-question, saying why) and one with a forward slip and the derivative of that slip (the backward's points).
+student notebook (0, with feedback in words) and a submission with a forward slip and the derivative of
+that slip (the backward's points). Under otter the score is formative (the student's code runs in the
+grading kernel); the grade of record is ``transformer-np grade``.
 """
 
 from __future__ import annotations
@@ -143,14 +144,10 @@ def _edit(nb_path: Path, out: Path, replace: list[tuple[str, str]]) -> Path:
     return out
 
 
-def test_the_zip_gives_zero_for_calling_the_library_and_follows_a_forward_slip(built, venv, tmp_path):
-    name = "01_softmax"
-    cheat = _edit(built / name / "student" / f"{name}.ipynb", tmp_path / f"{name}.ipynb",
-                  [('"""Softmax over the last axis. x: (..., n). Returns (out, cache), out of shape (..., n)."""\n'
-                    "    ...", "import transformer_np.ops as o\n    return o.softmax_forward(x)")])
-    scores = _grade(venv, _zip(built, name), cheat, tmp_path / "cheat")
-    assert scores["q1"]["score"] == 0 and "scores 0 for the question" in scores["q1"]["output"], scores["q1"]
-
+def test_the_zip_follows_a_forward_slip(built, venv, tmp_path):
+    """A forward slip costs the forward only. (A forward that calls the library is not refused under otter:
+    its score is formative; ``transformer-np grade`` runs the student's code where the library cannot be
+    imported.)"""
     name = "03_attention"
     (tmp_path / "slip").mkdir()
     slip = _edit(built / name / "autograder" / f"{name}.ipynb", tmp_path / "slip" / f"{name}.ipynb",

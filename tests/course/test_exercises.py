@@ -40,14 +40,6 @@ from transformer_np.ops.softmax import softmax, softmax_backward, softmax_forwar
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _library_ops_as_students(monkeypatch):
-    """The diagnoses here are tested with students built from the library's own ops (a correct op plus
-    one planted slip), which the no-library-calls rule would refuse first; it is tested, on, in
-    tests/course/test_grading.py."""
-    from transformer_np.course import exercises
-
-    monkeypatch.setattr(exercises, "_INTEGRITY", False)
 NOTEBOOKS = sorted(p.stem for p in (REPO / "exercises").glob("[0-9]*.ipynb"))
 
 

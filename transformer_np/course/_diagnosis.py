@@ -16,6 +16,12 @@ from ._exercise_base import Case, Exercise
 
 TOLERANCE = 1e-8   # agreement with the library (tensor-level relative error; float64 round-off is ~1e-15)
 MATCH = 1e-6       # a diagnosis must reproduce the student's numbers to this relative error
+# float32 (or float16) arithmetic: values within this many machine epsilons of the dtype (relative error) of the
+# op, or of the op on inputs rounded to that dtype. Measured: the solution notebooks' forwards fed float32
+# (float16) inputs miss the op on inputs so rounded by at most 23 (17) eps (LayerNorm's rows with a small spread;
+# ≤ 1.1 eps for the other ops; the large-scores softmax misses the float64 op itself by 91 eps, its rounded
+# inputs by 0.7); the closest known mistake, tanh-GELU, is ≥ 149 float32 eps from the op.
+LOW_PRECISION_EPS = 64
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 
@@ -32,7 +38,11 @@ def _kind(x: Any) -> str:
 
 def _where(exc: BaseException) -> str:
     """The line of the student's code that raised, or that called into the raise — never a
-    traceback into numpy or transformer_np."""
+    traceback into numpy or transformer_np. An exception from a grade-of-record proxy (the student's code
+    ran in another process) carries that line already, formatted as here, in ``student_where``."""
+    remote = getattr(exc, "student_where", None)
+    if isinstance(remote, str):
+        return remote
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if not (os.path.abspath(f.filename).startswith(_PACKAGE_DIR)
                                      or os.path.abspath(f.filename).startswith(_NUMPY_DIR))]
@@ -43,6 +53,45 @@ def _where(exc: BaseException) -> str:
     inside = frames[-1] is not f
     where = f"line {f.lineno} of {f.name}" if f.name != "<module>" else f"line {f.lineno}"
     return f" — {'in a call made at' if inside else 'at'} {where}: `{text}`" if text else f" — at {where}"
+
+
+def _low_precision(got: np.ndarray, want: np.ndarray, floor: float, rounded: Any = None,
+                   low_forward: bool = False) -> str | None:
+    """Why ``got`` misses ``want`` when it was computed in float32 (or float16), else None.
+
+    The evidence: its dtype is float32/float16, or it is float64 holding float32-rounded values only (every
+    entry exactly a float32 number), or (``low_forward``) the forward whose cache it came from computes in
+    float32; and it matches the op to that precision (:data:`LOW_PRECISION_EPS`) — directly, or as the op on
+    inputs rounded to that dtype (``rounded(dtype)``, the float32 reference)."""
+    if got.dtype in (np.float32, np.float16):
+        dtype, what = got.dtype, f"returns {got.dtype.name} values"
+    elif got.dtype == np.float64 and got.size and np.array_equal(got.astype(np.float32), got):
+        dtype, what = np.dtype(np.float32), "returns float64 values that are all float32 numbers (rounded to float32)"
+    elif low_forward:
+        dtype, what = np.dtype(np.float32), "is computed from the cache of a forward that computes in float32"
+    else:
+        return None
+    limit = LOW_PRECISION_EPS * float(np.finfo(dtype).eps)
+    err = rel_error(got, want, eps=floor)
+    if err > limit and rounded is not None:
+        ref = rounded(dtype)
+        if ref.shape == got.shape and np.all(np.isfinite(ref)):
+            err = min(err, rel_error(got, ref, eps=floor))
+    if err > limit:
+        return None
+    return (f"computes in {dtype.name}: it {what}; they agree with the op to {dtype.name} precision (within "
+            f"{LOW_PRECISION_EPS} {dtype.name} epsilons), not to float64's (≤ {TOLERANCE:.0e}). NumPy keeps "
+            f"np.float64 inputs in float64 unless something converts them: look for a {dtype.name} dtype or "
+            f"conversion in your code.")
+
+
+def _not_analytic(tolerance: float) -> str:
+    """A gradient close to the library's, but not to the precision of an analytic backward (one message for
+    every such gradient, so that they are listed together)."""
+    return (f"agrees with the library's gradient closely but not to {tolerance:.0e} (relative error): an analytic "
+            f"backward agrees to ~1e-14 or better, a numerical one (finite differences of the forward) cannot "
+            f"get that close. The backward must be derived — the chain rule through your forward's steps — not "
+            f"estimated from the forward.")
 
 
 def _named_shapes(ex: Exercise, case: Case, label: str) -> dict[str, tuple]:
@@ -81,7 +130,7 @@ def _generic(got: np.ndarray, want: np.ndarray, case: Case) -> tuple[str, str] |
     ww = float(np.sum(want * want))
     if ww > 0:
         c = float(np.sum(got * want)) / ww
-        if c != 0 and rel_error(got, c * want) <= MATCH:
+        if c != 0 and abs(c - 1) > MATCH and rel_error(got, c * want) <= MATCH:   # (c ≈ 1 is a near miss)
             if abs(c + 1) <= 1e-6:
                 return "sign", ("has the opposite sign everywhere (yours is minus the expected values): a minus "
                                 "sign too many or too few.")
