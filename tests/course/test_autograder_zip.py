@@ -134,6 +134,22 @@ def test_the_zip_gives_solutions_full_marks_and_untouched_notebooks_zero(name, b
         assert "✗ " in t["output"] and "Traceback" not in t["output"], (q, t["output"])
 
 
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_grade_gives_the_built_solutions_full_marks_and_the_student_notebooks_zero(name, built):
+    """The grade of record on what otter built: the autograder's solution notebook (with its hidden-check
+    cells, whose imports fail in the grader's child process and cost nothing) and the handed-out notebook
+    (otter's init, check and export cells run as no-ops)."""
+    from transformer_np.course import grade_notebook
+    from transformer_np.course.sandbox import Limits
+
+    limits = Limits(call_timeout=30, submission_timeout=600)
+    good = grade_notebook(built / name / "autograder" / f"{name}.ipynb", name, limits=limits)
+    assert good.score == good.out_of == sum(POINTS[name].values()), [c.feedback for c in good.checks]
+    empty = grade_notebook(built / name / "student" / f"{name}.ipynb", name, limits=limits)
+    assert empty.score == 0 and all(c.feedback for c in empty.checks)
+    assert not any("otter" in n for n in empty.notes), empty.notes     # otter's own cells ran (as no-ops)
+
+
 def _edit(nb_path: Path, out: Path, replace: list[tuple[str, str]]) -> Path:
     nb = json.loads(nb_path.read_text())
     for old, new in replace:
