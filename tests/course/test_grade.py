@@ -273,6 +273,7 @@ exit()
     g = grade(tmp_path, SOL[:1] + [loops])
     assert g.score == 3, [c.feedback for c in g.checks]
     assert "row done" in g.output
+    assert any("raised SystemExit" in n for n in g.notes), g.notes      # exit() ends its cell, as in IPython
 
 
 def test_output_is_kept_truncated(tmp_path):

@@ -137,6 +137,9 @@ def _print_text(grades: list, pairs: list | None, seed: int) -> None:
                     out.write(f"    {line}\n")
         for note in g.notes:
             out.write(f"    note: {terminal_text(note, False)}\n")
+        if g.output:
+            out.write(f"    note: the notebook printed output (the first {len(g.output):,} characters are in "
+                      f"--json's \"output\")\n")
     if grades:
         scores = [g.score for g in grades]
         out_of = grades[0].out_of
