@@ -452,3 +452,15 @@ def test_bad_arguments_get_one_line_and_status_2(argv, words, tmp_path, capsys, 
     assert _cli("grade", *argv) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_handed_out_functions_refuse_huge_arguments_and_caches_not_their_own(tmp_path):
+    allowed = EXERCISES["mha"].allowed
+    with Sandbox(allowed, limits=FAST) as sb:
+        r = sb.run_cell(0, "import numpy as np\nfrom transformer_np.ops.attention import attention_forward, "
+                           "attention_backward\nQ = np.zeros((1, 1, 1100, 1000))\nattention_forward(Q, Q, Q)")
+        assert not r["ok"] and "at most" in r["error"]["message"]
+        r = sb.run_cell(1, "Q = np.ones((2, 3, 4))\nout, c = attention_forward(Q, Q, Q)\n"
+                           "attention_backward(out, {'not': 'a cache'})")
+        assert not r["ok"]
+        assert sb.run_cell(2, "dQ, dK, dV = attention_backward(out, c)\nassert dQ.shape == Q.shape")["ok"]

@@ -30,9 +30,12 @@ What the audit hook refuses, once installed (before any student code runs):
   a directory outside it.
 
 An audit hook is not a container (PEP 578 says so): it stops what Python code does through the interpreter's
-audited doors, not a C extension of the student's own (there is none to import) nor the kernel's view of the
-process. The resource limits (CPU time, address space, file size, open files) and the grader's timeouts bound
-the rest; the grader never runs anything the child sends — it receives numbers and checks them.
+audited doors. NumPy itself can make an array over any address of the child's memory (``__array_interface__``),
+so a determined attacker can overwrite the interpreter and switch the hook off; what then still holds is the
+process boundary (the grader's objects, cases and references are in another process, and it never runs or
+unpickles anything the child sends — it receives numbers and checks them), the resource limits (CPU time,
+address space, file size, open files), the grader's timeouts, and the operating system's permissions of the
+user running the child. Run the grader as an unprivileged user, or in a container, for hostile submissions.
 """
 
 from __future__ import annotations

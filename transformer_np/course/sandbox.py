@@ -53,6 +53,8 @@ __all__ = ["Limits", "Sandbox", "SandboxGone", "StudentError"]
 _CHILD = Path(wire.__file__).resolve()
 _PASS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL")   # the machine's, never set by us
 _MAX_HANDOUT_CACHES = 50_000
+REPLY_LIMIT = 32 << 20          # bytes of one message from the child: far above any exercise's arrays
+HANDOUT_LIMIT = 1 << 20         # array elements a handed-out function may be given in one call
 
 
 @dataclass(frozen=True)
@@ -287,7 +289,7 @@ class Sandbox:
                 self._die(f"{doing} took longer than {timeout:g} s (an endless loop?)")
 
         try:
-            return wire.unpack(wire.read_frame(self._rep, wait), self._resolve)
+            return wire.unpack(wire.read_frame(self._rep, wait, limit=REPLY_LIMIT), self._resolve)
         except EOFError:
             self._die(f"the process running the notebook ended while {doing} (a memory limit of "
                       f"{self.limits.memory_mb} MB, os._exit or a crash)")
@@ -360,6 +362,11 @@ class Sandbox:
         args, kwargs = value
         module, fn_name = name.rsplit(".", 1)
         fn = getattr(importlib.import_module(module), fn_name)
+        size = sum(a.size for a in _arrays_in([args, kwargs]))
+        if size > HANDOUT_LIMIT:
+            self._reply_error("ValueError", f"{fn_name} was given {size:,} array elements; when grading, a handed-out "
+                              f"function takes at most {HANDOUT_LIMIT:,}")
+            return
         try:
             for a in list(args) + list(kwargs.values()):
                 if isinstance(a, _UnknownHandle):
