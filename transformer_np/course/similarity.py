@@ -44,7 +44,7 @@ from .grading import CHECKS
 __all__ = ["SimilarPair", "function_sources", "normalised_tokens", "similarity", "library_functions",
            "graded_functions", "body_size", "similarity_report", "DEFAULT_THRESHOLD", "MIN_TOKENS", "K"]
 
-#: k-gram length: long enough that a shared k-gram is a shared phrase (``ID . sum ( axis = - NUM``…), short
+#: k-gram length: long enough that a shared k-gram is a shared phrase (``ID.sum(axis=-NUM``…), short
 #: enough that reordered or reformatted lines keep most of theirs.
 K = 6
 #: functions whose bodies have fewer normalised tokens than this are not compared (the ``def`` lines do not count:
