@@ -464,3 +464,35 @@ def test_handed_out_functions_refuse_huge_arguments_and_caches_not_their_own(tmp
                            "attention_backward(out, {'not': 'a cache'})")
         assert not r["ok"]
         assert sb.run_cell(2, "dQ, dK, dV = attention_backward(out, c)\nassert dQ.shape == Q.shape")["ok"]
+
+
+SOFTMAX_VARIANTS = {
+    "correct": next(s for s in SOL if "def softmax_forward" in s),
+    "no max": "def softmax_forward(x):\n    e = np.exp(x)\n    s = e / e.sum(axis=-1, keepdims=True)\n"
+              "    return s, {'s': s}\n",
+    "wrong axis": "def softmax_forward(x):\n    e = np.exp(x - x.max(axis=0, keepdims=True))\n"
+                  "    s = e / e.sum(axis=0, keepdims=True)\n    return s, {'s': s}\n",
+    "diagonal backward": "def softmax_backward(dout, cache):\n    s = cache['s']\n    return dout * s * (1 - s)\n",
+    "raises": "def softmax_backward(dout, cache):\n    raise NotImplementedError\n",
+}
+
+
+@pytest.mark.parametrize("variant", list(SOFTMAX_VARIANTS))
+def test_the_notebooks_own_checks_and_grade_give_the_same_verdicts(variant, tmp_path):
+    """otter's hidden checks (grade_forward / grade_backward in the student's process) and the grade of record
+    agree on honest and slipped work: same pass/fail and the same problem codes, for the same seed."""
+    from transformer_np.course.grading import grade_backward, grade_forward
+
+    cells = SOL + [SOFTMAX_VARIANTS[variant]]
+    g = grade(tmp_path, cells)
+    namespace: dict = {}
+    for src in cells:
+        if "transformer_np.course.grading" not in src:
+            exec(compile(src, "<cell>", "exec"), namespace)
+    fwd, bwd = namespace["softmax_forward"], namespace["softmax_backward"]
+    local = {"forward": grade_forward("softmax", fwd, seed=SEED), "backward": grade_backward("softmax", fwd, bwd,
+                                                                                           seed=SEED)}
+    for check in g.checks:
+        fb = local[check.kind]
+        assert (check.earned == check.points) == (fb is None), (variant, check.kind, check.feedback, fb)
+        assert check.codes == ([] if fb is None else fb.codes), (variant, check.kind)
