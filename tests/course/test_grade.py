@@ -496,3 +496,13 @@ def test_the_notebooks_own_checks_and_grade_give_the_same_verdicts(variant, tmp_
         fb = local[check.kind]
         assert (check.earned == check.points) == (fb is None), (variant, check.kind, check.feedback, fb)
         assert check.codes == ([] if fb is None else fb.codes), (variant, check.kind)
+
+
+def test_the_submission_time_limit_ends_every_remaining_check(tmp_path):
+    slow = SOL + ["import time\n_f = softmax_forward\ndef softmax_forward(x):\n    time.sleep(1.5)\n    return _f(x)\n"]
+    limits = Limits(call_timeout=3.0, submission_timeout=4.0)
+    t0 = time.monotonic()
+    g = grade(tmp_path, slow, limits=limits)
+    assert time.monotonic() - t0 < 15
+    assert g.score == 0
+    assert all("time limit (4 s) ran out" in c.feedback for c in g.checks), [c.feedback for c in g.checks]

@@ -217,6 +217,8 @@ class _Run:
     def ready(self) -> Sandbox:
         while self.sandbox is None or not self.sandbox.alive:
             self._retire()
+            if time.monotonic() >= self.deadline:
+                raise SandboxGone(f"the submission's time limit ({self.limits.submission_timeout:g} s) ran out")
             if self.starts >= _MAX_RESTARTS:
                 raise SandboxGone(f"the notebook's process died {self.starts} times; the remaining checks are not run")
             self.starts += 1

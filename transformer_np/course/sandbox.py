@@ -216,6 +216,11 @@ class Sandbox:
                 [sys.executable, "-I", "-S", "-B", str(_CHILD), json.dumps(config)], stdin=subprocess.DEVNULL,
                 stdout=out_w, stderr=out_w, pass_fds=(req_r, rep_w), cwd=self._work, env=env,
                 start_new_session=True, close_fds=True)
+        except OSError as e:            # no Python to run (a broken environment): the grader's problem, said once
+            for fd in (req_w, rep_r, out_r):
+                os.close(fd)
+            self.gone = f"the process running the notebook could not be started: {e}"
+            raise SandboxGone(self.gone) from None
         finally:
             for fd in (req_r, rep_w, out_w):
                 os.close(fd)
