@@ -30,7 +30,6 @@ CLI: ``python -m transformer_np gradflow --variant pre|post|no-residual|no-layer
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from ..ops.dropout import dropout_backward
 from ..ops.feedforward import ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.residual import residual_backward, residual_forward
+from ._blas import one_blas_thread
 
 __all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "measure_estimate", "layer_forward", "layer_backward",
            "identity_backward", "sublayers", "stack_forward", "backprop_hidden", "measure", "sweep",
@@ -69,7 +69,8 @@ SMALL_DIMS = {"d_model": 16, "n_heads": 2, "d_ff": 64, "n": 4}
 
 # ----------------------------------------------------------------------------- BLAS threads
 def single_thread_blas(fn):
-    """Run ``fn`` with one BLAS thread (via threadpoolctl when installed, else unchanged).
+    """Run ``fn`` with one BLAS thread (via threadpoolctl; without it unchanged, after one warning that says
+    what to install: :func:`transformer_np.course._blas.one_blas_thread`).
 
     Why: every matrix here is small (at most 128 × 256), so BLAS threads bring nothing, and
     on a busy 2-core machine OpenBLAS's spinning threads made a (128, 256) @ (256, 64)
@@ -77,12 +78,7 @@ def single_thread_blas(fn):
     """
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
-            from threadpoolctl import threadpool_limits
-            limit = threadpool_limits(limits=1, user_api="blas")
-        except ImportError:
-            limit = contextlib.nullcontext()
-        with limit:
+        with one_blas_thread():
             return fn(*args, **kwargs)
     return wrapper
 
@@ -484,7 +480,7 @@ def probe_table(depth: int = 96, probe_layer: int = 50, seeds=(0, 1, 2), variant
     (variant, init, seed) with the full and identity-path ratios, the last-layer and
     probe-layer ‖∂L/∂W_2‖, RMS of H^(L) and the token cosine at the probe layer.
     ``progress(i, total, label)``, if given, is called as each row starts (label e.g. ``"pre, xavier init,
-    seed 0"``); a notebook passes :func:`transformer_np.course.notebook.progress_line`."""
+    seed 0"``); a notebook passes :func:`transformer_np.course.progress.progress_line`."""
     _check_progress(progress)
     cells = [(variant, init, seed) for variant in variants for init in inits for seed in seeds]
     rows = []
