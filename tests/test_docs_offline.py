@@ -10,8 +10,10 @@ unresolvable, so nothing can come from a CDN:
   column's edge or hides behind a scroll bar); a notebook's printed output stays in the column too (it may
   scroll sideways, to keep a table's columns aligned).
 
-Needs the docs packages (the ``docs`` extra, also in ``test``) and a Chromium (``apt-get install chromium``);
-outside CI a missing one skips, in CI it fails (tests/conftest.py)."""
+Needs the docs packages (the ``docs`` extra, also in ``test``) and a Chromium (``apt-get install chromium``), so
+these tests are the ``browser`` lane: scripts/test_browser.sh runs them (CI too), the README's test command
+(scripts/test.sh) leaves them out. Run by hand without a Chromium they skip, and with CI=true they fail
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 ROOT = Path(__file__).resolve().parents[1]
 MATH_PAGES = ["notebooks/01_the_cat_sat_trace.html", "guide/worksheets.html"]
