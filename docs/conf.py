@@ -137,6 +137,10 @@ html_theme_options = {
     # the left sidebar lists every page (html_sidebars below)
     "header_links_before_dropdown": 2,
     "navbar_persistent": ["search-button"],
+    # no right-hand "On this page" column: the article gets its width, so that a code line of the project's
+    # 120 columns fits at 1280 px in the code font of docs/_static/custom.css and a trailing comment stays on
+    # its line instead of wrapping onto one of its own (with the column, 68 characters fitted)
+    "secondary_sidebar_items": [],
 }
 html_sidebars = {"**": ["site-nav"]}   # docs/_templates/site-nav.html: the whole table of contents
 html_show_sourcelink = False

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The README's test command: install the test dependencies, then run every test and every notebook.
 #   python3 -m venv .venv && . .venv/bin/activate && bash scripts/test.sh
-# Extra arguments go to the test run (e.g. -x, -k name).
+# Needs bash, Python 3.10-3.13 with its venv module, access to PyPI and 2.6 GB of disk; no browser: the tests that
+# open the docs in a headless Chromium (marker "browser") are a lane of their own, scripts/test_browser.sh.
+# Extra arguments go to the test run (e.g. -x, -k name; a -m given here replaces the "not browser" below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --upgrade pip
@@ -21,6 +23,6 @@ run_pytest() {   # pytest's exit status 5 (no test collected) is a failure too, 
 # The tests on two workers; the notebooks afterwards, serially (nbval must not run under xdist). Both always
 # run; the exit status is non-zero if either failed.
 status=0
-run_pytest tests -n 2 -p no:cacheprovider "$@" || status=$?
+run_pytest tests -n 2 -p no:cacheprovider -m "not browser" "$@" || status=$?
 run_pytest notebooks --nbval -p no:cacheprovider || status=$?
 exit "$status"

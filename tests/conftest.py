@@ -35,7 +35,7 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 # the lane markers, and which marker an optional import (or fixture) implies
-LANE_MARKERS = ("torch", "hf", "jax", "plot", "slow", "notebooks")
+LANE_MARKERS = ("torch", "hf", "jax", "plot", "slow", "notebooks", "browser")
 PACKAGE_MARKERS = {
     "torch": "torch",
     "threadpoolctl": "torch",

@@ -4,10 +4,15 @@ untouched (pure Python: runs in the fast lane without Sphinx)."""
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -84,3 +89,85 @@ def test_bars_in_a_simple_table_keep_the_columns():
     assert pd.escape_bars_in_table_row(row) == r"``context``  [A_1 \| A_2]  same"   # "same" stays in its column
     table = ["=====  ====", "x      |x|", "=====  ===="]
     assert pd.normalise(table) == ["=====  ====", r"x      \|x\|", "=====  ===="]
+
+
+# ----------------------------------------------------------------------------- the site's sidebar and API index
+# Read from the sources (the toctrees of docs/index.md and the docstrings), so these run in the fast lane without
+# Sphinx; the sidebar (docs/_templates/site-nav.html) is exactly these toctrees, one entry per listed document.
+DOCS = ROOT / "docs"
+_TOCTREE = re.compile(r"```\{toctree\}\n(.*?)```", re.S)
+
+
+def _title(doc: str) -> str:
+    """The title Sphinx gives a document: its first heading (a notebook's first Markdown heading)."""
+    path = DOCS / doc
+    if path.with_suffix(".md").is_file():
+        text = path.with_suffix(".md").read_text(encoding="utf-8")
+        included = re.match(r"\s*```\{include\} (\S+)", text)         # a page that is another file (CHANGELOG.md)
+        if included and not re.search(r"^# ", text, re.M):
+            text = (path.parent / included.group(1)).read_text(encoding="utf-8")
+    elif doc.startswith("api/"):                    # written by docs/conf.py at build time (not in git)
+        return doc
+    else:                                           # a notebook: generated copy of notebooks/NAME.ipynb
+        nb = json.loads((ROOT / "notebooks" / (path.name + ".ipynb")).read_text(encoding="utf-8"))
+        text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    return next(line.lstrip("#").strip() for line in text.splitlines() if line.startswith("# "))
+
+
+def sidebar_entries() -> list[tuple[str, str, str]]:
+    """(caption, document, title) of every entry of the site's toctrees, globs expanded as Sphinx expands them
+    (matching documents in name order, minus those already listed in the same toctree)."""
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    sources = {p.relative_to(DOCS).with_suffix("").as_posix() for p in DOCS.rglob("*.md")
+               if "_build" not in p.parts and "notebooks" not in p.parts}
+    sources |= {f"notebooks/{p.stem}" for p in (ROOT / "notebooks").glob("*.ipynb")}
+    entries = []
+    for body in _TOCTREE.findall(index):
+        options = dict(re.findall(r"^:(\w+):[ \t]*(.*)$", body, re.M))
+        listed = [line.strip() for line in body.splitlines() if line.strip() and not line.startswith(":")]
+        docs: list[str] = []
+        for item in listed:
+            if "glob" in options and any(ch in item for ch in "*?["):
+                docs += [d for d in sorted(sources) if fnmatch.fnmatch(d, item) and d not in listed]
+            else:
+                docs.append(item)
+        entries += [(options.get("caption", ""), d, _title(d)) for d in docs]
+    return entries
+
+
+def test_the_sidebar_lists_every_page_once_under_a_plain_title():
+    """'Quick start' was listed twice (Getting started, and again by the Guides' glob); a page was titled
+    'issue 7' (an internal tracker number); notebook 01 lacked the 'NN ·' prefix the others have."""
+    entries = sidebar_entries()
+    assert len(entries) >= 20, entries                                    # the pattern still reads the toctrees
+    docs = Counter(d for _, d, _ in entries)
+    titles = Counter(t for _, _, t in entries)
+    assert not [d for d, n in docs.items() if n > 1], f"listed more than once: {docs.most_common(3)}"
+    assert not [t for t, n in titles.items() if n > 1], f"two entries with one title: {titles.most_common(3)}"
+    assert not [t for _, _, t in entries if re.search(r"\bissues? #?\d", t, re.I)], "a title names an issue"
+    for caption, doc, title in entries:
+        if caption == "Notebooks":
+            number = doc.split("/")[-1].split("_")[0]                    # 01, 02, …, 05a
+            assert title.startswith(f"{number} · "), (doc, title)
+
+
+def _public_modules() -> list[Path]:
+    """The source of every module and package the API reference lists (autosummary :recursive: over the public
+    packages of docs/conf.py: no private ``_x`` module, no ``cli``)."""
+    out = []
+    for path in sorted((ROOT / "transformer_np").rglob("*.py")):
+        parts = path.relative_to(ROOT / "transformer_np").with_suffix("").parts
+        if parts[0] == "cli" or any(p.startswith("_") and p != "__init__" for p in parts) or parts == ("__init__",):
+            continue
+        out.append(path)
+    return out
+
+
+def test_every_module_of_the_api_reference_has_a_description():
+    """The API index shows each module's first docstring line: course, io, perf and training had none (empty
+    __init__.py), so their rows were blank."""
+    modules = _public_modules()
+    assert any(p.parts[-2:] == ("course", "__init__.py") for p in modules) and len(modules) > 50
+    blank = [str(p.relative_to(ROOT)) for p in modules
+             if not (ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or "").strip()]
+    assert not blank, f"modules with no docstring (a blank row on the API index): {blank}"

@@ -115,3 +115,48 @@ def test_docs_include_markers_are_in_place():
     outside_docs = [p for p in re.findall(r"\]\(([^)#\s]+)", inside) if "://" not in p and not p.startswith("docs/")]
     assert not outside_docs, ("links inside the docs part must point into docs/ (Sphinx resolves only those): "
                               f"{outside_docs}")
+
+
+# ----------------------------------------------------------------------------- the test command's needs (issue 38)
+PROSE = [README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md")),
+         *sorted((ROOT / "docs" / "guide").glob("*.md"))]
+TEST_COUNT = re.compile(r"\b\d[\d,]* (?:tests|test cases|notebook cells)\b|\b\d[\d,]* passed\b")
+
+
+def test_no_test_count_in_prose():
+    """A count of tests goes stale with the next test added (the README said 2,987 while 2,990 were collected);
+    the changelog, a record of what was, is not checked."""
+    found = [f"{p.relative_to(ROOT)}: {m.group()!r}" for p in PROSE if p.name != "changelog.md"
+             for m in TEST_COUNT.finditer(p.read_text(encoding="utf-8"))]
+    assert not found, f"test counts in prose: {found}"
+
+
+def test_tests_that_need_a_browser_are_the_browser_lane_which_the_test_command_leaves_out():
+    """The README's test command needs no browser: every test file that runs one is marked ``browser``,
+    scripts/test.sh deselects that marker, and the README names the lane's command and what it needs."""
+    from conftest import LANE_MARKERS, file_markers
+
+    assert "browser" in LANE_MARKERS
+    users = [p for p in sorted((ROOT / "tests").rglob("test_*.py")) if re.search(r"--headless|chromium", p.read_text())
+             and p.name != Path(__file__).name]
+    assert users, "no test opens a browser any more: this test and the lane can go"
+    assert all("browser" in file_markers(p) for p in users), [p.name for p in users]
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    assert re.search(r'run_pytest tests [^\n]*-m "not browser" "\$@"', script), "scripts/test.sh must leave it out"
+    readme = " ".join(README.read_text(encoding="utf-8").split())
+    assert "bash scripts/test_browser.sh" in readme and "apt-get install chromium" in readme and "no browser" in readme
+    assert "apt-get install python3-venv" in readme                    # the venv module is a system package there
+
+
+def test_the_browser_lane_says_what_it_needs_when_there_is_no_chromium(tmp_path):
+    """Without a Chromium on PATH, scripts/test_browser.sh stops at once with status 2 and the apt-get line."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dirname", "python"):                                  # all the script needs before its check
+        (bin_dir / tool).symlink_to(shutil.which(tool) or sys.executable)
+    r = subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "test_browser.sh")], capture_output=True,
+                       text=True, env={"PATH": str(bin_dir)}, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.strip().endswith("apt-get install chromium") and "needs a Chromium" in r.stderr, r.stderr

@@ -184,3 +184,204 @@ def test_trace_explains_its_claim_ids(capsys):
     assert ids and all(row(i) for i in ids)                                         # each id is a ledger row
     helptext = " ".join(build_parser()._subparsers._group_actions[0].choices["trace"].format_help().split())
     assert "claims ledger" in helptext and "docs/claims.md" in helptext and "A for the article" in helptext
+
+
+# ----------------------------------------------------------------------------- issue 38: waits and messages
+def _cli_env() -> dict:
+    import os
+
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+@pytest.mark.parametrize("argv", [["check", "example", "--json"], ["trace", "--json"], ["trace"],
+                                  ["gradflow", "--depth", "2", "--json"], ["--help"]],
+                         ids=lambda a: " ".join(a))
+def test_a_closed_pipe_ends_the_command_quietly(argv):
+    """`transformer-np check example --json | head`: the reader has gone before the command writes. The command
+    ends with status 141 (128 + SIGPIPE, as Unix tools do) and says nothing (it said 'error: [Errno 32] Broken
+    pipe', and Python added an 'Exception ignored' at exit)."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)                                   # no reader: every write to the pipe fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "transformer_np", *argv], stdout=w, stderr=subprocess.PIPE,
+                              text=True, env=_cli_env(), timeout=300)
+    finally:
+        os.close(w)
+    assert proc.returncode in (0, 141) and proc.stderr == "", (proc.returncode, proc.stderr)   # --help: argparse's 0
+
+
+def test_gradflow_prints_its_header_before_it_computes_and_then_its_progress(monkeypatch, capsys):
+    from transformer_np.cli import gradflow as cli_gradflow
+    from transformer_np.course.gradflow import MEASURE_STAGES
+
+    real, before = cli_gradflow.measure, {}
+
+    def measure(*a, **kw):                       # what the user had seen when the measurement started
+        out, err = capsys.readouterr()
+        before.update(out=out, err=err)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(cli_gradflow, "measure", measure)
+    assert main(["gradflow", "--depth", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert before["out"].splitlines()[0].startswith("gradflow: variant=pre depth=3 init=xavier"), before
+    assert before["out"].splitlines()[1].startswith("loss: L = sum(H_final * R)"), before
+    assert not out.startswith("gradflow:") and out.splitlines()[0].lstrip().startswith("ℓ")   # printed once
+    assert err.splitlines() == [f"gradflow [{i}/{len(MEASURE_STAGES)}] {s}" for i, s in enumerate(MEASURE_STAGES, 1)]
+    for flag in ("--json", "--quiet"):
+        assert main(["gradflow", "--depth", "3", flag]) == 0
+        assert capsys.readouterr().err == ""
+
+
+def test_gradflow_compute_all_tells_each_stack_it_starts():
+    from transformer_np.course import gradflow
+
+    seen = []
+    gradflow.compute_all(depths=(2,), jac_depth=1, exp_depth=1, progress=lambda *a: seen.append(a))
+    total = len(gradflow.VARIANTS) * len(gradflow.INITS) + len(gradflow.VARIANTS) * len(gradflow.INITS) + 4
+    assert [(i, n) for i, n, _ in seen] == [(i, total) for i in range(1, total + 1)]
+    assert seen[0][2] == "per-layer view: pre, xavier init, depth 2" and seen[-1][2].startswith("expansion: post")
+    with pytest.raises(TypeError, match="progress must be a callable"):
+        gradflow.measure("pre", 2, progress="yes")
+
+
+def test_figures_shows_the_steps_of_a_long_set_within_its_own(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install matplotlib")
+    import types
+
+    from transformer_np.course import figures
+
+    def save_figures(outdir="figures", progress=None):
+        for j in (1, 2):
+            progress(j, 2, f"step {j}")
+        return []
+
+    long_set = types.ModuleType("transformer_np._cli_long_fig")
+    long_set.save_figures = save_figures
+    monkeypatch.setitem(sys.modules, long_set.__name__, long_set)
+    seen = []
+    figures.generate(str(tmp_path), (long_set.__name__,), progress=lambda *a: seen.append(a))
+    what = figures.title(long_set.__name__)
+    assert seen == [(1, 1, what), (1, 1, f"{what}: step 1 (1/2)"), (1, 1, f"{what}: step 2 (2/2)")]
+
+
+def test_progress_off_a_terminal_writes_a_line_every_few_seconds_at_most():
+    from transformer_np.cli._progress import Progress
+
+    now = [0.0]
+    log = io.StringIO()
+    bar = Progress("check", log, every=2.0, clock=lambda: now[0])
+    for i, t in zip(range(1, 8), (0.0, 0.5, 1.9, 2.1, 2.2, 4.5, 4.6)):
+        now[0] = t
+        bar(i, 7, f"s{i}")
+    # the first step, the first step after 2 s without a line (twice), and the last step
+    assert log.getvalue().splitlines() == ["check [1/7] s1", "check [4/7] s4", "check [6/7] s6", "check [7/7] s7"]
+    now[0], log = 0.0, io.StringIO()
+    late = Progress("check", log, delay=2.0, clock=lambda: now[0])
+    for i, t in zip(range(1, 4), (1.0, 1.9, 2.0)):
+        now[0] = t
+        late(i, 3, f"s{i}")
+    assert log.getvalue() == "check [3/3] s3\n"                                  # nothing before 2 s have passed
+
+
+def _class_folder(tmp_path: Path, n: int = 3) -> Path:
+    from transformer_np.worksheets.generate import new_worksheet, write_worksheet
+
+    folder = tmp_path / "class"
+    for seed in range(n):
+        write_worksheet(new_worksheet(seed=seed), str(tmp_path / "made"), f"s{seed}")
+        (folder if folder.is_dir() else folder.mkdir() or folder).joinpath(f"s{seed}.toml").write_text(
+            (tmp_path / "made" / f"s{seed}_key.toml").read_text())
+    return folder
+
+
+def test_check_shows_its_progress_through_a_folder_that_takes_a_while(tmp_path, capsys, monkeypatch):
+    from transformer_np.cli import _progress
+
+    folder = _class_folder(tmp_path)
+    now = [0.0]
+
+    def clock():                                 # each look at the clock: 1.5 s later (a slow class)
+        now[0] += 1.5
+        return now[0]
+
+    monkeypatch.setattr(_progress, "_now", clock)
+    assert main(["check", str(folder)]) == 0
+    out, err = capsys.readouterr()
+    # sheet 1 starts 1.5 s in: nothing yet; sheet 2 at 3 s: its line; sheet 3 (the last) 1.5 s later: its line
+    assert err.splitlines() == [f"check [2/3] {folder / 's1.toml'}", f"check [3/3] {folder / 's2.toml'}"], err
+    assert "check [" not in out and "3 of 3 sheets marked" in out
+    assert main(["check", str(folder), "--json"]) == 0
+    assert capsys.readouterr().err == ""                                          # --json: stdout only, no progress
+    monkeypatch.undo()
+    assert main(["check", str(folder)]) == 0
+    assert capsys.readouterr().err == ""                                          # a quick class: quiet
+
+
+@pytest.mark.parametrize("name", ["no_such_folder", "no_such_folder/"])
+def test_check_names_a_missing_folder_as_a_file_or_folder(tmp_path, capsys, name):
+    missing = f"{tmp_path}/{name}"
+    assert main(["check", missing]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"transformer-np check: error: {missing}: no such file or folder\n", err
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "empty"])
+def test_worksheet_new_names_the_out_flag_and_the_path_it_cannot_create(tmp_path, capsys, where):
+    (tmp_path / "a_file").write_text("")
+    out_dir = str(tmp_path / "a_file" / "sub") if where == "under_a_file" else ""
+    assert main(["worksheet", "new", "--out", out_dir]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and "Errno" not in err, err
+    assert err.startswith(f"transformer-np worksheet: error: --out: cannot create the folder {out_dir!r}: "), err
+
+
+def test_worksheet_new_overwrite_message_names_the_cli_flag_only(tmp_path, capsys):
+    assert main(["worksheet", "new", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["worksheet", "new", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"transformer-np worksheet: error: {tmp_path / 'worksheet_seed0.toml'} already exists "
+                   "(use --force to overwrite)\n"), err
+
+
+def test_train_says_which_loss_its_bar_and_its_summary_show(tmp_path, capsys):
+    assert main(["train", "--steps", "4", "--eval-every", "2", "--out", str(tmp_path / "run")]) == 0
+    out, err = capsys.readouterr()
+    bar = [line for line in err.splitlines() if line.startswith("[")]
+    assert bar and all(" loss (avg) " in line for line in bar), err
+    assert "at the last step (its batch alone; the progress bar's loss (avg) averages about the last 20 steps)" \
+        in out.splitlines()[0], out
+    assert main(["train", "--steps", "4", "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "at the last step (its batch alone)," in out and "progress bar" not in out   # no bar: not mentioned
+
+
+def test_the_student_sheet_says_where_answers_go_and_how_to_check_them(tmp_path):
+    from transformer_np.worksheets.generate import key_markdown, new_worksheet, student_markdown, write_worksheet
+
+    raw = new_worksheet(seed=1, layers=2)
+    sheet = student_markdown(raw)
+    for words in ("`[answers.layer1]`, `[answers.layer2]` sections", "ending `.toml` instead of `_student.md`",
+                  "transformer-np check FILE.toml", "correct, follows", "first mistake"):
+        assert words in sheet, words
+    assert "Where your answers go" not in key_markdown(raw)                        # the key needs no instructions
+    toml_path, student_path = write_worksheet(raw, str(tmp_path))[:2]
+    assert student_path.endswith("_student.md") and toml_path == student_path.removesuffix("_student.md") + ".toml"
+    assert "[answers.layer2]" in Path(toml_path).read_text()                       # the sections it names exist
+
+
+def test_bench_says_what_it_does_before_loading_pytorch(monkeypatch, capsys):
+    from transformer_np.cli import bench as cli_bench
+
+    before = {}
+
+    def run_benchmark(*a, **kw):                 # what the user had seen when the work started
+        before["err"] = capsys.readouterr().err
+        raise ValueError("stopped here by the test")
+
+    monkeypatch.setattr(cli_bench, "run_benchmark", run_benchmark)
+    assert main(["bench", "--quick", "--no-memory"]) == 2
+    assert before["err"] == "bench: loading PyTorch and reading the machine's load …\n", before

@@ -187,3 +187,69 @@ def test_save_figures_is_deterministic(tmp_path):
     assert len(a) == 8 and all(p.endswith(".png") for p in a)
     for p, q in zip(a, b):
         assert open(p, "rb").read() == open(q, "rb").read()
+
+
+# ----------------------------------------------------------------------------- issue 38: one BLAS thread, progress
+def _without_threadpoolctl(monkeypatch):
+    import os
+    import sys
+
+    from transformer_np.course import _blas
+
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)        # import threadpoolctl raises ImportError
+    monkeypatch.setattr(_blas, "_warned", False)
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+
+def test_without_threadpoolctl_the_one_thread_wrapper_warns_once_and_says_what_to_install(monkeypatch):
+    """It silently did nothing: notebook 02 then ran on every OpenBLAS thread (148-174 s instead of 34)."""
+    from transformer_np.course import complexity
+
+    _without_threadpoolctl(monkeypatch)
+    with pytest.warns(RuntimeWarning, match=r"threadpoolctl is not installed") as seen:
+        gf.measure("pre", 2, **SMALL)
+        gf.probe_table(depth=2, probe_layer=1, seeds=(0,), variants=("pre",), inits=("xavier",), **SMALL)
+        complexity.time_layer(complexity._config(8), 1, 4, repeats=1)         # the other study that limits threads
+    assert len(seen) == 1, [str(w.message) for w in seen]                       # once per process, not per call
+    assert "pip install threadpoolctl" in str(seen[0].message) and "notebooks" in str(seen[0].message)
+    assert seen[0].filename == __file__                                         # points at the caller's line
+
+
+def test_without_threadpoolctl_no_warning_when_one_thread_is_set_already(monkeypatch, recwarn):
+    _without_threadpoolctl(monkeypatch)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    gf.measure("pre", 2, **SMALL)
+    assert not [w for w in recwarn if "threadpoolctl" in str(w.message)]
+
+
+def test_the_notebooks_extra_installs_threadpoolctl():
+    import re
+    from pathlib import Path
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:                                               # Python 3.10
+        import tomli as tomllib
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    extra = pyproject["project"]["optional-dependencies"]["notebooks"]
+    assert "threadpoolctl" in {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in extra}, extra
+
+
+def test_probe_table_tells_each_row_it_starts_and_the_notebook_line_shows_it():
+    import io
+
+    from transformer_np.course.progress import progress_line
+
+    seen = []
+    rows = gf.probe_table(depth=2, probe_layer=1, seeds=(0, 1), variants=("pre", "post"), inits=("xavier",),
+                          progress=lambda *a: seen.append(a), **SMALL)
+    assert seen == [(i, 4, f"{r['variant']}, {r['init']} init, seed {r['seed']}") for i, r in enumerate(rows, 1)]
+    out = io.StringIO()
+    step = progress_line("probe table", out)
+    for i in range(1, 13):
+        step(i, 12, "ignored")
+    assert out.getvalue() == "probe table, 12 steps: .........10..\n"
+    with pytest.raises(TypeError, match="progress must be a callable"):
+        gf.probe_table(depth=2, progress=3)

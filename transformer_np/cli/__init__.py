@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 import textwrap
@@ -167,6 +168,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status. A reader that closes the pipe early (``transformer-np check example
+    --json | head``) ends the command quietly with status 141 (128 + SIGPIPE), as Unix tools do."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()                    # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        try:                                  # nothing more reaches the closed pipe, not even at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):         # a stdout without a file descriptor (a test's capture)
+            pass
+        return 141
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -174,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
+    except BrokenPipeError:                   # a reader closed the pipe: main ends quietly
+        raise
     except (ValueError, TypeError) as e:
         print(f"transformer-np {args.command}: error: {e}", file=sys.stderr)
         return 2

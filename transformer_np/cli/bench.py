@@ -74,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for the full run, off with --quick)")
 
 
+def _starting(args) -> None:
+    """Say at once what happens (the arguments are checked): importing PyTorch and reading the machine take
+    seconds before the first row's line."""
+    if not args.json:
+        print("bench: loading PyTorch and reading the machine's load …", file=sys.stderr, flush=True)
+
+
 def run(args) -> int:
     rounds = args.rounds if args.rounds is not None else (5 if args.quick else 7)
     if rounds < 1:
@@ -88,6 +95,7 @@ def run(args) -> int:
         raise ValueError(f"--clock cpu needs --threads 1 (CPU time of several threads counts their waiting), "
                          f"got --threads {args.threads}")
     if args.profile == "minilm":
+        _starting(args)
         from ..perf.profile import format_minilm_profile, minilm_profile
         doc = minilm_profile(rounds=args.rounds or 3, threads=args.threads, clock=args.clock, settle=args.settle,
                              log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
@@ -98,6 +106,8 @@ def run(args) -> int:
         shapes = [parse_shape(s) for s in (args.shape or ["bert-base"])]
         if len(shapes) != 1:
             raise ValueError(f"--busy-study runs one shape, got {len(shapes)} --shape values")
+    _starting(args)
+    if args.busy_study:
         rows = busy_study(shapes[0][1], (args.dtype or ["float32"])[0], rounds=args.rounds or 5, settle=args.settle,
                           log=None if args.json else (lambda s: print(s, file=sys.stderr, flush=True)))
         print(json.dumps({"busy_study": rows}, indent=1) if args.json else format_busy_study(rows))

@@ -79,6 +79,8 @@ def _sheets(paths: list[str]) -> list[str]:
             if not found:
                 raise InputValueError(f"{p}: a folder with no worksheets (*.toml) in it")
             out += found
+        elif not os.path.exists(p) and not p.endswith(".toml"):    # a missing folder, or a file without its .toml
+            raise InputValueError(f"{p}: no such file or folder")
         else:
             out.append(p)
     seen: set[str] = set()
@@ -118,9 +120,14 @@ def _check_csv_target(target: str, sheets: list[str]) -> None:
 def _class(sheets: list[str], args) -> int:
     """Mark every sheet; one row each; the summary; the CSV. Returns the exit status."""
     from ..worksheets import check
+    from ._progress import Progress
 
     rows, reports = [], {}
-    for path in sheets:
+    # a class that takes more than 2 s (hundreds of sheets): a line every 2 s at most; a small class stays quiet
+    bar = None if args.json else Progress("check", every=2.0, delay=2.0)
+    for i, path in enumerate(sheets, 1):
+        if bar is not None:
+            bar(i, len(sheets), path)
         try:
             report = check(path)
         except (ValueError, TypeError, OSError) as e:
@@ -134,6 +141,8 @@ def _class(sheets: list[str], args) -> int:
         rows.append({"file": path, "total": report.marks["awarded"], "out_of": report.marks["available"],
                      "first_mistake": "" if fm is None else f"layer {fm['layer']} {fm['name']}",
                      "diagnosis": "" if fm is None else fm["diagnosis"], **c, "error": ""})
+    if bar is not None:
+        bar.close()
     summary = _summary(rows, reports)
     if args.csv is not None:
         _write_csv(args.csv, rows)

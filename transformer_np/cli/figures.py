@@ -51,7 +51,7 @@ def _selected(only: list[str] | None) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     modules = _selected(args.only)
-    bar = None if args.quiet else Progress("figures")
+    bar = None if args.quiet else Progress("figures", every=2.0)   # a long set's steps: a line every 2 s at most
 
     def log(line: str) -> None:
         if bar is not None:

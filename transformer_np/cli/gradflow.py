@@ -6,7 +6,8 @@ of the gradient reaching the residual stream H^(l), the same norm along the iden
 branch Jacobian dropped: for Pre-LN the top layer's norm at every depth, 0 without residuals), the norm of
 the gradient of that layer's FFN output weight W_2, the RMS of H^(l) and the mean cosine between distinct
 tokens' vectors (1 means they have collapsed to one direction). The last line gives the ratio at the probe
-layer K. Compare --variant pre with post, no-residual and no-layernorm to see what the residuals and
+layer K. The header line comes first, then (on stderr) the progress of the forward and the two backward
+passes. Compare --variant pre with post, no-residual and no-layernorm to see what the residuals and
 LayerNorm each do.
 
 Python API: :func:`transformer_np.course.gradflow.measure`; the figures come from ``transformer-np figures
@@ -20,6 +21,7 @@ import json
 
 from ..course.gradflow import DEFAULT_DIMS, INITS, LOSS, VARIANTS, measure, measure_estimate
 from ..model.budget import check_memory
+from ._progress import Progress
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -34,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seed of the weights; the inputs and the read-out R use seed + 1 (default 0)")
     parser.add_argument("--probe-layer", type=int, default=None, metavar="K",
                         help="K in 0..L: report ‖∂L/∂H^(K)‖ / ‖∂L/∂H^(L)‖ (default ⌊L/2⌋)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of a table (no progress on stderr)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--d-model", type=int, default=DEFAULT_DIMS["d_model"], metavar="D",
                         help=f"model width d_model, divisible by --heads (default {DEFAULT_DIMS['d_model']})")
     parser.add_argument("--heads", type=int, default=DEFAULT_DIMS["n_heads"], metavar="H",
@@ -68,15 +72,21 @@ def run(args: argparse.Namespace) -> int:
     check_memory(measure_estimate(args.depth, args.d_model, args.heads, args.d_ff, args.n, args.batch),
                  f"gradflow --depth {args.depth} --d-model {args.d_model} --d-ff {args.d_ff} --n {args.n} "
                  f"--batch {args.batch}")
-    r = measure(args.variant, args.depth, args.init, args.seed, args.probe_layer, d_model=args.d_model,
-                n_heads=args.heads, d_ff=args.d_ff, n=args.n, batch=args.batch)
+    if not args.json:   # the header at once: the measurement takes seconds (more on a busy machine)
+        print(f"gradflow: variant={args.variant} depth={args.depth} init={args.init} seed={args.seed} "
+              f"d_model={args.d_model} h={args.heads} d_ff={args.d_ff} n={args.n} batch={args.batch}")
+        print(f"loss: {LOSS}", flush=True)
+    bar = None if (args.json or args.quiet) else Progress("gradflow")
+    try:
+        r = measure(args.variant, args.depth, args.init, args.seed, args.probe_layer, d_model=args.d_model,
+                    n_heads=args.heads, d_ff=args.d_ff, n=args.n, batch=args.batch, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     if args.json:
         print(json.dumps(r, allow_nan=False))
         return 0
     L = r["depth"]
-    print(f"gradflow: variant={r['variant']} depth={L} init={r['init']} seed={r['seed']} "
-          f"d_model={r['d_model']} h={r['n_heads']} d_ff={r['d_ff']} n={r['n']} batch={r['batch']}")
-    print(f"loss: {LOSS}")
     print(f"{'ℓ':>4}  {'‖∂L/∂H^(ℓ)‖':>10}  {'identity':>10}  {'‖∂L/∂W_2‖':>10}  {'RMS H^(ℓ)':>10}  {'token cos':>10}")
     for i in range(L + 1):
         w2 = r["w2_grad_norm_by_layer"][i - 1] if i >= 1 else None

@@ -1,4 +1,8 @@
-"""The ``train`` command: train a small encoder in NumPy (see :mod:`transformer_np.training.loop`)."""
+"""The ``train`` command: train a small encoder in NumPy (see :mod:`transformer_np.training.loop`).
+
+The progress bar on stderr shows ``loss (avg)``, the training loss averaged over about the last 20 steps
+(an exponential moving average), and at each evaluation the eval loss and accuracy on fixed held-out batches;
+the summary gives the training loss of the last step's batch alone and the last evaluation's numbers."""
 
 from __future__ import annotations
 
@@ -132,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         msg = f"{c.task}: {ran} steps in {seconds:.1f}s"
     if h["loss"]:
-        msg += f"; final train loss {h['loss'][-1]:.4f}"
+        msg += f"; train loss {h['loss'][-1]:.4f} at the last step (its batch alone" + \
+            ("" if args.quiet else "; the progress bar's loss (avg) averages about the last 20 steps") + ")"
     if h["eval"]["step"]:
         msg += f", eval loss {h['eval']['loss'][-1]:.4f}, eval accuracy {h['eval']['accuracy'][-1]:.3f}"
     if h["diverged_at"] is not None:

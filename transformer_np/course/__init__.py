@@ -1,7 +1,13 @@
-"""The course: lessons' computations, exercise checks, and the grade of record (:func:`grade_notebook`).
+"""The course companion: the studies behind the lesson notebooks and figures, the exercises' checks and grading.
 
-Importing this package is cheap: :func:`grade_notebook` and :func:`grade_submissions` load
-:mod:`transformer_np.course.grade` on first use.
+Each study computes the numbers a lesson states — the worked example (:mod:`.trace`), gradient flow through
+deep stacks (:mod:`.gradflow`), contextual embeddings of MiniLM (:mod:`.contextual`), warm-up and LayerNorm
+placement (:mod:`.stability`), the encoder's anatomy (:mod:`.anatomy`), its cost (:mod:`.complexity`) — and
+:mod:`.plots` draws them; :mod:`.figures` regenerates every figure, :mod:`.ledger` holds the verdict on every
+claim. :mod:`.exercises` holds the exercises' checks (the students' own loop), and :mod:`.grade` the grade of
+record, :func:`grade_notebook` / :func:`grade_submissions`, which runs each submission in its own restricted
+process (:mod:`.sandbox`). Nothing is imported here until used: import the module you need, or take
+``grade_notebook`` from this package (loaded on first use).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from .._compat import forward_moved as _forward_moved
 from .._validate import check_int, describe
 from ..model.config import EncoderConfig
 from ..model.flops import crossover_n, layer_flops
+from ._blas import one_blas_thread
 
 __all__ = ["time_layer", "measure", "fit", "fit_complexity", "save_measurements", "load_measurements",
            "attention_share", "crossover_measured", "predict", "DATA_FILE", "N_SWEEP", "D_SWEEP"]
@@ -83,12 +84,7 @@ def time_layer(config: EncoderConfig, batch: int, n: int, repeats: int = 3, seed
 
 
 def _one_blas_thread():
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:                                                      # optional: timings then include
-        import contextlib  # every BLAS thread's CPU time
-        return contextlib.nullcontext()
-    return threadpool_limits(1, user_api="blas")
+    return one_blas_thread()        # without threadpoolctl (warned once): timings include every BLAS thread's CPU
 
 
 def measure(repeats: int = 3, one_thread: bool = True, n_sweep: dict = N_SWEEP, d_sweep: dict = D_SWEEP) -> dict:

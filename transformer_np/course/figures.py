@@ -86,7 +86,9 @@ def generate(outdir: str = "figures", modules=FIGURE_MODULES, timings: bool = Fa
     """Run every module's ``save_figures(outdir)``; returns {module: [paths]} for those that ran.
 
     ``progress(i, total, title)`` is called as figure set ``i`` of ``total`` (1-based; only the modules
-    that draw figures count) starts, with its title in words; ``log(line)`` receives what happened to
+    that draw figures count) starts, with its title in words, and again, with the same ``i`` and the title
+    followed by ``": <step> (j/n)"``, as each step of a set whose ``save_figures`` takes a ``progress``
+    starts (the gradient-flow set: its 52 stacks); ``log(line)`` receives what happened to
     it: the files written, a skip for a missing optional package, a failure. Both default to silence.
     """
     if not isinstance(outdir, str) or not outdir:
@@ -113,8 +115,12 @@ def generate(outdir: str = "figures", modules=FIGURE_MODULES, timings: bool = Fa
         if progress is not None:
             progress(i, len(loaded), what)
         kwargs = {}
-        if timings and "timings" in inspect.signature(mod.save_figures).parameters:
+        accepts = inspect.signature(mod.save_figures).parameters
+        if timings and "timings" in accepts:
             kwargs["timings"] = True
+        if progress is not None and "progress" in accepts:     # a long set tells its own steps, within step i
+            kwargs["progress"] = (lambda j, n, label, i=i, what=what:
+                                  progress(i, len(loaded), f"{what}: {label} ({j}/{n})"))
         try:
             paths = list(mod.save_figures(outdir, **kwargs) or [])
         except ImportError as e:

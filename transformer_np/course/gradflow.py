@@ -30,7 +30,6 @@ CLI: ``python -m transformer_np gradflow --variant pre|post|no-residual|no-layer
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -39,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._compat import forward_moved as _forward_moved
-from .._validate import check_choice, check_int
+from .._validate import check_choice, check_int, describe
+from ..errors import InputTypeError
 from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
 from ..model.encoder import encoder_layer_backward, encoder_layer_forward
@@ -49,6 +49,7 @@ from ..ops.dropout import dropout_backward
 from ..ops.feedforward import ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.residual import residual_backward, residual_forward
+from ._blas import one_blas_thread
 
 __all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "measure_estimate", "layer_forward", "layer_backward",
            "identity_backward", "sublayers", "stack_forward", "backprop_hidden", "measure", "sweep",
@@ -68,7 +69,8 @@ SMALL_DIMS = {"d_model": 16, "n_heads": 2, "d_ff": 64, "n": 4}
 
 # ----------------------------------------------------------------------------- BLAS threads
 def single_thread_blas(fn):
-    """Run ``fn`` with one BLAS thread (via threadpoolctl when installed, else unchanged).
+    """Run ``fn`` with one BLAS thread (via threadpoolctl; without it unchanged, after one warning that says
+    what to install: :func:`transformer_np.course._blas.one_blas_thread`).
 
     Why: every matrix here is small (at most 128 × 256), so BLAS threads bring nothing, and
     on a busy 2-core machine OpenBLAS's spinning threads made a (128, 256) @ (256, 64)
@@ -76,14 +78,14 @@ def single_thread_blas(fn):
     """
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
-            from threadpoolctl import threadpool_limits
-            limit = threadpool_limits(limits=1, user_api="blas")
-        except ImportError:
-            limit = contextlib.nullcontext()
-        with limit:
+        with one_blas_thread():
             return fn(*args, **kwargs)
     return wrapper
+
+
+def _check_progress(progress) -> None:
+    if progress is not None and not callable(progress):
+        raise InputTypeError(f"progress must be a callable (i, total, label) or None, got {describe(progress)}")
 
 
 # ----------------------------------------------------------------------------- the stacks
@@ -283,9 +285,15 @@ def measure_estimate(depth: int, d_model: int = 64, n_heads: int = 4, d_ff: int 
     return est + MemoryEstimate({"activations": 3 * (depth + 1) * batch * n * d_model * 8})
 
 
+#: the stages of :func:`measure`, as its ``progress`` names them
+MEASURE_STAGES = ("forward through the stack", "backward (full)", "backward (identity path only)",
+                  "norms, RMS and token cosines")
+
+
 @single_thread_blas
 def measure(variant: str, depth: int, init: str = "xavier", seed: int = 0, probe_layer: int | None = None,
-            d_model: int = 64, n_heads: int = 4, d_ff: int = 256, n: int = 16, batch: int = 8) -> dict:
+            d_model: int = 64, n_heads: int = 4, d_ff: int = 256, n: int = 16, batch: int = 8,
+            progress: Callable[[int, int, str], None] | None = None) -> dict:
     """The per-layer view of one stack at initialisation (float64).
 
     Returns a dict with (index ℓ = 0 … L unless said otherwise):
@@ -296,7 +304,10 @@ def measure(variant: str, depth: int, init: str = "xavier", seed: int = 0, probe
         token_cosine_by_layer     mean cosine between distinct tokens of H^(ℓ)
         probe_layer, probe_full_ratio, probe_identity_ratio   (each ‖·‖ at K / ‖·‖ at L)
     Non-finite numbers (an overflowing no-layernorm stack) are reported as None.
+    ``progress(i, total, stage)``, if given, is called as each of the :data:`MEASURE_STAGES` starts.
     """
+    _check_progress(progress)
+    step = (lambda i: progress(i, len(MEASURE_STAGES), MEASURE_STAGES[i - 1])) if progress else (lambda i: None)
     check_choice(variant, "variant", VARIANTS)
     check_choice(init, "init", INITS)
     check_int(depth, "depth", minimum=1)
@@ -310,10 +321,14 @@ def measure(variant: str, depth: int, init: str = "xavier", seed: int = 0, probe
     params, config = make_stack(variant, depth, init, seed, d_model, n_heads, d_ff)
     H0, R = _inputs(seed, batch, n, d_model)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        step(1)
         H, cache = stack_forward(H0, params, config, variant)
+        step(2)
         dH_L = R if cache["final_ln"] is None else layernorm_backward(R, cache["final_ln"])[0]
         dfull, grads = backprop_hidden(dH_L, cache["layers"], "full")
+        step(3)
         did, _ = backprop_hidden(dH_L, cache["layers"], "identity")
+        step(4)
         g = [float(np.linalg.norm(v)) for v in dfull]
         gi = [float(np.linalg.norm(v)) for v in did]
         w2 = [float(np.linalg.norm(gr["ffn.W_2"])) for gr in grads]
@@ -341,15 +356,18 @@ def measure(variant: str, depth: int, init: str = "xavier", seed: int = 0, probe
 
 @single_thread_blas
 def sweep(depths=DEPTHS, variants=VARIANTS, inits=INITS, seed: int = 0, probe_layer: int = 50,
-          **dims) -> dict:
+          progress: Callable[[int, int, str], None] | None = None, **dims) -> dict:
     """``measure`` for every (variant, init, depth); keys are those triples. The probe is
-    ``probe_layer`` where it fits (depth ≥ probe_layer), else ⌊depth/2⌋."""
+    ``probe_layer`` where it fits (depth ≥ probe_layer), else ⌊depth/2⌋. ``progress(i, total, label)``,
+    if given, is called as each stack starts (label e.g. ``"post, bert init, depth 96"``)."""
+    _check_progress(progress)
+    cells = [(variant, init, L) for variant in variants for init in inits for L in depths]
     out = {}
-    for variant in variants:
-        for init in inits:
-            for L in depths:
-                K = probe_layer if probe_layer <= L else L // 2
-                out[(variant, init, L)] = measure(variant, L, init, seed, K, **dims)
+    for i, (variant, init, L) in enumerate(cells, 1):
+        if progress is not None:
+            progress(i, len(cells), f"{variant}, {init} init, depth {L}")
+        K = probe_layer if probe_layer <= L else L // 2
+        out[(variant, init, L)] = measure(variant, L, init, seed, K, **dims)
     return out
 
 
@@ -457,21 +475,25 @@ def stable_rank(sigma: np.ndarray) -> float:
 
 @single_thread_blas
 def probe_table(depth: int = 96, probe_layer: int = 50, seeds=(0, 1, 2), variants=("pre", "post"),
-                inits=INITS, **dims) -> list[dict]:
+                inits=INITS, progress: Callable[[int, int, str], None] | None = None, **dims) -> list[dict]:
     """The layer-``probe_layer``-of-``depth`` numbers for several seeds: one row per
     (variant, init, seed) with the full and identity-path ratios, the last-layer and
-    probe-layer ‖∂L/∂W_2‖, RMS of H^(L) and the token cosine at the probe layer."""
+    probe-layer ‖∂L/∂W_2‖, RMS of H^(L) and the token cosine at the probe layer.
+    ``progress(i, total, label)``, if given, is called as each row starts (label e.g. ``"pre, xavier init,
+    seed 0"``); a notebook passes :func:`transformer_np.course.progress.progress_line`."""
+    _check_progress(progress)
+    cells = [(variant, init, seed) for variant in variants for init in inits for seed in seeds]
     rows = []
-    for variant in variants:
-        for init in inits:
-            for seed in seeds:
-                r = measure(variant, depth, init, seed, probe_layer, **dims)
-                w2 = r["w2_grad_norm_by_layer"]
-                rows.append({"variant": variant, "init": init, "seed": seed,
-                             "full_ratio": r["probe_full_ratio"], "identity_ratio": r["probe_identity_ratio"],
-                             "w2_probe": w2[probe_layer - 1] if probe_layer >= 1 else None,
-                             "w2_last": w2[-1], "rms_last": r["rms_by_layer"][-1],
-                             "cos_probe": r["token_cosine_by_layer"][probe_layer]})
+    for i, (variant, init, seed) in enumerate(cells, 1):
+        if progress is not None:
+            progress(i, len(cells), f"{variant}, {init} init, seed {seed}")
+        r = measure(variant, depth, init, seed, probe_layer, **dims)
+        w2 = r["w2_grad_norm_by_layer"]
+        rows.append({"variant": variant, "init": init, "seed": seed,
+                     "full_ratio": r["probe_full_ratio"], "identity_ratio": r["probe_identity_ratio"],
+                     "w2_probe": w2[probe_layer - 1] if probe_layer >= 1 else None,
+                     "w2_last": w2[-1], "rms_last": r["rms_by_layer"][-1],
+                     "cos_probe": r["token_cosine_by_layer"][probe_layer]})
     return rows
 
 
@@ -516,12 +538,25 @@ def finite_difference_jacobian(x0: np.ndarray, params: dict, config: EncoderConf
 
 # ----------------------------------------------------------------------------- everything the figures need
 @single_thread_blas
-def compute_all(seed: int = 0, depths=DEPTHS, jac_depth: int = 24, exp_depth: int = 12) -> dict:
+def compute_all(seed: int = 0, depths=DEPTHS, jac_depth: int = 24, exp_depth: int = 12,
+                progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Everything the notebook and the figures need: the per-layer sweep, the spectra and
-    the expansions."""
-    results = sweep(depths, seed=seed)
-    spectra = {(v, i): singular_values_by_depth(v, jac_depth, i, seed) for v in VARIANTS for i in INITS}
-    views = {f"{v}, {i}": jacobian_view(v, exp_depth, i, seed) for v in ("pre", "post") for i in INITS}
+    the expansions. ``progress(i, total, label)``, if given, is called as each of their stacks starts."""
+    _check_progress(progress)
+    spectra_cells = [(v, i) for v in VARIANTS for i in INITS]
+    view_cells = [(v, i) for v in ("pre", "post") for i in INITS]
+    n_sweep = len(VARIANTS) * len(INITS) * len(depths)
+    total = n_sweep + len(spectra_cells) + len(view_cells)
+    tell = progress or (lambda i, n, label: None)
+    results = sweep(depths, seed=seed, progress=lambda i, n, label: tell(i, total, f"per-layer view: {label}"))
+    spectra = {}
+    for k, (v, i) in enumerate(spectra_cells, n_sweep + 1):
+        tell(k, total, f"Jacobian spectrum: {v}, {i} init, depth {jac_depth}")
+        spectra[(v, i)] = singular_values_by_depth(v, jac_depth, i, seed)
+    views = {}
+    for k, (v, i) in enumerate(view_cells, n_sweep + len(spectra_cells) + 1):
+        tell(k, total, f"expansion: {v}, {i} init, depth {exp_depth}")
+        views[f"{v}, {i}"] = jacobian_view(v, exp_depth, i, seed)
     return {"results": results, "spectra": spectra, "views": views}
 
 

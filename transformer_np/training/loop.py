@@ -139,7 +139,8 @@ def evaluate(state: TrainState) -> tuple[float, float]:
 
 
 class _Progress:
-    """A plain-text progress bar on stderr: [#####.....] step/total, running loss (EMA), lr."""
+    """A plain-text progress bar on stderr: [#####.....] step/total, the training loss as an exponential moving
+    average (weight 0.05 per step: about the last 20 steps' batches, labelled ``loss (avg)``), lr."""
 
     def __init__(self, total: int, enabled: bool, stream=None):
         self.total, self.enabled = total, enabled
@@ -155,7 +156,7 @@ class _Progress:
             return
         filled = int(30 * step / self.total)
         run = f"{self.running:.4f}" if self.running is not None else "nan"
-        line = f"[{'#' * filled}{'.' * (30 - filled)}] {step}/{self.total} loss {run} lr {lr:.2e}{extra}"
+        line = f"[{'#' * filled}{'.' * (30 - filled)}] {step}/{self.total} loss (avg) {run} lr {lr:.2e}{extra}"
         self.stream.write(("\r" + line) if self.tty else (line + "\n"))
         self.stream.flush()
 

@@ -277,6 +277,14 @@ def _markdown(raw: dict, with_answers: bool) -> str:
          "Each layer: Z = LN1(H + MHA(H)), H' = LN2(Z + FFN(Z)) (Post-LN)." if ws.norm == "post" else
          "Each layer: Z = H + MHA(LN1(H)), H' = Z + FFN(LN2(Z)) (Pre-LN, no final LayerNorm).", "",
          "## Input H^(0)", ""]
+    if not with_answers:      # the student's sheet says where the answers go and how they are checked
+        sections = ", ".join(f"`[answers.layer{l}]`" for l in range(1, ws.layers + 1))
+        L[-2:-2] = ["**Where your answers go.** Work each step below on paper, or in its blank table. To have them "
+                    f"checked, type them into the {sections} section{'s' if ws.layers > 1 else ''} of the problem "
+                    "file next to this sheet (the same name, ending `.toml` instead of `_student.md`): each step "
+                    "has a commented line there to fill in. Then run `transformer-np check FILE.toml`: it marks "
+                    "each answer correct, follows (wrong, but right from your own earlier answers), wrong or "
+                    "missing, and names your first mistake.", ""]
     L += _md_table(ws.H0, ws.tokens, [str(j + 1) for j in range(ws.d_model)], _dec_exact(ws.H0))
     if ws.backward:
         L += ["", "## Upstream gradient dH = dL/dH^(N)", ""]
@@ -330,7 +338,8 @@ def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: b
     ``stem`` defaults to ``worksheet_seed<seed>``; it is a file name, not a path (no folder, no ``..``), and a
     symbolic link at any of the four targets is refused, not followed. Existing files are not overwritten unless
     ``force``; nothing is written unless all four can be. Each file is written atomically (a temporary sibling,
-    then one rename), so a reader never sees half a file. Returns the four paths.
+    then one rename), so a reader never sees half a file. Returns the four paths. The error messages name
+    ``out``, ``stem`` and ``force`` by the ``worksheet new`` flags they come from: ``--out``, ``--name``, ``--force``.
     """
     from .._files import confined_path, write_atomic
 
@@ -343,7 +352,10 @@ def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: b
     if not force:
         existing = [t for t in targets if os.path.lexists(t)]
         if existing:
-            raise InputValueError(f"{existing[0]} already exists (use --force / force=True to overwrite)")
+            raise InputValueError(f"{existing[0]} already exists (use --force to overwrite)")
     texts = [to_toml(raw), student_markdown(raw), key_markdown(raw), to_toml(raw, answers=answer_key(raw))]
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:         # a file on the way, no permission, an empty path: one line, not a raw [Errno …]
+        raise InputValueError(f"--out: cannot create the folder {out!r}: {e.strerror or e}") from None
     return [os.fspath(write_atomic(t, text, error=InputValueError)) for t, text in zip(targets, texts)]

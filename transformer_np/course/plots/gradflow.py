@@ -255,10 +255,11 @@ def plot_expansion(views: dict):
     return fig
 
 
-def save_figures(outdir: str = "figures", data: dict | None = None) -> list[str]:
+def save_figures(outdir: str = "figures", data: dict | None = None, progress=None) -> list[str]:
     """Write the gradflow figures (PNG, deterministic) into ``outdir``; returns the paths.
-    ``data`` = :func:`~transformer_np.course.gradflow.compute_all` (computed when not given)."""
-    data = compute_all() if data is None else data
+    ``data`` = :func:`~transformer_np.course.gradflow.compute_all` (computed when not given, with
+    ``progress(i, total, label)`` called as each of its stacks starts), then ``progress`` as each figure is drawn."""
+    data = compute_all(progress=progress) if data is None else data
     res = data["results"]
     figs = {
         "gradflow_profile_L96.png": lambda: plot_profile(res),
@@ -277,4 +278,9 @@ def save_figures(outdir: str = "figures", data: dict | None = None) -> list[str]
         "gradflow_jacobian_spectra.png": lambda: plot_spectra(data["spectra"]),
         "gradflow_expansion.png": lambda: plot_expansion(data["views"]),
     }
-    return [save(make(), outdir, filename) for filename, make in figs.items()]
+    paths = []
+    for j, (filename, make) in enumerate(figs.items(), 1):
+        if progress is not None:
+            progress(j, len(figs), f"drawing {filename}")
+        paths.append(save(make(), outdir, filename))
+    return paths

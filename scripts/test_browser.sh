@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The browser lane: the docs site built and opened offline in a headless Chromium (tests/test_docs_offline.py,
+# marker "browser"). The README's test command (scripts/test.sh) leaves it out because it needs a browser:
+#   apt-get install chromium        # or chromium-browser, google-chrome
+#   . .venv/bin/activate && bash scripts/test_browser.sh
+# Run it in the venv scripts/test.sh made (it needs the docs packages and pytest, both in ".[test]").
+# TNP_DOCS_HTML=docs/_build/html uses a site scripts/docs.sh built instead of building one. Extra arguments go to
+# pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+found=""
+for name in chromium chromium-browser google-chrome google-chrome-stable; do   # as tests/test_docs_offline.py
+    if command -v "$name" >/dev/null; then found=$name; break; fi
+done
+if [ -z "$found" ]; then
+    echo "scripts/test_browser.sh: needs a Chromium (looked for chromium, chromium-browser, google-chrome," \
+         "google-chrome-stable): apt-get install chromium" >&2
+    exit 2
+fi
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
+rc=0
+python -m pytest -m browser -p no:cacheprovider tests/test_docs_offline.py "$@" || rc=$?
+if [ "$rc" -eq 5 ]; then echo "scripts/test_browser.sh: no test was collected" >&2; fi
+exit "$rc"
