@@ -168,9 +168,14 @@ def run(args: argparse.Namespace) -> int:
     seed = secrets.randbits(32) if args.seed is None else args.seed
     limits = Limits(call_timeout=args.timeout, submission_timeout=args.submission_timeout, memory_mb=args.memory_mb,
                     cpu_seconds=int(args.submission_timeout) + 30)
+    from ..course.grade import submission_paths
+
+    paths = submission_paths(args.submissions)
+    print(f"grading {args.exercise}: {len(paths)} submission{'s' if len(paths) != 1 else ''}, hidden cases from seed "
+          f"{seed}, {args.workers} at a time", file=sys.stderr, flush=True)
     progress = Progress(f"grading {args.exercise}")
     try:
-        grades = grade_submissions(args.exercise, args.submissions, workers=args.workers, seed=seed, limits=limits,
+        grades = grade_submissions(args.exercise, paths, workers=args.workers, seed=seed, limits=limits,
                                    progress=lambda i, n, f: progress(i, n, terminal_text(os.path.basename(f), False)))
     finally:
         progress.close()
