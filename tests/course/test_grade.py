@@ -506,3 +506,25 @@ def test_the_submission_time_limit_ends_every_remaining_check(tmp_path):
     assert time.monotonic() - t0 < 15
     assert g.score == 0
     assert all("time limit (4 s) ran out" in c.feedback for c in g.checks), [c.feedback for c in g.checks]
+
+
+def test_a_finite_difference_backward_is_refused_as_not_analytic(tmp_path):
+    numerical = """
+_fwd = softmax_forward
+def softmax_forward(x):
+    out, _ = _fwd(x)
+    return out, {"x": x}
+
+def softmax_backward(dout, cache):
+    x, h = cache["x"], 1e-5
+    dx = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = h
+        dx[i] = np.sum(dout * (_fwd(x + e)[0] - _fwd(x - e)[0])) / (2 * h)
+    return dx
+"""
+    g = grade(tmp_path, SOL + [numerical])
+    assert points(g) == {"q1": 1, "q2": 0}
+    (bwd,) = [c for c in g.checks if c.kind == "backward"]
+    assert "not_analytic" in bwd.codes and "finite differences" in bwd.feedback, bwd.feedback
