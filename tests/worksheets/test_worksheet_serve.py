@@ -80,8 +80,8 @@ def _random_cells(raw: dict, r) -> dict:
         plant = {s.key: slip}
     answers = sheet_helpers.student(raw, plant=plant)[0]["answers"]
     cells = sh.cells_of(answers, ws, ws.decimals)
-    for table, names in cells.items():
-        for name, grid in names.items():
+    for names in cells.values():
+        for grid in names.values():
             mode = r.choice(["keep", "keep", "keep", "perturb", "garbage", "blank", "partial"])
             for row in grid:
                 for j, c in enumerate(row):

@@ -111,7 +111,7 @@ def _problem_tables(ws) -> list[dict]:
                 tables.append(_matrix(title, a, [str(i + 1) for i in range(a.shape[0])],
                                       [str(j + 1) for j in range(a.shape[1])]))
         out.append({"group": f"Layer {layer} parameters", "tables": tables,
-                    "note": f"W_1 is {d} × {f}, W_2 is {f} × {d}; y = x W + b (row vectors)"})
+                    "note_html": formula_html(f"W_1 is {d} × {f}, W_2 is {f} × {d}; y = x W + b (row vectors)")})
     return out
 
 

@@ -72,7 +72,7 @@
       var tables = el("div", {class: "given-tables"});
       g.tables.forEach(function (t) { tables.appendChild(problemTable(t)); });
       var part = el("div", {class: "given-group"}, [el("h3", {text: g.group}), tables]);
-      if (g.note) part.appendChild(el("p", {class: "note", text: g.note}));
+      if (g.note_html) part.appendChild(el("p", {class: "note", html: g.note_html}));
       box.appendChild(part);
     });
   }
