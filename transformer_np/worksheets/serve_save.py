@@ -354,6 +354,8 @@ def save_answers(path: str, cells_json, fingerprint: str) -> Cells:
                              f"touching the rest (e.g. dotted keys or an inline [answers] table); give them as "
                              f"[answers.layerN] tables")
     load_worksheet(new_raw)                       # the sheet check will read: refused here, never written
+    if new_text == text:
+        return cells                              # nothing changed: the file is not rewritten
     mode = os.stat(path).st_mode & 0o777
     write_atomic(path, data, error=WorksheetError)
     try:
