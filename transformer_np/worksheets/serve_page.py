@@ -20,6 +20,7 @@ import re
 
 import numpy as np
 
+from .format import quantity_shape
 from .names import PARAM_NAMES, is_per_token
 from .serve_save import grid_shape, problem_fingerprint, read_sheet_text
 
@@ -33,20 +34,13 @@ def labels(ws, name: str) -> tuple[list[str], list[str]]:
     base = name.removeprefix("d_").split("_head")[0]
     per_token = is_per_token(name)
     row_labels = list(ws.tokens) if per_token else ([str(i + 1) for i in range(rows)] if rows > 1 else [""])
-    if per_token and cols == 1 and base not in ("scores", "attention_weights") and \
-            len(_shape(ws, name)) == 1:
+    if per_token and len(quantity_shape(name, ws.n, ws.d_model, ws.d_ff)) == 1:    # one number per token
         col_labels = [name]
     elif base in ("scores", "attention_weights"):
         col_labels = list(ws.tokens)
     else:
         col_labels = [str(j + 1) for j in range(cols)]
     return row_labels, col_labels
-
-
-def _shape(ws, name):
-    from .format import quantity_shape
-
-    return quantity_shape(name, ws.n, ws.d_model, ws.d_ff)
 
 
 _SUB = {"gamma1": "γ<sub>1</sub>", "gamma2": "γ<sub>2</sub>", "beta1": "β<sub>1</sub>", "beta2": "β<sub>2</sub>"}
