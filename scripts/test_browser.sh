@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The browser lane: the docs site built and opened offline in a headless Chromium (tests/test_docs_offline.py,
-# marker "browser"). The README's test command (scripts/test.sh) leaves it out because it needs a browser:
-#   apt-get install chromium        # or chromium-browser, google-chrome
+# The browser lane (marker "browser"): the docs site built and opened offline in a headless Chromium
+# (tests/test_docs_offline.py), and the page of `worksheet serve` driven through chromedriver with Selenium
+# (tests/worksheets/test_worksheet_serve_browser.py). The README's test command (scripts/test.sh) leaves it out
+# because it needs a browser and its driver:
+#   apt-get install chromium chromium-driver        # or chromium-browser, google-chrome (+ a chromedriver)
 #   . .venv/bin/activate && bash scripts/test_browser.sh
 # Run it in the venv scripts/test.sh made (it needs the docs packages and pytest, both in ".[test]").
 # TNP_DOCS_HTML=docs/_build/html uses a site scripts/docs.sh built instead of building one. Extra arguments go to
@@ -19,6 +21,11 @@ if [ -z "$found" ]; then
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg
 rc=0
-python -m pytest -m browser -p no:cacheprovider tests/test_docs_offline.py "$@" || rc=$?
+if ! command -v chromedriver >/dev/null; then
+    echo "scripts/test_browser.sh: needs chromedriver for the worksheet page's test: apt-get install chromium-driver" >&2
+    exit 2
+fi
+python -m pytest -m browser -p no:cacheprovider tests/test_docs_offline.py tests/worksheets/test_worksheet_serve_browser.py \
+    "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then echo "scripts/test_browser.sh: no test was collected" >&2; fi
 exit "$rc"

@@ -37,9 +37,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=None,
                    help="file name stem, a name not a path (default worksheet_seed<SEED>)")
     p.add_argument("--force", action="store_true", help="overwrite existing files (never through a symbolic link)")
+    from . import worksheet_serve  # worksheet serve SHEET: the local page (worksheet_serve.py)
+
+    worksheet_serve.add_parser(sub)
 
 
 def run(args) -> int:
+    if args.action == "serve":
+        from . import worksheet_serve
+
+        return worksheet_serve.run(args)
     from ..worksheets.generate import new_worksheet, write_worksheet
 
     raw = new_worksheet(tokens=args.tokens, d_model=args.d_model, heads=args.heads, norm=args.norm,
