@@ -276,9 +276,9 @@ class SheetServer(http.server.ThreadingHTTPServer):
         """Serve until Ctrl-C or ``idle_timeout`` seconds without an accepted request; returns why it stopped."""
         log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-        thread.start()
         why = "idle"
-        try:
+        try:                         # started inside the try: a Ctrl-C right after the first request still stops here
+            thread.start()
             while time.monotonic() - self.last_activity < idle_timeout:
                 time.sleep(min(0.5, max(idle_timeout / 10, 0.05)))
             log(f"Stopped: no request for {idle_timeout:g} s (the answers are saved in {self.path}).")
@@ -286,7 +286,8 @@ class SheetServer(http.server.ThreadingHTTPServer):
             why = "interrupted"
             log(f"Stopped (Ctrl-C). The answers are saved in {self.path}.")
         finally:
-            self.shutdown()
+            if thread.ident is not None:       # shutdown() waits for serve_forever: only if its thread ran
+                self.shutdown()
             self.server_close()
             thread.join(timeout=5)
         return why
