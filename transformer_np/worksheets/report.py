@@ -62,7 +62,10 @@ class Report:
         {"steps": [{"layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of"}, …],
          "first_mistake": {"layer", "name", "diagnosis", "explanation"} or None,
          "marks": {"awarded", "available"},
-         "counts": {"correct", "follows", "wrong", "missing"}}
+         "counts": {"correct", "follows", "wrong", "missing"},
+         "problem_id": str or None, "flags": ["problem_altered"] or [],
+         # marked against a key (check --key) only:
+         "key": path, "student": str or None, "altered": ["[input].H0", "[marks]", …]}
 
     ``given`` is the student's answer as written (a nested list, or ``{token: row}`` for a table of
     rows) or None; ``expected`` the correct value (full precision, nested lists) of an answered step —
@@ -76,6 +79,11 @@ class Report:
 
     def __init__(self, marking: Marking):
         self.marking = marking
+        self.flags: list[str] = []          # "problem_altered" (marked against a key: :mod:`.keys`)
+        self.altered: list[str] = []        # the parts of the problem / mark scheme that differ from the key's
+        self.student: str | None = None     # the key's [key].student (worksheet class)
+        self.problem_id: str | None = marking.worksheet.problem_id
+        self.key_source: str | None = None
         self.worksheet = marking.worksheet
         m = marking
         self.steps = []
@@ -107,8 +115,11 @@ class Report:
         """The JSON-ready result (see the class docstring); ``answers=True`` keeps the expected value of every
         step, answered or not (an instructor's key)."""
         steps = [s if answers or s["verdict"] != "missing" else {**s, "expected": None} for s in self.steps]
-        return {"steps": steps, "first_mistake": self.first_mistake, "marks": dict(self.marks),
-                "counts": self.counts()}
+        out = {"steps": steps, "first_mistake": self.first_mistake, "marks": dict(self.marks),
+               "counts": self.counts(), "problem_id": self.problem_id, "flags": list(self.flags)}
+        if self.key_source is not None:
+            out.update(key=self.key_source, student=self.student, altered=list(self.altered))
+        return out
 
     def to_json(self, answers: bool = False, **kwargs) -> str:
         """``to_dict(answers)`` as strict JSON: a non-finite number is an error here, never ``NaN`` in the text."""
@@ -176,6 +187,13 @@ class Report:
                             f"the band honest rounding of every earlier number can reach; error and tolerance are "
                             f"shown at the entry that decided the verdict, against the true value (or your own "
                             f"earlier numbers, for 'follows').", 110, subsequent_indent="  ")]
+        if self.key_source is not None:
+            L.append(f"Marked against the key {self.key_source}" + (f" (student {self.student})" if self.student
+                                                                     else "") + ".")
+        if self.flags:
+            L += textwrap.wrap("PROBLEM ALTERED (problem_altered): this sheet's copy of the problem or of the mark "
+                               "scheme differs from the key's in " + ", ".join(self.altered) + "; it was marked "
+                               "against the key's.", 110, subsequent_indent="  ")
         if self.answered == 0 and not answers:
             return "\n".join(L + [""] + self._no_answers())
         L.append(f"{c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, {c['missing']} not answered.")
