@@ -57,7 +57,6 @@ def _cheats(tmp_path):
     (as `check --answers` prints them), one with W_1 = 0 and that problem's answers, one with the key remade from
     the printed seed (`worksheet new --seed S`), and the key itself handed in."""
     raw = new_worksheet(seed=5)
-    marks = {"attention_weights": 2, "H": 3}
     paths = write_worksheet(raw, str(tmp_path / "ws"))
     key_path = paths[3]
     with open(key_path, "a", encoding="utf-8") as f:          # the instructor's mark scheme, in the key only
@@ -306,3 +305,25 @@ def test_worksheet_class_writes_all_files_or_none(tmp_path, capsys):
     code, _, err = _run(capsys, "worksheet", "class", "--roster", roster, "--out", out, "--force")
     assert code == 2 and "s002_key.toml" in err
     assert sorted(p.name for p in out.rglob("*")) == ["keys", "s002_key.toml"]      # nothing else, no secret
+
+
+def test_worksheet_new_writes_all_four_files_or_none(tmp_path, monkeypatch):
+    """A rename that fails for the third file (as a full disk or a vanished folder would make it): before,
+    the first two files were left written; now none of the four is, and nothing is left behind."""
+    import transformer_np._files as files
+
+    real = os.replace
+
+    def failing(src, dst):
+        if str(dst).endswith("_key.md"):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", failing)
+    with pytest.raises(ValueError, match="No space left"):
+        write_worksheet(new_worksheet(seed=2), str(tmp_path), "s")
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "s.toml").write_text("the student's own file")           # with --force: put back as it was
+    with pytest.raises(ValueError, match="No space left"):
+        write_worksheet(new_worksheet(seed=2), str(tmp_path), "s", force=True)
+    assert os.listdir(tmp_path) == ["s.toml"] and (tmp_path / "s.toml").read_text() == "the student's own file"
