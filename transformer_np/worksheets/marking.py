@@ -19,6 +19,9 @@ some rows):
    student's chain — within that chain's band (``own_tol``: only unwritten work and sub-steps are
    rounded there; the given entries are used as written) it is ``follows`` if anything it depends
    on was not correct, and ``correct`` otherwise (right work on right, if rounded, inputs);
+   — but not ``follows`` where the student's own earlier numbers make the step trivial (all zeros, a
+   constant row, the identity, or a value that is the same for any input: :mod:`.trivial`); that is
+   ``wrong``, diagnosed ``trivialised``;
 3. otherwise ``wrong``. The first ``wrong`` step is diagnosed (:mod:`.diagnosis`); a mistake the
    diagnosis places in an unwritten step or in a copied number is then carried in the student's
    chain and the later steps are marked again, so a step computed correctly from the student's own
@@ -40,6 +43,7 @@ from .band import C_BAND, sample_chain
 from .diagnosis import diagnose, student_version
 from .record import FLOAT_SLACK, Marking
 from .steps import DH_KEY, H0_KEY, Key, Step, build_steps, evaluate
+from .trivial import trivialised
 
 __all__ = ["C_BAND", "FLOAT_SLACK", "Marking", "mark_worksheet", "unit", "band_of"]
 
@@ -85,6 +89,7 @@ def _verdicts(m: Marking, forced: dict) -> None:
     unsound: set[Key] = set(m.hidden)   # steps built on an answer that was not correct, or on a carried mistake
     m.verdict.clear()
     m.reference.clear()
+    m.trivial.clear()
     for s in m.steps:
         a = ws.answers.get(s.key)
         if any(k in unsound for k in s.inputs):
@@ -100,6 +105,9 @@ def _verdicts(m: Marking, forced: dict) -> None:
         elif _within(a.value, m.own[s.key], m.own_tol[s.key], a.mask):
             m.verdict[s.key] = "follows" if s.key in unsound else "correct"
             m.reference[s.key] = "own"
+            why = trivialised(m, s, unsound) if s.key in unsound else None
+            if why is not None:                 # no follow-through where the earlier error made this step trivial
+                m.verdict[s.key], m.reference[s.key], m.trivial[s.key] = "wrong", "truth", why
         else:
             m.verdict[s.key], m.reference[s.key] = "wrong", "own"
         if m.verdict[s.key] != "correct":
@@ -135,7 +143,8 @@ def mark_worksheet(ws) -> Marking:
     _verdicts(m, {})
     forced: dict = {}
     for _ in range(MAX_ROUNDS):
-        first = next((s for s in steps if m.verdict[s.key] == "wrong" and s.key not in forced), None)
+        first = next((s for s in steps if m.verdict[s.key] == "wrong" and s.key not in forced
+                      and s.key not in m.trivial), None)
         if first is None:
             break
         d = diagnose(m, first)

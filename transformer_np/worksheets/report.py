@@ -59,7 +59,8 @@ def _fmt_mark(x) -> str:
 class Report:
     """What ``check`` found. ``to_dict()`` is the JSON contract::
 
-        {"steps": [{"layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of"}, …],
+        {"steps": [{"layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of",
+                    "diagnosis"}, …],
          "first_mistake": {"layer", "name", "diagnosis", "explanation"} or None,
          "marks": {"awarded", "available"},
          "counts": {"correct", "follows", "wrong", "missing"},
@@ -97,9 +98,12 @@ class Report:
             got = None if out_of is None else (out_of if v in ("correct", "follows") else 0.0)
             if out_of is not None:
                 awarded, available = awarded + got, available + out_of
+            code = "trivialised" if s.key in m.trivial else \
+                m.diagnoses[s.key]["diagnosis"] if v == "wrong" and s.key in m.diagnoses else None
             self.steps.append({"layer": s.layer, "name": s.name, "verdict": v,
                                "given": None if a is None else a.raw, "expected": m.truth[s.key].tolist(),
-                               "max_abs_error": m.error[s.key], "marks": _mark(got), "out_of": _mark(out_of)})
+                               "max_abs_error": m.error[s.key], "marks": _mark(got), "out_of": _mark(out_of),
+                               "diagnosis": code})
         self.marks = {"awarded": _mark(awarded), "available": _mark(available)}
         first = next((s for s in m.steps if m.verdict[s.key] == "wrong"), None)
         self.first_mistake = None
@@ -271,6 +275,9 @@ class Report:
         note = {"correct": "correct", "follows": "follows from your earlier answers", "wrong": "WRONG",
                 "missing": "answer key"}[v]
         out = [f"  {s.name} = {s.formula}   ({note})"]
+        if s.key in m.trivial:
+            out += textwrap.wrap(f"no follow-through (trivialised): {m.trivial[s.key]}, and with the correct numbers "
+                                 f"it is not", 110, initial_indent="    ", subsequent_indent="    ")
         truth = m.truth[s.key]
         a = m.given(s.key)
         per_token = is_per_token(s.name)
