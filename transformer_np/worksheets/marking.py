@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .band import C_BAND, sample_chain
+from .band import C_BAND, local_band, sample_chain
 from .diagnosis import diagnose, student_version
 from .record import FLOAT_SLACK, Marking
 from .steps import DH_KEY, H0_KEY, Key, Step, build_steps, evaluate
@@ -110,8 +110,46 @@ def _verdicts(m: Marking, forced: dict) -> None:
                 m.verdict[s.key], m.reference[s.key], m.trivial[s.key] = "wrong", "truth", why
         else:
             m.verdict[s.key], m.reference[s.key] = "wrong", "own"
+        if m.verdict[s.key] == "correct" and not _local_ok(m, s, a):
+            m.verdict[s.key], m.reference[s.key] = "wrong", "local"   # a slip the written inputs show
         if m.verdict[s.key] != "correct":
             unsound.add(s.key)
+
+
+def _local(m: Marking, s: Step):
+    """(value, band) of step ``s`` recomputed from the inputs the student wrote — every input written in full or
+    the sheet's own data — with the band of this step's rounding and its inputs' rounding alone
+    (:func:`.band.local_band`); None when an input is not written in full. The step as the student's chain has
+    it (a carried miscopy of a weight included)."""
+    ws = m.worksheet
+    own_step = next((t for t in (m.student_steps or m.steps) if t.key == s.key), s)
+    if own_step.key in m.hidden:
+        return None
+    data = m.student_inputs if m.student_inputs is not None else _inputs(ws)
+    values, noisy = [], []
+    for k in own_step.inputs:
+        a = ws.answers.get(k)
+        if k in data:
+            values.append(data[k])
+            noisy.append(False)
+        elif a is not None and a.mask.all():
+            values.append(a.value)
+            noisy.append(True)
+        else:
+            return None
+    if m.local_step.get(s.key) is not own_step:
+        with np.errstate(all="ignore"):
+            value = own_step.fn(*values)
+        band = local_band(own_step, values, noisy, ws.decimals)
+        m.local[s.key], m.local_tol[s.key], m.local_step[s.key] = value, band, own_step
+    return m.local[s.key], m.local_tol[s.key]
+
+
+def _local_ok(m: Marking, s: Step, a) -> bool:
+    """Is the answer within the band of the step recomputed from the student's own written inputs (True when
+    those are not all written)? An answer inside the band around the truth can still show a slip there."""
+    found = _local(m, s)
+    return found is None or _within(a.value, found[0], found[1], a.mask)
 
 
 def _own_pass(m: Marking, steps: list[Step], inputs: dict) -> None:
@@ -138,7 +176,8 @@ def mark_worksheet(ws) -> Marking:
     if all_correct:                    # nothing to follow through: the student's chain is the truth's
         m.chain, m.own, m.own_tol = dict(truth), dict(truth), tol
         _verdicts(m, {})
-        return m
+        if "wrong" not in m.verdict.values():          # no slip shown by the written inputs either
+            return m
     _own_pass(m, steps, inputs)
     _verdicts(m, {})
     forced: dict = {}
@@ -150,7 +189,9 @@ def mark_worksheet(ws) -> Marking:
         d = diagnose(m, first)
         m.diagnoses[first.key] = d
         forced[first.key] = "wrong"
-        m.saved[first.key] = (m.own[first.key], m.own_tol[first.key])
+        local = m.reference.get(first.key) == "local"
+        m.saved[first.key] = (m.local[first.key], m.local_tol[first.key]) if local else \
+            (m.own[first.key], m.own_tol[first.key])
         version = student_version(m, d)
         if version is None:
             continue

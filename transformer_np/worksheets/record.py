@@ -48,6 +48,7 @@ class Marking:
     trivial: dict = field(default_factory=dict)     # key -> why the student's numbers make it trivial (wrong)
     local: dict = field(default_factory=dict)       # key -> the step recomputed from the student's written inputs
     local_tol: dict = field(default_factory=dict)   # key -> its band: this step's rounding and its inputs' alone
+    local_step: dict = field(default_factory=dict)  # key -> the step (the student's version) they were made with
 
     def given(self, key):
         return self.worksheet.answers.get(key)
