@@ -116,11 +116,9 @@ def _verdicts(m: Marking, forced: dict) -> None:
             unsound.add(s.key)
 
 
-def _local(m: Marking, s: Step):
-    """(value, band) of step ``s`` recomputed from the inputs the student wrote — every input written in full or
-    the sheet's own data — with the band of this step's rounding and its inputs' rounding alone
-    (:func:`.band.local_band`); None when an input is not written in full. The step as the student's chain has
-    it (a carried miscopy of a weight included)."""
+def _local_inputs(m: Marking, s: Step):
+    """(the step as the student's chain has it, its input values, which are written) when every input of ``s`` is
+    written in full or is the sheet's own data; None otherwise."""
     ws = m.worksheet
     own_step = next((t for t in (m.student_steps or m.steps) if t.key == s.key), s)
     if own_step.key in m.hidden:
@@ -137,19 +135,39 @@ def _local(m: Marking, s: Step):
             noisy.append(True)
         else:
             return None
+    return own_step, values, noisy
+
+
+def _local(m: Marking, s: Step):
+    """(value, band) of step ``s`` recomputed from the inputs the student wrote — every input written in full or
+    the sheet's own data — with the band of this step's rounding and its inputs' rounding alone
+    (:func:`.band.local_band`); None when an input is not written in full. The step as the student's chain has
+    it (a carried miscopy of a weight included)."""
+    found = _local_inputs(m, s)
+    if found is None:
+        return None
+    own_step, values, noisy = found
     if m.local_step.get(s.key) is not own_step:
         with np.errstate(all="ignore"):
             value = own_step.fn(*values)
-        band = local_band(own_step, values, noisy, ws.decimals)
+        band = local_band(own_step, values, noisy, m.worksheet.decimals)
         m.local[s.key], m.local_tol[s.key], m.local_step[s.key] = value, band, own_step
     return m.local[s.key], m.local_tol[s.key]
 
 
 def _local_ok(m: Marking, s: Step, a) -> bool:
     """Is the answer within the band of the step recomputed from the student's own written inputs (True when
-    those are not all written)? An answer inside the band around the truth can still show a slip there."""
-    found = _local(m, s)
-    return found is None or _within(a.value, found[0], found[1], a.mask)
+    those are not all written)? An answer inside the band around the truth can still show a slip there. Within
+    u of that value it is (the band is never narrower): the band is then not computed."""
+    found = _local_inputs(m, s)
+    if found is None:
+        return True
+    own_step, values, _ = found
+    with np.errstate(all="ignore"):
+        if _within(a.value, own_step.fn(*values), np.asarray(m.u), a.mask):
+            return True
+    value, band = _local(m, s)
+    return _within(a.value, value, band, a.mask)
 
 
 def _own_pass(m: Marking, steps: list[Step], inputs: dict) -> None:
