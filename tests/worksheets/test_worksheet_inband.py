@@ -129,3 +129,15 @@ def test_honest_rounded_work_stays_clean_and_planted_offsets_are_located(decimal
         assert _located(raw, slipped, s.key), (s.key, j, g, new, b0, dev)
         planted += 1
     assert planted >= 3
+
+
+def test_a_slip_is_penalised_once():
+    """A context entry written 0.5 off while the student carried the right one: context is wrong, and the
+    attention output — right against the truth, worked from the right context — is not marked wrong again for
+    not following from the written slip (the check against written inputs is made where those are right)."""
+    raw, answers, _ = _honest(5)
+    slipped = copy.deepcopy(answers)
+    slipped["layer1"]["context"][0][0] += 0.5
+    r = check({**raw, "answers": slipped})
+    assert r.verdict("context") == "wrong" and r.first_mistake["name"] == "context"
+    assert r.verdict("attention_output") == "correct" and r.counts()["wrong"] == 1

@@ -110,8 +110,10 @@ def _verdicts(m: Marking, forced: dict) -> None:
                 m.verdict[s.key], m.reference[s.key], m.trivial[s.key] = "wrong", "truth", why
         else:
             m.verdict[s.key], m.reference[s.key] = "wrong", "own"
-        if m.verdict[s.key] == "correct" and not _local_ok(m, s, a):
-            m.verdict[s.key], m.reference[s.key] = "wrong", "local"   # a slip the written inputs show
+        # a slip the written inputs show (inputs that are themselves right: a step right against the truth but not
+        # from a wrong written input was worked from the right value, and that mistake is penalised once)
+        if m.verdict[s.key] == "correct" and s.key not in unsound and not _local_ok(m, s, a):
+            m.verdict[s.key], m.reference[s.key] = "wrong", "local"
         if m.verdict[s.key] != "correct":
             unsound.add(s.key)
 
