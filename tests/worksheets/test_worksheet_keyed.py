@@ -327,3 +327,27 @@ def test_worksheet_new_writes_all_four_files_or_none(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="No space left"):
         write_worksheet(new_worksheet(seed=2), str(tmp_path), "s", force=True)
     assert os.listdir(tmp_path) == ["s.toml"] and (tmp_path / "s.toml").read_text() == "the student's own file"
+
+
+def test_the_summary_names_students_with_no_submission(tmp_path, capsys):
+    roster = _roster(tmp_path / "roster.csv", 3)
+    out = tmp_path / "class"
+    assert _run(capsys, "worksheet", "class", "--roster", roster, "--out", out)[0] == 0
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for sid in ("s000", "s002"):
+        raw = read_toml(out / "students" / f"{sid}.toml")
+        _write(subs / f"{sid}.toml", {**raw, "answers": answer_key(raw)})
+    code, text, _ = _run(capsys, "check", "--key", out / "keys", subs)
+    assert code == 0 and "No submission from 1 student of the keys: s001." in text
+    code, text, _ = _run(capsys, "check", "--key", out / "keys", subs, "--json")
+    assert json.loads(text)["summary"]["no_submission"] == ["s001"]
+
+
+def test_a_folder_with_problems_beside_its_keys(tmp_path, capsys):
+    """`worksheet new --out ws` puts the problem beside its key: --key ws uses the key and ignores the problem."""
+    raw = new_worksheet(seed=6)
+    write_worksheet(raw, str(tmp_path / "ws"))
+    _write(tmp_path / "sub.toml", {**raw, "answers": answer_key(raw)})
+    code, out, err = _run(capsys, "check", "--key", tmp_path / "ws", tmp_path / "sub.toml", "--json")
+    assert code == 0 and json.loads(out)["key"].endswith("_key.toml"), err

@@ -148,6 +148,7 @@ class _Summary:
         self.out_of: set = set()
         self.first: Counter = Counter()
         self.wrong: Counter = Counter()
+        self.ids: set = set()
 
     def add(self, row: dict, report) -> None:
         self.sheets += 1
@@ -162,6 +163,8 @@ class _Summary:
             self.share += row["total"] / row["out_of"]      # of each sheet's own out_of
             self.shares += 1
         self.out_of.add(row["out_of"])
+        if report.problem_id:
+            self.ids.add(report.problem_id)
         if row["diagnosis"]:
             self.first[(row["first_mistake"], row["diagnosis"])] += 1
         self.wrong.update(f"layer {s['layer']} {s['name']}" for s in report.steps if s["verdict"] == "wrong")
@@ -247,6 +250,8 @@ def _class(sheets: list, args, ring) -> int:
                 sys.stdout.write(("" if first else ", ") + json.dumps(item, allow_nan=False))
                 first = False
         s = summary.to_dict()
+        if ring is not None and ring.students:         # a folder of class keys: who handed nothing in
+            s["no_submission"] = sorted(sid for pid, sid in ring.students.items() if pid not in summary.ids)
         if sink is not None:
             sink.close()
             sink = None
@@ -281,6 +286,10 @@ def _summary_text(s: dict, csv_path: str | None) -> list[str]:
     if s["keys_skipped"]:
         L.append(f"{s['keys_skipped']} answer key{'s' if s['keys_skipped'] > 1 else ''} skipped (a key is never "
                  f"graded as a submission).")
+    if s.get("no_submission"):
+        L += textwrap.wrap(f"No submission from {len(s['no_submission'])} student"
+                           f"{'s' if len(s['no_submission']) > 1 else ''} of the keys: "
+                           + ", ".join(shown(x) for x in s["no_submission"]) + ".", 110, subsequent_indent="  ")
     if s["problem_altered"]:
         L.append(f"{s['problem_altered']} sheet{'s' if s['problem_altered'] > 1 else ''} flagged problem_altered "
                  f"(marked against the key's problem and marks).")

@@ -83,8 +83,9 @@ class Key:
 
 class KeyRing:
     """The keys of ``check --key``: one key TOML (every submission is marked against it), or a folder of them
-    (every ``*.toml`` in it; each needs a problem id, and no two may share one). Only the ids, fingerprints and
-    paths are kept; a key is read again when a submission needs it (the last one read is cached)."""
+    (every ``*.toml`` in it with a ``[key]`` table; each needs a problem id, and no two may share one). Only the
+    ids, fingerprints, students and paths are kept; a key is read again when a submission needs it (the last one
+    read is cached)."""
 
     def __init__(self, path: str):
         self.path = path
@@ -92,12 +93,16 @@ class KeyRing:
         self.by_id: dict[str, str] = {}
         self.by_fingerprint: dict[str, str] = {}
         self._cache: Key | None = None
+        self.students: dict[str, str] = {}               # problem id -> the student it was made for
         if os.path.isdir(path):
+            from .tomlio import read_toml
+
             names = sorted(f for f in os.listdir(path) if f.endswith(".toml") and not f.startswith("."))
-            if not names:
-                raise InputValueError(f"--key: {path} has no keys (*.toml) in it")
             for name in names:
-                key = Key.read(os.path.join(path, name))
+                raw = read_toml(os.path.join(path, name))
+                if "key" not in raw:                      # a problem or a submission beside the keys: not a key
+                    continue
+                key = Key(raw, os.path.join(path, name))
                 if key.problem_id is None:
                     raise WorksheetError(f"{key.source}: a key in a folder of keys needs [setup].problem_id (the "
                                          f"id written on the student's sheet), and this one has none")
@@ -106,6 +111,11 @@ class KeyRing:
                                          f"{self.by_id[key.problem_id]}; each key needs its own")
                 self.by_id[key.problem_id] = key.source
                 self.by_fingerprint.setdefault(key.fingerprint, key.source)
+                if key.student is not None:
+                    self.students[key.problem_id] = key.student
+            if not self.by_id:
+                raise InputValueError(f"--key: {path} has no answer keys in it (TOML files with a [key] table, as "
+                                      f"worksheet new and worksheet class write them)")
         elif os.path.exists(path):
             self.single = Key.read(path)
         else:
