@@ -11,7 +11,10 @@
   (an ``OSError``, an exception in the writer, an interrupt) removes the temporary file and leaves the target as
   it was. The checkpoint writer (a zip written member by member) calls it directly;
 * :func:`write_atomic` is that routine for a ``bytes``/``str`` payload, with a symlink at the target refused and
-  an ``OSError`` turned into the caller's ``error`` class.
+  an ``OSError`` turned into the caller's ``error`` class;
+* :func:`write_all_or_none` writes several files so that either all of them are written or none is changed;
+* :func:`read_regular_bounded` reads a file only if it is a regular file, never blocking (a FIFO, a socket, a
+  device or a folder is refused from its ``fstat``, opened with ``O_NONBLOCK``).
 
 Every failure of the reading and naming helpers and of :func:`write_atomic` raises the ``error`` class the caller
 chooses (a :class:`~transformer_np.errors.FileFormatError` subclass, usually) with a message naming the file;
@@ -27,7 +30,8 @@ from typing import BinaryIO
 
 from .errors import FileFormatError, InputValueError
 
-__all__ = ["read_bytes_bounded", "confined_path", "temporary_name", "replace_atomically", "write_atomic"]
+__all__ = ["read_bytes_bounded", "read_regular_bounded", "confined_path", "temporary_name", "replace_atomically",
+           "write_atomic", "write_all_or_none"]
 
 _CHUNK = 1 << 16
 
@@ -59,6 +63,58 @@ def read_bytes_bounded(path: str | os.PathLike, max_bytes: int, *, error: type =
     except OSError as e:
         raise error(f"{where}: cannot be read ({e.strerror or e})") from None
     return b"".join(chunks)
+
+
+def read_regular_bounded(path: str | os.PathLike, max_bytes: int, *, error: type = FileFormatError,
+                         what: str = "file") -> bytes:
+    """The bytes of ``path`` if it is a regular file (a symlink is followed), at most ``max_bytes``.
+
+    Nothing can block: the file is opened with ``O_NONBLOCK`` (a FIFO with no writer opens at once) and
+    ``fstat``-ed before a byte is read, and anything but a regular file — a FIFO, a socket, a character or block
+    device, a folder — is refused with ``error`` naming what it is."""
+    where = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        kind = _kind_of(os.stat(where).st_mode)
+        if kind is not None:                           # refused before it is even opened
+            raise error(f"{where}: is {kind}, not a {what}")
+        fd = os.open(where, flags)
+    except FileNotFoundError:
+        raise error(f"{where}: no such {what}") from None
+    except OSError as e:
+        raise error(f"{where}: cannot be read ({e.strerror or e})") from None
+    try:
+        kind = _kind_of(os.fstat(fd).st_mode)          # what was opened (it may have been swapped since the stat)
+        if kind is not None:
+            raise error(f"{where}: is {kind}, not a {what}")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise error(f"{where}: more than the {max_bytes} bytes a {what} may have")
+    except OSError as e:
+        raise error(f"{where}: cannot be read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _kind_of(mode: int) -> str | None:
+    """None for a regular file, else what it is, in words."""
+    import stat
+
+    if stat.S_ISREG(mode):
+        return None
+    for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return words
+    return "not a regular file"
 
 
 def confined_path(folder: str | os.PathLike, name: str, *, argument: str = "name",
@@ -141,3 +197,71 @@ def write_atomic(path: str | os.PathLike, data: bytes | str, *, error: type = Fi
         return replace_atomically(path, lambda f: f.write(raw))
     except OSError as e:
         raise error(f"{path}: cannot be written ({e.strerror or e})") from None
+
+
+def write_all_or_none(files: list[tuple[str | os.PathLike, bytes | str]], *,
+                      error: type = FileFormatError) -> list[Path]:
+    """Write every ``(path, data)`` of ``files``, or none of them.
+
+    Each file is first written in full to its temporary sibling (:func:`temporary_name`) and fsynced; only when
+    all are written are they renamed into place, one by one. If a write fails, the temporary files are removed
+    and no target has changed; if a rename fails, the renames already done are undone (a file that existed before
+    is put back from the copy it was moved to). A symlink at a target is refused, not followed. An ``OSError``
+    becomes ``error`` naming the file; any other exception (an interrupt) propagates after the same clean-up.
+    Returns the paths, in order."""
+    plan = [(Path(p), d.encode("utf-8") if isinstance(d, str) else bytes(d)) for p, d in files]
+    for path, _ in plan:
+        if path.is_symlink():
+            raise error(f"{path}: is a symbolic link; refusing to write through it")
+        if os.path.lexists(path) and not path.is_file():
+            raise error(f"{path}: exists and is not a file (a folder?); nothing was written")
+    temps: list[Path] = []
+    done: list[tuple[Path, Path | None]] = []            # (target, its previous file moved aside, or None)
+    current = plan[0][0] if plan else None
+    try:
+        for path, raw in plan:
+            current = path
+            tmp = temporary_name(path)
+            try:
+                tmp.unlink()
+            except FileNotFoundError:
+                pass
+            temps.append(tmp)
+            with open(tmp, "xb") as f:
+                f.write(raw)
+                f.flush()
+                os.fsync(f.fileno())
+        for (path, _), tmp in zip(plan, temps):
+            current = path
+            backup = None
+            if os.path.lexists(path):
+                backup = path.with_name(f".{path.name}.{os.getpid()}.old")
+                os.replace(path, backup)
+            done.append((path, backup))
+            os.replace(tmp, path)
+    except BaseException as e:
+        for path, backup in reversed(done):              # undo: the targets as they were
+            try:
+                if backup is not None:
+                    os.replace(backup, path)
+                elif os.path.lexists(path):
+                    path.unlink()
+            except OSError:
+                pass
+        for tmp in temps:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+        if isinstance(e, OSError):
+            raise error(f"{current}: cannot be written ({e.strerror or e}); no file was written") from None
+        raise
+    for _, backup in done:
+        if backup is not None:
+            try:
+                backup.unlink()
+            except OSError:
+                pass
+    for folder in {p.parent for p, _ in plan}:
+        _fsync_dir(folder)
+    return [p for p, _ in plan]

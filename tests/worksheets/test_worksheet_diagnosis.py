@@ -155,7 +155,9 @@ def test_softmax_arithmetic_explanation_names_the_row_sum():
 
 def test_every_code_is_covered():
     from test_worksheet_diagnosis_backward import NEW_CODES_TESTED
+    from test_worksheet_followthrough import CODES_TESTED
     covered = {c[3][2] for c in CASES} | {"ln_before_residual", "ln_after_residual", "no_residual"} | NEW_CODES_TESTED
+    covered |= CODES_TESTED
     assert covered == set(DIAGNOSES)
 
 

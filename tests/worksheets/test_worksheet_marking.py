@@ -142,9 +142,13 @@ def test_json_contract(capsys):
                         plant={(1, "residual"): lambda vals: vals[(1, "attention_output")]},
                         written={(1, "Q"), (1, "residual"), (1, "layer_norm2"), (1, "H"), (1, "d_H0")})
     d = check(raw).to_dict()
-    assert list(d) == ["steps", "first_mistake", "marks", "counts"]
+    # issue 36 added (at the end, so older readers are unaffected) the problem id, the flags and each step's
+    # diagnosis; "key", "student" and "altered" appear only when marked against a key (test_worksheet_keyed)
+    assert list(d) == ["steps", "first_mistake", "marks", "counts", "problem_id", "flags"]
     for s in d["steps"]:
-        assert list(s) == ["layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of"]
+        assert list(s) == ["layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of",
+                           "diagnosis"]
+        assert (s["diagnosis"] is not None) <= (s["verdict"] == "wrong")
         assert s["verdict"] in ("correct", "follows", "wrong", "missing")
         assert (s["given"] is None) == (s["verdict"] == "missing") == (s["max_abs_error"] is None)
     assert list(d["first_mistake"]) == ["layer", "name", "diagnosis", "explanation"]

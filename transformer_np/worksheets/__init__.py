@@ -12,8 +12,8 @@ for hand calculation (:mod:`.generate`).
     >>> report.first_mistake["diagnosis"]
     'arithmetic'
 
-Command line: ``transformer-np check DIR_OR_FILE... [--json] [--answers] [--csv GRADEBOOK]`` and
-``transformer-np worksheet new``.
+Command line: ``transformer-np check [--key KEY] DIR_OR_FILE... [--json] [--answers] [--csv GRADEBOOK]``,
+``transformer-np worksheet new`` and ``transformer-np worksheet class`` (:mod:`.classroom`).
 """
 
 from __future__ import annotations
@@ -39,12 +39,16 @@ def example_path(name: str = "the_cat_sat") -> str:
     return os.fspath(resources.files(__name__).joinpath("examples", f"{name}.toml"))
 
 
-def check(worksheet) -> Report:
+def check(worksheet, key=None) -> Report:
     """Check a worksheet: compute every step, mark the student's answers, diagnose the first mistake.
 
     Args:
         worksheet: a path to a TOML worksheet, or a dict of the same structure (or a
             :class:`Worksheet`).
+        key: the instructor's answer key (a path, a dict, or a :class:`.keys.Key`): the problem and the mark
+            scheme are then taken from the key and only the answers from ``worksheet``; a sheet whose copy of
+            the problem or of ``[marks]`` differs is flagged ``problem_altered`` (``report.flags``,
+            ``report.altered``; see :mod:`.keys`). Without it the sheet is marked as it stands (self-study).
 
     Returns:
         a :class:`Report`: ``report.to_dict()`` is ``{"steps": [{"layer", "name", "verdict", "given",
@@ -61,6 +65,14 @@ def check(worksheet) -> Report:
     from ..errors import InputValueError, WorksheetError
     from .marking import mark_worksheet
 
+    if key is not None:
+        from .keys import check_with_key
+
+        if isinstance(worksheet, Worksheet):
+            from ..errors import InputTypeError
+            raise InputTypeError("check(worksheet, key=…): worksheet must be a path or a dict (its answers are "
+                                 "put into the key's problem), got a parsed Worksheet")
+        return check_with_key(worksheet, key)
     ws = load_worksheet(worksheet)
     try:
         m = mark_worksheet(ws)

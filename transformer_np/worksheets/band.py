@@ -43,7 +43,7 @@ import numpy as np
 
 from ..ops.erf import _erf
 
-__all__ = ["SAMPLES", "C_BAND", "Rounder", "hand"]
+__all__ = ["SAMPLES", "C_BAND", "Rounder", "hand", "sample_chain", "local_band", "local_sigma", "input_worst_case"]
 
 SAMPLES = 32          # samples of honest rounding, worked side by side
 C_BAND = 6.0          # band = u + C_BAND · σ
@@ -284,3 +284,67 @@ def sample_chain(steps, inputs: dict, decimals: int, reference: dict, fixed: dic
             if upto is not None and s.key == upto:
                 break
     return sigma
+
+
+def local_band(step, values: list, noisy: list[bool], decimals: int) -> np.ndarray:
+    """The band of ``step`` recomputed from ``values``, the inputs the student wrote (``noisy``; the others are
+    the sheet's exact data): u for the answer's rounding, plus the smaller of C_BAND · σ (this step's sub-steps
+    and its written inputs rounded, :func:`local_sigma`) and the worst case — every written input off by u with
+    the worst sign for the entry (:func:`input_worst_case`) — plus C_BAND · σ of the sub-steps alone. With few
+    inputs the worst case is the tighter of the two; with many, σ."""
+    u = 0.5 * 10.0 ** (-decimals)
+    both = C_BAND * local_sigma(step, values, noisy, decimals)
+    worst = input_worst_case(step, values, noisy, decimals) + \
+        C_BAND * local_sigma(step, values, [False] * len(values), decimals)
+    return u + np.minimum(both, worst)
+
+
+def input_worst_case(step, values: list, noisy: list[bool], decimals: int) -> np.ndarray:
+    """Per entry of the step, how far it moves when every entry of the written inputs (``noisy``) is off by u with
+    the sign that moves this entry most: the signs from the step's derivatives (forward differences), then the
+    step worked at that corner, both ways, and the larger move taken (so a LayerNorm's or a softmax's curvature is
+    in it, not only the first order). All perturbations are worked side by side (the hand formula takes a leading
+    axis)."""
+    rd = Rounder(decimals, exact=True)
+    u = rd.u
+    vals = [np.asarray(v, dtype=np.float64) for v in values]
+    with np.errstate(all="ignore"):
+        base = step.hand(rd, *[v[None] for v in vals])[0]
+        n_out = int(np.size(base))
+        signs = []
+        for i, (v, n) in enumerate(zip(vals, noisy)):
+            if not n or v.size == 0:
+                signs.append(None)
+                continue
+            h = 1e-6 * (1.0 + float(np.max(np.abs(v))))
+            batch = np.repeat(v[None], v.size, axis=0)
+            batch.reshape(v.size, -1)[np.arange(v.size), np.arange(v.size)] += h
+            args = [batch if j == i else np.broadcast_to(w, (v.size,) + w.shape) for j, w in enumerate(vals)]
+            deriv = (step.hand(rd, *args) - base).reshape(v.size, n_out)        # (entries of x, entries of y)
+            signs.append(np.sign(deriv).T.reshape((n_out,) + v.shape))          # per entry of y: the worst signs
+        if all(sg is None for sg in signs):
+            return np.zeros(np.shape(base))
+        worst = np.zeros(n_out)
+        for direction in (1.0, -1.0):
+            args = [np.broadcast_to(v, (n_out,) + v.shape) if sg is None else v + direction * u * sg
+                    for v, sg in zip(vals, signs)]
+            moved = (step.hand(rd, *args) - base).reshape(n_out, n_out)
+            worst = np.maximum(worst, np.abs(np.diagonal(moved)))
+    return worst.reshape(np.shape(base))
+
+
+def local_sigma(step, values: list, noisy: list[bool], decimals: int, samples: int = SAMPLES) -> np.ndarray:
+    """σ of ``step`` worked by hand from ``values`` (its inputs as the student wrote them) alone: this step's own
+    sub-step rounding, and each written input (``noisy``) off by an independent uniform error in [−u, u] — the
+    student may have kept more digits than they wrote. Inputs that are the sheet's data (H0, dH) are exact."""
+    rd = Rounder(decimals)
+    rng = np.random.default_rng(_SEED + 1)
+    u = rd.u
+    vals = []
+    for v, n in zip(values, noisy):
+        v = np.asarray(v, dtype=np.float64)
+        b = np.broadcast_to(v, (samples,) + v.shape)
+        vals.append(b + rng.uniform(-u, u, size=b.shape) if n else b)
+    with np.errstate(all="ignore"):
+        dev = step.hand(rd, *vals) - step.fn(*values)
+        return np.sqrt(np.mean(dev * dev, axis=0))

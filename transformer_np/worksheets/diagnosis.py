@@ -102,6 +102,12 @@ def diagnose(m: Marking, step: Step) -> dict:
     miscopied number)."""
     if step.key in m.diagnoses:
         return m.diagnoses[step.key]
+    if step.key in m.trivial:
+        return {"diagnosis": "trivialised", "at": step.key,
+                "explanation": f"Your {step.name} follows from your own earlier numbers, but they leave nothing to "
+                               f"work out here: {m.trivial[step.key]}, and with the correct numbers it is not so. "
+                               f"Follow-through earns marks only where the earlier error does not make the later "
+                               f"work easier."}
     found = []
     for code, detail, at, value, version in _candidates(m, step):
         score = _score(m, step, value)

@@ -13,6 +13,7 @@ r"""The worksheet format: a TOML file (or the same structure as a dict), validat
     layers = 1             # default 1
     decimals = 2           # how the answers are rounded (default 2); the tolerance follows from it
     seed = 0               # default 0: weights not given are init_params(config, seed, init="xavier")
+    problem_id = "3f9c0a1b2c4d5e6f"   # optional: written by worksheet new / class; check --key matches by it
 
     [input]
     H0 = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]   # required; or a table of rows keyed by token
@@ -36,6 +37,9 @@ An optional ``[marks]`` table is the mark scheme (see :meth:`Worksheet.mark_of`)
     default = 1                # any other quantity (default 1)
     [marks.layer2]
     H = 3                      # layer 2's H only
+
+An answer key (``<stem>_key.toml``, ``keys/<id>_key.toml``) carries a ``[key]`` table (``student = "id"``
+under ``worksheet class``): a key is never graded as a submission (:mod:`.keys`).
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ MAX_ABS = 1e6          # every number of a worksheet (input, weights, answers): 
 MAX_TOKEN_CHARS = 32   # a token is a word
 MAX_SEED = 2 ** 63 - 1
 MAX_MARK = 1000        # marks of one quantity
+MAX_ID_CHARS = 64      # a problem id, a student id
 _MAX_LEN = 256         # _outline reads at most this many entries per level
 
 
@@ -107,6 +112,9 @@ class Worksheet:
     mark_names: dict[str, float] = field(default_factory=dict)             # name -> marks in every layer
     mark_default: float = 1.0
     has_marks: bool = False                                                # the sheet has a [marks] table
+    problem_id: str | None = None                                          # [setup].problem_id
+    is_key: bool = False                                                   # an answer key: has a [key] table
+    key_student: str | None = None                                         # [key].student (worksheet class)
 
     def mark_of(self, key: tuple[int, str]) -> float:
         """The marks of quantity ``key = (layer, name)``: ``[marks.layerℓ].name``, else ``[marks].name``, else
@@ -362,7 +370,35 @@ def _setup(raw: dict, where: str = "[setup]") -> dict:
             else _kind(eps)
         _fail(f"{where}.eps", f"must be a positive finite number at most 1, got {shown}")
     out["eps"] = float(eps)
+    out["problem_id"] = _problem_id(s, where)
     return out
+
+
+def _problem_id(table: dict, where: str) -> str | None:
+    """``[setup].problem_id``: the id ``worksheet new`` / ``worksheet class`` write on every sheet, by which
+    ``check --key`` finds a submission's key (letters, digits, ``-`` and ``_``, at most 64)."""
+    if "problem_id" not in table:
+        return None
+    v = table["problem_id"]
+    if not isinstance(v, str) or not 1 <= len(v) <= MAX_ID_CHARS or not all(c.isascii() and (c.isalnum() or c in "-_")
+                                                                           for c in v):
+        _fail(f"{where}.problem_id", f"must be a string of 1 to {MAX_ID_CHARS} letters, digits, '-' or '_', got "
+                                     f"{_kind(v) if not isinstance(v, str) or len(v) <= 80 else 'a long string'}")
+    return v
+
+
+def _key_table(raw, where: str = "[key]") -> str | None:
+    """``[key]``: present on an answer key (never graded as a submission); ``student`` is the roster id of the
+    student whose problem it is (``worksheet class``)."""
+    t = _table(raw, where)
+    _check_keys(t, ("student",), where)
+    if "student" not in t:
+        return None
+    v = t["student"]
+    if not isinstance(v, str) or not 1 <= len(v) <= MAX_ID_CHARS:
+        _fail(f"{where}.student", f"must be a string of 1 to {MAX_ID_CHARS} characters, got "
+                                  f"{_kind(v) if not isinstance(v, str) or len(v) <= 80 else 'a long string'}")
+    return v
 
 
 def _params(raw: dict, where: str, d: int, f: int, defaults: dict) -> tuple[dict, set]:
@@ -450,7 +486,7 @@ def _parse(raw) -> Worksheet:
         _fail("the worksheet", "the [input] section (with H0) is required")
     setup = _setup(raw["setup"])
     L = setup["layers"]
-    sections = ["setup", "input", "answers", "marks"] + [f"layer{l + 1}" for l in range(L)]
+    sections = ["setup", "input", "answers", "marks", "key"] + [f"layer{l + 1}" for l in range(L)]
     for k in raw:
         if k not in sections:
             if k.startswith("layer") and k[5:].isdigit():
@@ -485,6 +521,9 @@ def _parse(raw) -> Worksheet:
     ws = Worksheet(tokens=tokens, d_model=d, n_heads=h, d_ff=f, norm=setup["norm"],
                    activation=setup["activation"], eps=setup["eps"], layers=L, decimals=setup["decimals"],
                    seed=setup["seed"], H0=H0, dH=dH, params=params, given_params=given)
+    ws.problem_id = setup["problem_id"]
+    if "key" in raw:
+        ws.is_key, ws.key_student = True, _key_table(raw["key"])
     ws.answers = _answers(raw.get("answers", {}), ws)
     if "marks" in raw:
         _marks(raw["marks"], ws)

@@ -36,12 +36,13 @@ import numpy as np
 from ..errors import InputValueError
 from ..ops.activations import ACTIVATIONS
 from .format import LIMITS, load_worksheet, quantity_shape
+from .keys import problem_id
 from .names import PARAM_NAMES, is_per_token
 from .steps import DH_KEY, H0_KEY, build_steps, evaluate
 from .tomlio import toml_value
 
 __all__ = ["WORDS", "new_worksheet", "answer_key", "to_toml", "student_markdown", "key_markdown",
-           "write_worksheet"]
+           "write_worksheet", "sheet_texts"]
 
 WORDS = ("the", "cat", "sat", "on", "a", "mat", "dog", "ran", "big", "red", "sun", "sky", "bird", "sang",
          "fish", "swam", "old", "tree", "grew", "tall")
@@ -162,6 +163,7 @@ def new_worksheet(tokens: int = 3, d_model: int = 4, heads: int = 1, norm: str =
                 while not dH.any():
                     dH = rng.choice([-1.0, 0.0, 1.0], size=(tokens, d_model))
                 raw["input"]["dH"] = dH.tolist()
+            raw["setup"]["problem_id"] = problem_id(raw)
             return raw
     raise InputValueError(f"no problem with hand-friendly numbers found in {_MAX_DRAWS} draws for seed {seed} "
                           f"(tokens = {tokens}, d_model = {d_model}, heads = {heads}); try another seed or "
@@ -191,18 +193,32 @@ def answer_key(raw: dict) -> dict:
 
 # ----------------------------------------------------------------------------- writing
 def _is_identity(a) -> bool:
+    if isinstance(a, str):                      # "identity", as read back from a sheet
+        return a == "identity"
     a = np.asarray(a, dtype=float)
     return a.ndim == 2 and a.shape[0] == a.shape[1] and np.array_equal(a, np.eye(a.shape[0]))
 
 
-def to_toml(raw: dict, answers: dict | None = None, template: bool = True) -> str:
+def _title(s: dict) -> str:
+    """How a sheet names its problem: the seed (``worksheet new``), or only the problem id when the seed is
+    secret (``worksheet class``)."""
+    if "seed" in s:
+        return f"seed {s['seed']}"
+    return f"problem {s['problem_id']}" if "problem_id" in s else "seed 0"
+
+
+def to_toml(raw: dict, answers: dict | None = None, template: bool = True, key: bool | str = False) -> str:
     """The worksheet ``raw`` as TOML text; ``answers`` (from :func:`answer_key`) are written with the sheet's
-    decimals; otherwise (``template``) an empty ``[answers.layer1]`` lists every name as a comment."""
+    decimals; otherwise (``template``) an empty ``[answers.layer1]`` lists every name as a comment. ``key``: the
+    sheet is an answer key, marked by a ``[key]`` table (never graded as a submission; a string is the student
+    id it is for)."""
     s = raw["setup"]
     dec = s.get("decimals", 2)
-    out = [f"# A worksheet for transformer_np (seed {s.get('seed', 0)}). Check it with:  transformer-np check FILE",
-           "", "[setup]"]
+    what = "An answer key" if key else "A worksheet"
+    out = [f"# {what} for transformer_np ({_title(s)}). Check it with:  transformer-np check FILE", "", "[setup]"]
     out += [f"{k} = {toml_value(v)}" for k, v in s.items()]
+    if key:
+        out += ["", "[key]"] + ([f"student = {toml_value(key)}"] if isinstance(key, str) else [])
     out += ["", "[input]"]
     out += [f"{k} = {toml_value(v)}" for k, v in raw["input"].items()]
     for l in range(1, s.get("layers", 1) + 1):
@@ -268,10 +284,12 @@ def _markdown(raw: dict, with_answers: bool) -> str:
     s = raw["setup"]
     title = "Answer key" if with_answers else "Worksheet"
     heads = f"{ws.n_heads} head{'s' if ws.n_heads > 1 else ''} (d_k = {ws.d_k})"
-    L = [f"# {title}: a Transformer encoder by hand (seed {s.get('seed', 0)})", "",
+    pid = f" Problem id: {s['problem_id']} (keep it on your sheet: it names your problem)." \
+        if "problem_id" in s else ""
+    L = [f"# {title}: a Transformer encoder by hand ({_title(s)})", "",
          f"Tokens: {', '.join(ws.tokens)}. d_model = {ws.d_model}, {heads}, d_ff = {ws.d_ff}, "
          f"{'Post-LN' if ws.norm == 'post' else 'Pre-LN'}, activation {ws.activation}, LayerNorm eps = "
-         f"{ws.eps:g} (treat it as 0), {ws.layers} layer{'s' if ws.layers > 1 else ''}.",
+         f"{ws.eps:g} (treat it as 0), {ws.layers} layer{'s' if ws.layers > 1 else ''}.{pid}",
          f"Round every answer to {dec} decimals; keep more digits in between. In the score and attention "
          "tables the row is the query token and the column the key token.", "",
          "Each layer: Z = LN1(H + MHA(H)), H' = LN2(Z + FFN(Z)) (Post-LN)." if ws.norm == "post" else
@@ -337,11 +355,13 @@ def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: b
 
     ``stem`` defaults to ``worksheet_seed<seed>``; it is a file name, not a path (no folder, no ``..``), and a
     symbolic link at any of the four targets is refused, not followed. Existing files are not overwritten unless
-    ``force``; nothing is written unless all four can be. Each file is written atomically (a temporary sibling,
-    then one rename), so a reader never sees half a file. Returns the four paths. The error messages name
-    ``out``, ``stem`` and ``force`` by the ``worksheet new`` flags they come from: ``--out``, ``--name``, ``--force``.
+    ``force``; nothing is written unless all four can be, and if writing one fails none is left changed
+    (:func:`~transformer_np._files.write_all_or_none`: all four are written to temporary siblings first, then
+    renamed). The key TOML carries a ``[key]`` table, so ``check`` never grades it as a submission. Returns the
+    four paths. The error messages name ``out``, ``stem`` and ``force`` by the ``worksheet new`` flags they come
+    from: ``--out``, ``--name``, ``--force``.
     """
-    from .._files import confined_path, write_atomic
+    from .._files import confined_path, write_all_or_none
 
     stem = f"worksheet_seed{raw['setup'].get('seed', 0)}" if stem is None else stem
     confined_path(out, stem, argument="--name")                                     # the name as given
@@ -353,9 +373,16 @@ def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: b
         existing = [t for t in targets if os.path.lexists(t)]
         if existing:
             raise InputValueError(f"{existing[0]} already exists (use --force to overwrite)")
-    texts = [to_toml(raw), student_markdown(raw), key_markdown(raw), to_toml(raw, answers=answer_key(raw))]
+    texts = sheet_texts(raw)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:         # a file on the way, no permission, an empty path: one line, not a raw [Errno …]
         raise InputValueError(f"--out: cannot create the folder {out!r}: {e.strerror or e}") from None
-    return [os.fspath(write_atomic(t, text, error=InputValueError)) for t, text in zip(targets, texts)]
+    return [os.fspath(p) for p in write_all_or_none(list(zip(targets, texts)), error=InputValueError)]
+
+
+def sheet_texts(raw: dict, student: str | None = None) -> list[str]:
+    """The four texts of a problem: its TOML (for the student to fill in), the student sheet (Markdown), the key
+    (Markdown) and the key as TOML, marked as a key by its ``[key]`` table (``student``: the roster id)."""
+    return [to_toml(raw), student_markdown(raw), key_markdown(raw),
+            to_toml(raw, answers=answer_key(raw), key=student if student is not None else True)]

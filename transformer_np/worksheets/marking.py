@@ -19,6 +19,9 @@ some rows):
    student's chain — within that chain's band (``own_tol``: only unwritten work and sub-steps are
    rounded there; the given entries are used as written) it is ``follows`` if anything it depends
    on was not correct, and ``correct`` otherwise (right work on right, if rounded, inputs);
+   — but not ``follows`` where the student's own earlier numbers make the step trivial (all zeros, a
+   constant row, the identity, or a value that is the same for any input: :mod:`.trivial`); that is
+   ``wrong``, diagnosed ``trivialised``;
 3. otherwise ``wrong``. The first ``wrong`` step is diagnosed (:mod:`.diagnosis`); a mistake the
    diagnosis places in an unwritten step or in a copied number is then carried in the student's
    chain and the later steps are marked again, so a step computed correctly from the student's own
@@ -36,10 +39,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .band import C_BAND, sample_chain
+from .band import C_BAND, local_band, sample_chain
 from .diagnosis import diagnose, student_version
 from .record import FLOAT_SLACK, Marking
 from .steps import DH_KEY, H0_KEY, Key, Step, build_steps, evaluate
+from .trivial import trivialised
 
 __all__ = ["C_BAND", "FLOAT_SLACK", "Marking", "mark_worksheet", "unit", "band_of"]
 
@@ -85,6 +89,7 @@ def _verdicts(m: Marking, forced: dict) -> None:
     unsound: set[Key] = set(m.hidden)   # steps built on an answer that was not correct, or on a carried mistake
     m.verdict.clear()
     m.reference.clear()
+    m.trivial.clear()
     for s in m.steps:
         a = ws.answers.get(s.key)
         if any(k in unsound for k in s.inputs):
@@ -100,10 +105,71 @@ def _verdicts(m: Marking, forced: dict) -> None:
         elif _within(a.value, m.own[s.key], m.own_tol[s.key], a.mask):
             m.verdict[s.key] = "follows" if s.key in unsound else "correct"
             m.reference[s.key] = "own"
+            why = trivialised(m, s, unsound) if s.key in unsound else None
+            if why is not None:                 # no follow-through where the earlier error made this step trivial
+                m.verdict[s.key], m.reference[s.key], m.trivial[s.key] = "wrong", "truth", why
         else:
             m.verdict[s.key], m.reference[s.key] = "wrong", "own"
+        # a slip the written inputs show (inputs that are themselves right: a step right against the truth but not
+        # from a wrong written input was worked from the right value, and that mistake is penalised once)
+        if m.verdict[s.key] == "correct" and s.key not in unsound and not _local_ok(m, s, a):
+            m.verdict[s.key], m.reference[s.key] = "wrong", "local"
         if m.verdict[s.key] != "correct":
             unsound.add(s.key)
+
+
+def _local_inputs(m: Marking, s: Step):
+    """(the step as the student's chain has it, its input values, which are written) when every input of ``s`` is
+    written in full or is the sheet's own data; None otherwise."""
+    ws = m.worksheet
+    own_step = next((t for t in (m.student_steps or m.steps) if t.key == s.key), s)
+    if own_step.key in m.hidden:
+        return None
+    data = m.student_inputs if m.student_inputs is not None else _inputs(ws)
+    values, noisy = [], []
+    for k in own_step.inputs:
+        a = ws.answers.get(k)
+        if k in data:
+            values.append(data[k])
+            noisy.append(False)
+        elif a is not None and a.mask.all():
+            values.append(a.value)
+            noisy.append(True)
+        else:
+            return None
+    return own_step, values, noisy
+
+
+def _local(m: Marking, s: Step):
+    """(value, band) of step ``s`` recomputed from the inputs the student wrote — every input written in full or
+    the sheet's own data — with the band of this step's rounding and its inputs' rounding alone
+    (:func:`.band.local_band`); None when an input is not written in full. The step as the student's chain has
+    it (a carried miscopy of a weight included)."""
+    found = _local_inputs(m, s)
+    if found is None:
+        return None
+    own_step, values, noisy = found
+    if m.local_step.get(s.key) is not own_step:
+        with np.errstate(all="ignore"):
+            value = own_step.fn(*values)
+        band = local_band(own_step, values, noisy, m.worksheet.decimals)
+        m.local[s.key], m.local_tol[s.key], m.local_step[s.key] = value, band, own_step
+    return m.local[s.key], m.local_tol[s.key]
+
+
+def _local_ok(m: Marking, s: Step, a) -> bool:
+    """Is the answer within the band of the step recomputed from the student's own written inputs (True when
+    those are not all written)? An answer inside the band around the truth can still show a slip there. Within
+    u of that value it is (the band is never narrower): the band is then not computed."""
+    found = _local_inputs(m, s)
+    if found is None:
+        return True
+    own_step, values, _ = found
+    with np.errstate(all="ignore"):
+        if _within(a.value, own_step.fn(*values), np.asarray(m.u), a.mask):
+            return True
+    value, band = _local(m, s)
+    return _within(a.value, value, band, a.mask)
 
 
 def _own_pass(m: Marking, steps: list[Step], inputs: dict) -> None:
@@ -130,18 +196,22 @@ def mark_worksheet(ws) -> Marking:
     if all_correct:                    # nothing to follow through: the student's chain is the truth's
         m.chain, m.own, m.own_tol = dict(truth), dict(truth), tol
         _verdicts(m, {})
-        return m
+        if "wrong" not in m.verdict.values():          # no slip shown by the written inputs either
+            return m
     _own_pass(m, steps, inputs)
     _verdicts(m, {})
     forced: dict = {}
     for _ in range(MAX_ROUNDS):
-        first = next((s for s in steps if m.verdict[s.key] == "wrong" and s.key not in forced), None)
+        first = next((s for s in steps if m.verdict[s.key] == "wrong" and s.key not in forced
+                      and s.key not in m.trivial), None)
         if first is None:
             break
         d = diagnose(m, first)
         m.diagnoses[first.key] = d
         forced[first.key] = "wrong"
-        m.saved[first.key] = (m.own[first.key], m.own_tol[first.key])
+        local = m.reference.get(first.key) == "local"
+        m.saved[first.key] = (m.local[first.key], m.local_tol[first.key]) if local else \
+            (m.own[first.key], m.own_tol[first.key])
         version = student_version(m, d)
         if version is None:
             continue

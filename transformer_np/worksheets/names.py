@@ -43,7 +43,8 @@ __all__ = ["SETUP_KEYS", "PARAM_NAMES", "LIBRARY_PARAM", "VERDICTS", "DIAGNOSES"
            "head_names", "forward_names", "backward_names", "answer_names", "is_per_token"]
 
 # [setup] keys and their defaults (None = required or derived; see format.py)
-SETUP_KEYS = ("tokens", "d_model", "n_heads", "d_ff", "norm", "activation", "eps", "layers", "decimals", "seed")
+SETUP_KEYS = ("tokens", "d_model", "n_heads", "d_ff", "norm", "activation", "eps", "layers", "decimals", "seed",
+              "problem_id")
 
 # worksheet parameter name -> the library's name inside one layer (``layers.ℓ.`` + this)
 LIBRARY_PARAM = {
@@ -77,6 +78,9 @@ DIAGNOSES = {
     "transposed_weight": "a weight matrix used transposed (x W^T for x W, or dy W for dy W^T)",
     "miscopied_input": "one number of the sheet (an entry of H0, dH or a weight) was copied wrongly",
     "arithmetic": "none of the common mistakes reproduces the numbers: a slip in the arithmetic",
+    "trivialised": "right from the student's own earlier numbers, but those numbers make the step trivial (all "
+                   "zeros, a constant row, the identity, or a value that is the same for any input): no "
+                   "follow-through credit",
 }
 
 # A worksheet is for hand calculation: sizes beyond these are refused.

@@ -45,6 +45,10 @@ class Marking:
     student_inputs: dict | None = None              # H0 / dH as the student used them
     hidden: set = field(default_factory=set)        # keys where a diagnosed mistake is carried in the chain
     saved: dict = field(default_factory=dict)       # key -> (reference, band) a forced verdict was decided with
+    trivial: dict = field(default_factory=dict)     # key -> why the student's numbers make it trivial (wrong)
+    local: dict = field(default_factory=dict)       # key -> the step recomputed from the student's written inputs
+    local_tol: dict = field(default_factory=dict)   # key -> its band: this step's rounding and its inputs' alone
+    local_step: dict = field(default_factory=dict)  # key -> the step (the student's version) they were made with
 
     def given(self, key):
         return self.worksheet.answers.get(key)
@@ -60,7 +64,7 @@ class Marking:
         if key in self.saved:
             return self.saved[key][1]
         r = self.reference.get(key)
-        return None if r is None else (self.tol if r == "truth" else self.own_tol)[key]
+        return None if r is None else {"truth": self.tol, "own": self.own_tol, "local": self.local_tol}[r][key]
 
     def decisive(self, key: Key) -> tuple[float, float] | None:
         """(|given − reference|, band) at the given entry that decided the verdict — the one with the largest
@@ -70,7 +74,8 @@ class Marking:
         r = self.reference.get(key)
         if a is None or r is None:
             return None
-        ref = self.saved[key][0] if key in self.saved else self.truth[key] if r == "truth" else self.own[key]
+        ref = self.saved[key][0] if key in self.saved else {"truth": self.truth, "own": self.own,
+                                                            "local": self.local}[r][key]
         band = self.band_used(key)
         with np.errstate(all="ignore"):
             err = np.abs(a.value - ref)

@@ -59,10 +59,14 @@ def _fmt_mark(x) -> str:
 class Report:
     """What ``check`` found. ``to_dict()`` is the JSON contract::
 
-        {"steps": [{"layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of"}, …],
+        {"steps": [{"layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of",
+                    "diagnosis"}, …],
          "first_mistake": {"layer", "name", "diagnosis", "explanation"} or None,
          "marks": {"awarded", "available"},
-         "counts": {"correct", "follows", "wrong", "missing"}}
+         "counts": {"correct", "follows", "wrong", "missing"},
+         "problem_id": str or None, "flags": ["problem_altered"] or [],
+         # marked against a key (check --key) only:
+         "key": path, "student": str or None, "altered": ["[input].H0", "[marks]", …]}
 
     ``given`` is the student's answer as written (a nested list, or ``{token: row}`` for a table of
     rows) or None; ``expected`` the correct value (full precision, nested lists) of an answered step —
@@ -76,6 +80,11 @@ class Report:
 
     def __init__(self, marking: Marking):
         self.marking = marking
+        self.flags: list[str] = []          # "problem_altered" (marked against a key: :mod:`.keys`)
+        self.altered: list[str] = []        # the parts of the problem / mark scheme that differ from the key's
+        self.student: str | None = None     # the key's [key].student (worksheet class)
+        self.problem_id: str | None = marking.worksheet.problem_id
+        self.key_source: str | None = None
         self.worksheet = marking.worksheet
         m = marking
         self.steps = []
@@ -89,9 +98,12 @@ class Report:
             got = None if out_of is None else (out_of if v in ("correct", "follows") else 0.0)
             if out_of is not None:
                 awarded, available = awarded + got, available + out_of
+            code = "trivialised" if s.key in m.trivial else \
+                m.diagnoses[s.key]["diagnosis"] if v == "wrong" and s.key in m.diagnoses else None
             self.steps.append({"layer": s.layer, "name": s.name, "verdict": v,
                                "given": None if a is None else a.raw, "expected": m.truth[s.key].tolist(),
-                               "max_abs_error": m.error[s.key], "marks": _mark(got), "out_of": _mark(out_of)})
+                               "max_abs_error": m.error[s.key], "marks": _mark(got), "out_of": _mark(out_of),
+                               "diagnosis": code})
         self.marks = {"awarded": _mark(awarded), "available": _mark(available)}
         first = next((s for s in m.steps if m.verdict[s.key] == "wrong"), None)
         self.first_mistake = None
@@ -107,8 +119,11 @@ class Report:
         """The JSON-ready result (see the class docstring); ``answers=True`` keeps the expected value of every
         step, answered or not (an instructor's key)."""
         steps = [s if answers or s["verdict"] != "missing" else {**s, "expected": None} for s in self.steps]
-        return {"steps": steps, "first_mistake": self.first_mistake, "marks": dict(self.marks),
-                "counts": self.counts()}
+        out = {"steps": steps, "first_mistake": self.first_mistake, "marks": dict(self.marks),
+               "counts": self.counts(), "problem_id": self.problem_id, "flags": list(self.flags)}
+        if self.key_source is not None:
+            out.update(key=self.key_source, student=self.student, altered=list(self.altered))
+        return out
 
     def to_json(self, answers: bool = False, **kwargs) -> str:
         """``to_dict(answers)`` as strict JSON: a non-finite number is an error here, never ``NaN`` in the text."""
@@ -176,6 +191,13 @@ class Report:
                             f"the band honest rounding of every earlier number can reach; error and tolerance are "
                             f"shown at the entry that decided the verdict, against the true value (or your own "
                             f"earlier numbers, for 'follows').", 110, subsequent_indent="  ")]
+        if self.key_source is not None:
+            L.append(f"Marked against the key {self.key_source}" + (f" (student {self.student})" if self.student
+                                                                     else "") + ".")
+        if self.flags:
+            L += textwrap.wrap("PROBLEM ALTERED (problem_altered): this sheet's copy of the problem or of the mark "
+                               "scheme differs from the key's in " + ", ".join(self.altered) + "; it was marked "
+                               "against the key's.", 110, subsequent_indent="  ")
         if self.answered == 0 and not answers:
             return "\n".join(L + [""] + self._no_answers())
         L.append(f"{c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, {c['missing']} not answered.")
@@ -253,6 +275,9 @@ class Report:
         note = {"correct": "correct", "follows": "follows from your earlier answers", "wrong": "WRONG",
                 "missing": "answer key"}[v]
         out = [f"  {s.name} = {s.formula}   ({note})"]
+        if s.key in m.trivial:
+            out += textwrap.wrap(f"no follow-through (trivialised): {m.trivial[s.key]}, and with the correct numbers "
+                                 f"it is not", 110, initial_indent="    ", subsequent_indent="    ")
         truth = m.truth[s.key]
         a = m.given(s.key)
         per_token = is_per_token(s.name)

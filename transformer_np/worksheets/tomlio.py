@@ -10,8 +10,9 @@ from .._files import read_bytes_bounded
 from .._optional import require
 from ..errors import WorksheetError
 
-__all__ = ["read_toml", "parse_toml", "scan_toml", "toml_value", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_ENTRIES",
-           "MAX_NUMBER_CHARS", "MAX_STRING_CHARS", "MAX_LINES", "MAX_LINE_CHARS", "MAX_KEYS", "MAX_TABLES"]
+__all__ = ["read_toml", "decode_toml", "parse_toml", "scan_toml", "toml_value", "MAX_FILE_BYTES", "MAX_DEPTH",
+           "MAX_ENTRIES", "MAX_NUMBER_CHARS", "MAX_STRING_CHARS", "MAX_LINES", "MAX_LINE_CHARS", "MAX_KEYS",
+           "MAX_TABLES"]
 
 MAX_FILE_BYTES = 1 << 19     # a hand-calculation worksheet is a few kB (the largest: ~150 kB); 512 KiB at most
 
@@ -39,6 +40,14 @@ def read_toml(path: str | os.PathLike) -> dict:
     leading byte-order mark is allowed), and :func:`scan_toml`'s bounds checked before the parser runs."""
     source = os.fspath(path)
     data = read_bytes_bounded(source, MAX_FILE_BYTES, error=WorksheetError, what="worksheet file")
+    return decode_toml(data, source)
+
+
+def decode_toml(data: bytes, source: str) -> dict:
+    """The worksheet in ``data`` (bytes read by the caller, at most ``MAX_FILE_BYTES``): UTF-8 (a leading
+    byte-order mark allowed), :func:`scan_toml`'s bounds checked, then parsed; errors name ``source``."""
+    if len(data) > MAX_FILE_BYTES:
+        raise WorksheetError(f"{source}: more than the {MAX_FILE_BYTES} bytes a worksheet file may have")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

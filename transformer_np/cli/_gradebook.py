@@ -1,0 +1,196 @@
+"""The class gradebook of ``check``, safe for its reader: what is shown, what is opened, what is written.
+
+* :func:`shown` — a file name or a line of text as a terminal (or a spreadsheet) may show it: bytes that are not
+  UTF-8 as ``\\xff``, control characters (C0, DEL, C1) and the invisible format characters (bidirectional
+  overrides, zero-width characters) as ``\\x1b`` / ``\\u202e``; nothing the sheet or its name holds can move the
+  cursor, recolour the terminal or reorder what is shown.
+* :func:`cell` — a CSV cell a spreadsheet will not run: a text beginning with ``=``, ``+``, ``-``, ``@``, TAB or
+  CR gets a leading ``'`` (the spreadsheets' own escape), after :func:`shown`.
+* :func:`find_sheets` — the sheets to mark: a folder gives its ``*.toml`` entries (sorted by name); each entry
+  knows the class folder it was found in, and :func:`read_sheet` follows a symbolic link only to a file inside
+  that folder. Special files are refused without blocking (:func:`~transformer_np._files.read_regular_bounded`).
+* :class:`CsvSink` — the gradebook written row by row to a temporary sibling and renamed into place at the end
+  (or written to standard output for ``--csv -``), so nothing is kept in memory and no half-written gradebook is
+  ever seen; an existing file is replaced only with ``--force``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import sys
+import unicodedata
+from dataclasses import dataclass
+
+__all__ = ["shown", "cell", "Entry", "find_sheets", "read_sheet", "CsvSink"]
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _escape(ch: str) -> str:
+    o = ord(ch)
+    if 0xDC80 <= o <= 0xDCFF:                       # a byte that is not UTF-8 (os.fsdecode's surrogateescape)
+        return f"\\x{o - 0xDC00:02x}"
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def shown(text: str, keep_newlines: bool = False) -> str:
+    """``text`` with every character a terminal would act on, or would not show, written as an escape."""
+    text = str(text)
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch == "\n" and keep_newlines:
+            out.append(ch)
+        elif _UNSAFE.match(ch) or 0xD800 <= o <= 0xDFFF or (o >= 0xA0 and unicodedata.category(ch) in ("Cf", "Zl",
+                                                                                                      "Zp")):
+            out.append(_escape(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def cell(value) -> object:
+    """A CSV cell: numbers as they are; text escaped (:func:`shown`), with a ``'`` before a leading ``=``, ``+``,
+    ``-``, ``@``, TAB or CR so that a spreadsheet shows it as text instead of evaluating it."""
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    if text.startswith(_FORMULA):
+        text = "'" + text
+    return shown(text)
+
+
+@dataclass
+class Entry:
+    """A sheet to mark: its path, the class folder it belongs to (real path), and whether it was named on the
+    command line or found in a folder."""
+
+    path: str
+    folder: str
+    named: bool
+
+
+def find_sheets(paths: list[str], example) -> list[Entry]:
+    """The sheets to mark, sorted by path; a folder gives every ``*.toml`` in it that is not hidden (whatever it
+    is: a special file gets its row, with its error); ``example`` maps ``"example"`` to the shipped sheet (or
+    None). The same path given twice is marked once; two paths to one file (a symbolic link in the folder) are
+    two rows."""
+    from ..errors import InputValueError
+
+    out: list[Entry] = []
+    for p in paths:
+        ex = example(p)
+        if ex is not None:
+            out.append(Entry(ex, os.path.realpath(os.path.dirname(ex)), True))
+        elif os.path.isdir(p):
+            folder = os.path.realpath(p)
+            with os.scandir(p) as it:
+                found = [os.path.join(p, e.name) for e in it if e.name.endswith(".toml") and not e.name.startswith(".")]
+            if not found:
+                raise InputValueError(f"{shown(p)}: a folder with no worksheets (*.toml) in it")
+            out += [Entry(f, folder, False) for f in found]
+        elif not os.path.lexists(p) and not p.endswith(".toml"):    # a missing folder, or a file without .toml
+            raise InputValueError(f"{shown(p)}: no such file or folder")
+        else:
+            out.append(Entry(p, os.path.realpath(os.path.dirname(os.path.abspath(p))), True))
+    seen: set[str] = set()
+    unique = []
+    for e in out:
+        k = os.path.normpath(os.path.abspath(e.path))
+        if k not in seen:
+            seen.add(k)
+            unique.append(e)
+    return sorted(unique, key=lambda e: e.path)      # by path: the same class, the same gradebook, in any order
+
+
+def _inside(target: str, folder: str) -> bool:
+    try:
+        return os.path.commonpath([target, folder]) == folder and target != folder
+    except ValueError:                               # different drives
+        return False
+
+
+def read_sheet(entry: Entry, max_bytes: int) -> bytes:
+    """The bytes of the sheet ``entry``, never blocking: a symbolic link is followed only to a file inside the
+    class folder; anything but a regular file (a FIFO, socket, device, folder) is refused. Raises
+    :class:`~transformer_np.errors.WorksheetError` naming the (escaped) path."""
+    from .._files import read_regular_bounded
+    from ..errors import WorksheetError
+
+    where = shown(entry.path)
+    path = entry.path
+    if os.path.islink(path):
+        target = os.path.realpath(path)
+        if not _inside(target, entry.folder):
+            raise WorksheetError(f"{where}: a symbolic link to {shown(target)}, outside the class folder "
+                                 f"{shown(entry.folder)}; not followed")
+        path = target
+    try:
+        return read_regular_bounded(path, max_bytes, error=WorksheetError, what="worksheet file")
+    except WorksheetError as e:
+        msg = str(e)
+        raise WorksheetError(where + msg[len(path):] if msg.startswith(path) else f"{where}: {shown(msg)}") from None
+
+
+class CsvSink:
+    """The gradebook CSV, written as the rows come: ``-`` is standard output; a file is written to a temporary
+    sibling, renamed over the target by :meth:`close` (refused if it exists, unless ``force``; never through a
+    symbolic link) and removed by :meth:`abort`."""
+
+    def __init__(self, target: str, columns: tuple[str, ...], force: bool = False):
+        from .._files import temporary_name
+        from ..errors import InputValueError
+
+        self.target, self.columns, self.tmp = target, columns, None
+        if target == "-":
+            self.file = sys.stdout
+        else:
+            if os.path.islink(target):
+                raise InputValueError(f"--csv: {shown(target)} is a symbolic link; refusing to write through it")
+            if os.path.lexists(target) and not force:
+                raise InputValueError(f"--csv: {shown(target)} already exists; give another name, or --force to "
+                                      f"replace it")
+            if os.path.lexists(target) and not os.path.isfile(target):
+                raise InputValueError(f"--csv: {shown(target)} exists and is not a file")
+            self.tmp = temporary_name(target)
+            try:
+                self.tmp.unlink()
+            except FileNotFoundError:
+                pass
+            try:
+                raw = open(self.tmp, "xb")
+            except OSError as e:
+                raise InputValueError(f"--csv: {shown(target)} cannot be written ({e.strerror or e})") from None
+            self.file = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+        self.writer = csv.writer(self.file, lineterminator="\n")
+        self.writer.writerow(columns)
+
+    def write(self, row: dict) -> None:
+        self.writer.writerow([cell(row.get(k, "")) for k in self.columns])
+
+    def close(self) -> None:
+        if self.tmp is None:
+            self.file.flush()
+            return
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.tmp, self.target)
+
+    def abort(self) -> None:
+        if self.tmp is None:
+            return
+        try:
+            self.file.close()
+        except OSError:
+            pass
+        try:
+            self.tmp.unlink()
+        except OSError:
+            pass
