@@ -292,8 +292,9 @@ def _class_folder(tmp_path: Path, n: int = 3) -> Path:
     folder = tmp_path / "class"
     for seed in range(n):
         write_worksheet(new_worksheet(seed=seed), str(tmp_path / "made"), f"s{seed}")
+        # the key's answers handed in as a student's sheet: without its [key] table (a key is never graded)
         (folder if folder.is_dir() else folder.mkdir() or folder).joinpath(f"s{seed}.toml").write_text(
-            (tmp_path / "made" / f"s{seed}_key.toml").read_text())
+            (tmp_path / "made" / f"s{seed}_key.toml").read_text().replace("\n[key]\n", "\n", 1))
     return folder
 
 

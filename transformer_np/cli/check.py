@@ -91,6 +91,8 @@ def _example(p: str) -> str | None:
 def run(args) -> int:
     try:
         return _run(args)
+    except BrokenPipeError:                             # a reader closed the pipe: the CLI's main ends quietly
+        raise
     except (ValueError, TypeError, OSError) as e:       # one line, escaped (the message may quote a file name)
         print(f"transformer-np check: error: {shown(str(e))}", file=sys.stderr)
         return 2
@@ -225,8 +227,8 @@ def _class(sheets: list, args, ring) -> int:
     from ._progress import Progress
 
     # a class that takes more than 2 s (hundreds of sheets): a line every 2 s at most on stderr; a small class stays
-    # quiet (the rows themselves stream to stdout as they are marked, unless --json or --csv - holds stdout)
-    bar = None if text else Progress("check", every=2.0, delay=2.0)
+    # quiet; none under --json (stdout only)
+    bar = None if args.json else Progress("check", every=2.0, delay=2.0)
     try:
         if text:
             print(f"{'file'.ljust(w)}{'marks':>9s}  first mistake", flush=True)
