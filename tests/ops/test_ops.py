@@ -32,6 +32,11 @@ EXPECTED_CHECKS = [
     "encoder stack (weight sharing across 3 layers, ALBERT)",
     "mean pooling (attention mask)", "[CLS] sequence classifier", "BERT pooler (tanh)", "per-token tagger",
     "softmax cross-entropy (ignore_index)", "stack + [CLS] classifier + cross-entropy (end to end)",
+    # MPNet (transformer_np.model.gradcheck_families)
+    "relative position bias (MPNet buckets, 20 tokens)",
+    "multi-head attention with a score bias (padding mask, attention dropout)",
+    "MPNet layer (relative bias, padding mask, dropout)",
+    "MPNet stack (2 layers, one shared relative table, padding, dropout)",
 ]
 
 
