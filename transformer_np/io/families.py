@@ -1,8 +1,8 @@
 r"""The Hugging Face encoder families whose layers are this library's encoder layer.
 
-Every family below runs, layer by layer, exactly :func:`transformer_np.model.encoder.encoder_layer_forward`
-in its Post-LN form, Z = LN₁(H + MHA(H)), H' = LN₂(Z + FFN(Z)); they differ in what sits around the
-stack and in their names:
+Every family below runs, layer by layer, :func:`transformer_np.model.encoder.encoder_layer_forward`
+in its Post-LN form, Z = LN₁(H + MHA(H)), H' = LN₂(Z + FFN(Z)) (MPNet with a bias added to the
+attention scores); they differ in what sits around the stack and in their names:
 
 ==============  ===================  ==========================================================================
 model_type      task-model prefix    what differs from BERT
@@ -19,6 +19,10 @@ albert          ``albert.``          factorised embeddings: tables of width E (`
                                      one layer shared by every depth (``share_layers``)
 electra         ``electra.``         factorised embeddings when ``embedding_size`` ≠ ``hidden_size`` (the Linear
                                      is ``embeddings_project``); no pooler
+mpnet           ``mpnet.``           RoBERTa's positions with p = 1 always; no token-type table; every layer's
+                                     scores get a relative position bias from one table (K, h) shared by the
+                                     layers (``encoder.relative_attention_bias``, ours ``relative_bias``;
+                                     :mod:`transformer_np.model.mpnet`); names ``attention.attn.{q,k,v,o}``
 ==============  ===================  ==========================================================================
 
 RoBERTa's positions (fairseq's ``make_positions``): with p = padding_idx (= ``pad_token_id``),
@@ -88,6 +92,9 @@ class Family:
     pooler: str | None = "pooler.dense"
     offset_positions: bool = False
     shared_layers: bool = False
+    position_padding_idx: int | None = None   # MPNet: position ids count from 1 whatever pad_token_id is
+    relative_bias: str | None = None          # HF name of a relative-position table shared by the layers
+    bare_layers: bool = True                  # whether one HF layer alone can run (MPNet's needs the bias)
 
 
 def _layer_rows(linears, norms) -> tuple[tuple[str, str, bool], ...]:
@@ -109,6 +116,11 @@ _ALBERT_LAYER = _layer_rows(
      ("attention.value", "attn.W_V", "attn.b_V"), ("attention.dense", "attn.W_O", "attn.b_O"),
      ("ffn", "ffn.W_1", "ffn.b_1"), ("ffn_output", "ffn.W_2", "ffn.b_2")),
     (("attention.LayerNorm", "ln1"), ("full_layer_layer_norm", "ln2")))
+_MPNET_LAYER = _layer_rows(
+    (("attention.attn.q", "attn.W_Q", "attn.b_Q"), ("attention.attn.k", "attn.W_K", "attn.b_K"),
+     ("attention.attn.v", "attn.W_V", "attn.b_V"), ("attention.attn.o", "attn.W_O", "attn.b_O"),
+     ("intermediate.dense", "ffn.W_1", "ffn.b_1"), ("output.dense", "ffn.W_2", "ffn.b_2")),
+    (("attention.LayerNorm", "ln1"), ("output.LayerNorm", "ln2")))
 _DISTILBERT_LAYER = _layer_rows(
     (("attention.q_lin", "attn.W_Q", "attn.b_Q"), ("attention.k_lin", "attn.W_K", "attn.b_K"),
      ("attention.v_lin", "attn.W_V", "attn.b_V"), ("attention.out_lin", "attn.W_O", "attn.b_O"),
@@ -170,6 +182,18 @@ def _read_electra(f: _Fields) -> dict:
     return _read_bert_like(f, embedding_size=True)
 
 
+#: HF's MPNetEncoder buckets every distance into 32 buckets (compute_position_bias's default), whatever
+#: relative_attention_num_buckets says: the table needs that many rows at least.
+MPNET_MIN_BUCKETS = 32
+
+
+def _read_mpnet(f: _Fields) -> dict:
+    spec = _read_bert_like(f, pad_default=1)
+    spec["type_vocab_size"] = 0         # MPNet has no token-type table (HF's MPNetConfig has no such field)
+    spec["relative_attention_num_buckets"] = f.int("relative_attention_num_buckets", 32, minimum=MPNET_MIN_BUCKETS)
+    return spec
+
+
 def _read_distilbert(f: _Fields) -> dict:
     f.false("is_decoder", "transformer_np builds an encoder only")
     d = f.int("dim")
@@ -208,6 +232,9 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
             shared_layers=True),
     _family("electra", "electra", "encoder.layer.{i}.", _BERT_LAYER, _read_electra, ("Electra",),
             projection="embeddings_project", pooler=None),
+    _family("mpnet", "mpnet", "encoder.layer.{i}.", _MPNET_LAYER, _read_mpnet, ("MPNet",), token_types=False,
+            offset_positions=True, position_padding_idx=1, relative_bias="encoder.relative_attention_bias.weight",
+            bare_layers=False),
 )}
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 
@@ -258,6 +285,7 @@ class HFEncoderConfig:
         pad_token_id: HF's padding id (RoBERTa family: the p of the position ids); may be None.
         bare_layer: the config of one HF layer module (``BertLayer``, ``AlbertLayer``,
             DistilBERT's ``TransformerBlock``, ...): no embeddings, the layer's own names.
+        relative_attention_num_buckets: MPNet only: rows K of the relative position table (K, h), ≥ 32.
 
     The stack's fields are readable directly: ``config.d_model`` is ``config.encoder.d_model``.
     """
@@ -268,12 +296,24 @@ class HFEncoderConfig:
     max_position_embeddings: int | None = None
     pad_token_id: int | None = None
     bare_layer: bool = False
+    relative_attention_num_buckets: int | None = None
 
     def __post_init__(self) -> None:
         if self.model_type not in FAMILIES:
             raise ModelConfigError(f"model_type must be one of {list(SUPPORTED_MODEL_TYPES)}, got {self.model_type!r}")
         if not isinstance(self.encoder, EncoderConfig):
             raise InputTypeError(f"encoder must be an EncoderConfig, got {describe(self.encoder)}")
+        K = self.relative_attention_num_buckets
+        if FAMILIES[self.model_type].relative_bias is not None:
+            if isinstance(K, bool) or not isinstance(K, int) or K < MPNET_MIN_BUCKETS:
+                raise ModelConfigError(f"{self.model_type}: relative_attention_num_buckets must be an int ≥ "
+                                       f"{MPNET_MIN_BUCKETS} (HF buckets distances into 32), got {K!r}")
+        elif K is not None:
+            raise ModelConfigError(f"{self.model_type} has no relative position table: relative_attention_num_buckets "
+                                   f"must be None, got {K!r}")
+        if self.bare_layer and not FAMILIES[self.model_type].bare_layers:
+            raise ModelConfigError(f"a bare {self.model_type} layer cannot run alone (its attention reads the "
+                                   f"model's relative position table): use the whole model")
         if self.bare_layer:
             if self.encoder.has_embeddings or self.encoder.n_layers != 1:
                 raise ModelConfigError("a bare-layer config needs encoder.vocab_size = None and n_layers = 1, got "
@@ -292,7 +332,7 @@ class HFEncoderConfig:
         if P is not None and (isinstance(P, bool) or not isinstance(P, int) or P < self.encoder.max_len + self.offset):
             raise ModelConfigError(f"max_position_embeddings must be an int ≥ max_len + position offset = "
                                    f"{self.encoder.max_len + self.offset}, got {P!r}")
-        if fam.offset_positions and not isinstance(self.pad_token_id, int):
+        if fam.offset_positions and not isinstance(self.position_pad, int):
             raise ModelConfigError(f"{self.model_type} counts positions from pad_token_id: it must be an int, "
                                    f"got {self.pad_token_id!r}")
 
@@ -319,9 +359,15 @@ class HFEncoderConfig:
                 and (fam.projection_always or self.E != self.encoder.d_model))
 
     @property
+    def position_pad(self) -> int | None:
+        """The p of the padding-aware position ids: pad_token_id (RoBERTa), or the family's fixed id (MPNet: 1)."""
+        fixed = self.family.position_padding_idx
+        return self.pad_token_id if fixed is None else fixed
+
+    @property
     def offset(self) -> int:
         """How many leading rows of the position table real tokens never read (RoBERTa: p + 1)."""
-        return self.pad_token_id + 1 if self.family.offset_positions and not self.bare_layer else 0
+        return self.position_pad + 1 if self.family.offset_positions and not self.bare_layer else 0
 
     @property
     def n_positions(self) -> int:
@@ -350,9 +396,11 @@ def read_hf_config(hf: Mapping, source: str = "hf_config") -> tuple[Family, dict
     pad = spec["pad_token_id"]
     if pad is not None and pad >= spec["vocab_size"]:
         raise ModelConfigError(f"{source} field 'pad_token_id' must be < vocab_size = {spec['vocab_size']}, got {pad}")
-    if fam.offset_positions and spec["max_position_embeddings"] <= pad + 1:
-        raise ModelConfigError(f"{source} field 'max_position_embeddings' must exceed pad_token_id + 1 = {pad + 1} "
-                               f"({fam.model_type} positions start at pad_token_id + 1), "
+    p = _position_pad(fam, spec)
+    if fam.offset_positions and spec["max_position_embeddings"] <= p + 1:
+        what = "pad_token_id" if fam.position_padding_idx is None else "the padding index"
+        raise ModelConfigError(f"{source} field 'max_position_embeddings' must exceed {what} + 1 = {p + 1} "
+                               f"({fam.model_type} positions start at {what} + 1), "
                                f"got {spec['max_position_embeddings']}")
     if spec["p_attn"] != spec["p_hidden"]:
         hid, att = spec["dropout_fields"]
@@ -361,9 +409,13 @@ def read_hf_config(hf: Mapping, source: str = "hf_config") -> tuple[Family, dict
     return fam, spec
 
 
+def _position_pad(fam: Family, spec: dict) -> int | None:
+    return spec["pad_token_id"] if fam.position_padding_idx is None else fam.position_padding_idx
+
+
 def encoder_config_from_spec(fam: Family, spec: dict) -> EncoderConfig:
     """The EncoderConfig (stack + vocabulary) of validated fields."""
-    offset = spec["pad_token_id"] + 1 if fam.offset_positions else 0
+    offset = _position_pad(fam, spec) + 1 if fam.offset_positions else 0
     return EncoderConfig(
         n_layers=spec["n_layers"], d_model=spec["d_model"], n_heads=spec["n_heads"], d_ff=spec["d_ff"],
         activation=HF_ACTIVATIONS[spec["hidden_act"]], norm_position="post", layer_norm_eps=spec["layer_norm_eps"],
@@ -388,6 +440,8 @@ def hf_param_shapes(config: HFEncoderConfig) -> dict[str, tuple[int, ...]]:
     if config.has_projection:
         shapes["embeddings.project.W"] = (E, d)
         shapes["embeddings.project.b"] = (d,)
+    if config.family.relative_bias is not None:
+        shapes["relative_bias"] = (config.relative_attention_num_buckets, config.n_heads)
     shapes.update(layers)
     return shapes
 
@@ -413,6 +467,8 @@ def hf_name_table(config: HFEncoderConfig) -> Iterator[tuple[str, str, bool]]:
     if config.has_projection:
         yield fam.projection + ".weight", "embeddings.project.W", True
         yield fam.projection + ".bias", "embeddings.project.b", False
+    if fam.relative_bias is not None:
+        yield fam.relative_bias, "relative_bias", False
     for i in range(_n_distinct_layers(config)):
         pre = fam.layer_prefix.format(i=i)
         for hf, ours, t in fam.layer_rows:
@@ -424,7 +480,7 @@ def hf_table_size(config: HFEncoderConfig) -> int:
     fam = config.family
     if config.bare_layer:
         return len(fam.layer_rows)
-    return (4 + bool(config.type_vocab_size) + 2 * config.has_projection
+    return (4 + bool(config.type_vocab_size) + 2 * config.has_projection + (fam.relative_bias is not None)
             + _n_distinct_layers(config) * len(fam.layer_rows))
 
 

@@ -135,7 +135,8 @@ def config_from_hf_dict(hf_config: dict, source: str = "hf_config") -> EncoderCo
     if fam.model_type == "bert":
         return enc
     return HFEncoderConfig(fam.model_type, enc, embedding_size=spec["embedding_size"],
-                           max_position_embeddings=spec["max_position_embeddings"], pad_token_id=spec["pad_token_id"])
+                           max_position_embeddings=spec["max_position_embeddings"], pad_token_id=spec["pad_token_id"],
+                           relative_attention_num_buckets=spec.get("relative_attention_num_buckets"))
 
 
 def _as_family_config(config, what: str) -> HFEncoderConfig:
@@ -188,6 +189,9 @@ def hf_dict_from_config(config: EncoderConfig | HFEncoderConfig) -> dict:
         out["pad_token_id"] = fc.pad_token_id
     if fc.model_type in ("albert", "electra"):
         out["embedding_size"] = fc.E
+    if fc.model_type == "mpnet":            # no token-type table; the relative position table's rows
+        del out["type_vocab_size"]
+        out["relative_attention_num_buckets"] = fc.relative_attention_num_buckets
     return out
 
 
