@@ -66,10 +66,11 @@ import numpy as np
 
 from .._optional import require
 from .._validate import describe
-from ..errors import InputTypeError, InputValueError
+from ..errors import InputTypeError, InputValueError, ModelConfigError
 from ..model.config import EncoderConfig
 from ._state_tables import _export, _import, _rows_for
 from .families import (
+    FAMILIES,
     HF_ACTIVATIONS,
     SUPPORTED_MODEL_TYPES,
     HFEncoderConfig,
@@ -340,6 +341,7 @@ def from_hf(module, dtype=None) -> tuple[EncoderConfig | HFEncoderConfig, dict[s
         params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype))
         return config, params
     cfg = _layer_hf_config(module)
+    _refuse_bare_layer(module)
     if cfg is None:
         raise InputTypeError(f"module must be a transformers encoder model ({supported_text()}) or one of their "
                              f"layers, got {type(module).__name__}")
@@ -350,6 +352,15 @@ def from_hf(module, dtype=None) -> tuple[EncoderConfig | HFEncoderConfig, dict[s
     config = HFEncoderConfig(fam.model_type, enc, bare_layer=True)
     params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype), prefix="")
     return config, params
+
+
+def _refuse_bare_layer(module) -> None:
+    """A layer of a family whose layers cannot run alone (MPNet's attention reads the model's relative table)."""
+    name = type(module).__name__
+    for fam in FAMILIES.values():
+        if not fam.bare_layers and any(name.startswith(a) for a in fam.architectures):
+            raise ModelConfigError(f"a bare {fam.model_type} layer cannot run alone ({name}: its attention reads the "
+                                   f"model's relative position table); compare the whole {fam.architectures[0]}Model")
 
 
 def to_hf_state_dict(tree: Mapping[str, np.ndarray], config: EncoderConfig | HFEncoderConfig,
