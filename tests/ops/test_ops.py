@@ -37,6 +37,14 @@ EXPECTED_CHECKS = [
     "multi-head attention with a score bias (padding mask, attention dropout)",
     "MPNet layer (relative bias, padding mask, dropout)",
     "MPNet stack (2 layers, one shared relative table, padding, dropout)",
+    # ModernBERT
+    "rotary position embedding (RoPE, half split)", "GeGLU (GELU(input) ⊙ gate)",
+    "gated feed-forward (no biases, dropout)", "gated feed-forward (biases, dropout)",
+    "local sliding-window attention (window 2, padding mask)",
+    "ModernBERT layer (first, no attention norm, biases, RoPE, padding, dropout)",
+    "ModernBERT layer (attention norm, biases, RoPE, padding, dropout)",
+    "ModernBERT model (no biases; full and sliding layers, padding, dropout)",
+    "ModernBERT model (biases; full and sliding layers, padding, dropout)",
 ]
 
 

@@ -4,6 +4,10 @@ MPNet: the relative position bias (a lookup into a (K, h) table by bucket of j �
 that the logarithmic buckets are read), attention with that bias (whose gradient dP = Σ_batch dS),
 one MPNet layer and the stack, where every layer reads one shared table.
 
+ModernBERT: rotary embeddings, the GLU (GeGLU) and the gated sublayer with and without biases,
+local sliding-window attention with padding, a first layer (no attention norm) and a later one, and
+the whole model from ids (biases or none, full and sliding layers, padding, dropout).
+
 Same method as :mod:`transformer_np.model.gradcheck` (which runs these cases in its suite): central
 differences of Σ R ⊙ F against the analytic backward, random R, dropout with a fixed mask.
 """
@@ -13,9 +17,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.attention_bias import biased_mha_backward, biased_mha_forward
+from ..ops.glu import glu_backward, glu_ffn_backward, glu_ffn_forward, glu_forward
+from ..ops.local_attention import local_attention_backward, local_attention_forward
 from ..ops.masks import padding_mask
 from ..ops.relative_position import relative_position_bias_backward, relative_position_bias_forward
+from ..ops.rotary import rotary_backward, rotary_forward, rotary_tables
 from .config import EncoderConfig
+from .modernbert import (
+    ModernBertArch,
+    modernbert_backward,
+    modernbert_forward,
+    modernbert_layer_backward,
+    modernbert_layer_forward,
+    modernbert_param_shapes,
+)
 from .mpnet import mpnet_layer_backward, mpnet_layer_forward, mpnet_stack_backward, mpnet_stack_forward
 
 __all__ = ["family_cases"]
@@ -88,4 +103,81 @@ def family_cases(rng: np.random.Generator) -> list[tuple]:
         cases.append((name, run, back, arrays))
 
     _mpnet_cases(rng, add)
+    _modernbert_op_cases(rng, add)
+    _modernbert_model_cases(rng, add)
     return cases
+
+
+def _modernbert_op_cases(rng, add) -> None:
+    B, h, n, dk, d, f = 2, 2, 12, 6, 8, 5
+    C, S = rotary_tables(n, dk, 10_000.0)
+    add("rotary position embedding (RoPE, half split)", lambda a: rotary_forward(a["x"], C, S),
+        lambda R, c: {"x": rotary_backward(R, c)}, {"x": rng.standard_normal((B, h, n, dk))})
+    add("GeGLU (GELU(input) ⊙ gate)", lambda a: glu_forward(a["u"]), lambda R, c: {"u": glu_backward(R, c)},
+        {"u": 2.0 * rng.standard_normal((B, n, 2 * f))})
+    for bias in (False, True):
+        arrays = {"z": rng.standard_normal((B, n, d)), "W_1": rng.standard_normal((d, 2 * f)) / np.sqrt(d),
+                  "W_2": rng.standard_normal((f, d)) / np.sqrt(f)}
+        if bias:
+            arrays.update(b_1=0.3 * rng.standard_normal(2 * f), b_2=0.3 * rng.standard_normal(d))
+
+        def ffn_back(R, c):
+            dz, g = glu_ffn_backward(R, c)
+            return {"z": dz, **g}
+
+        add(f"gated feed-forward ({'biases' if bias else 'no biases'}, dropout)",
+            lambda a: glu_ffn_forward(a["z"], a, "gelu", 0.3, True, np.random.default_rng(8)), ffn_back, arrays)
+    am = np.ones((B, n), dtype=np.int64)
+    am[1, 10:] = 0      # every window holds a real key (a row of padding only is constant: no derivative)
+    add("local sliding-window attention (window 2, padding mask)",
+        lambda a: local_attention_forward(a["Q"], a["K"], a["V"], 2, padding_mask(am)),
+        lambda R, c: dict(zip(("Q", "K", "V"), local_attention_backward(R, c))),
+        {k: rng.standard_normal((B, h, n, dk)) for k in ("Q", "K", "V")})
+
+
+def _modernbert_arrays(rng, shapes: dict) -> dict:
+    out = {}
+    for k, shape in shapes.items():
+        if k.endswith("gamma"):
+            out[k] = 1.0 + 0.3 * rng.standard_normal(shape)
+        elif len(shape) == 2 and not k.startswith("embeddings."):
+            out[k] = rng.standard_normal(shape) / np.sqrt(shape[0])
+        else:
+            out[k] = 0.5 * rng.standard_normal(shape) if k.startswith("embeddings.") else 0.3 * rng.standard_normal(
+                shape)
+    return out
+
+
+def _modernbert_model_cases(rng, add) -> None:
+    B, n, d, h, f, V = 2, 9, 8, 2, 6, 11
+    am = np.ones((B, n), dtype=np.int64)
+    am[1, 7:] = 0       # shorter than the window (w = 2): every local row holds a real key
+    mask = padding_mask(am)
+    arch = ModernBertArch(layer_types=("full", "sliding", "full"), local_attention=4, attention_bias=True,
+                          mlp_bias=True, norm_bias=True)
+    cfg = EncoderConfig(n_layers=3, d_model=d, n_heads=h, d_ff=f, norm_position="pre", layer_norm_eps=1e-5,
+                        dropout=0.2, vocab_size=V, max_len=32, positional="none", final_layer_norm=True)
+    shapes = modernbert_param_shapes(cfg, arch)
+    rope = rotary_tables(n, d // h, 10_000.0)
+    for layer in (0, 1):
+        p = {k.split(".", 2)[2]: v for k, v in _modernbert_arrays(rng, shapes).items()
+             if k.startswith(f"layers.{layer}.")}
+
+        def run(a, layer=layer):
+            return modernbert_layer_forward(a["x"], {k: v for k, v in a.items() if k != "x"}, cfg, rope, mask, True,
+                                            np.random.default_rng(9))
+
+        def back(R, c):
+            dx, g = modernbert_layer_backward(R, c)
+            return {"x": dx, **g}
+
+        label = "first, no attention norm" if layer == 0 else "attention norm"
+        add(f"ModernBERT layer ({label}, biases, RoPE, padding, dropout)", run, back,
+            {"x": rng.standard_normal((B, n, d)), **p})
+    ids = rng.integers(0, V, size=(B, n))
+    for biased in (False, True):
+        a = arch if biased else ModernBertArch(layer_types=arch.layer_types, local_attention=4)
+        arrays = _modernbert_arrays(rng, modernbert_param_shapes(cfg, a))
+        add(f"ModernBERT model ({'biases' if biased else 'no biases'}; full and sliding layers, padding, dropout)",
+            lambda p, a=a: modernbert_forward(p, cfg, a, ids, am, True, np.random.default_rng(10)),
+            lambda R, c: modernbert_backward(R, c), arrays)
