@@ -19,6 +19,9 @@ albert          ``albert.``          factorised embeddings: tables of width E (`
                                      one layer shared by every depth (``share_layers``)
 electra         ``electra.``         factorised embeddings when ``embedding_size`` ≠ ``hidden_size`` (the Linear
                                      is ``embeddings_project``); no pooler
+modernbert      ``model.``           not BERT's layer: Pre-LN, rotary positions, GeGLU, no biases, local
+                                     attention in most layers (:mod:`transformer_np.model.modernbert`; config
+                                     and names in :mod:`transformer_np.io.family_modernbert`)
 mpnet           ``mpnet.``           RoBERTa's positions with p = 1 always; no token-type table; every layer's
                                      scores get a relative position bias from one table (K, h) shared by the
                                      layers (``encoder.relative_attention_bias``, ours ``relative_bias``;
@@ -60,8 +63,10 @@ from dataclasses import dataclass
 from .._validate import describe
 from ..errors import InputTypeError, ModelConfigError
 from ..model.config import EncoderConfig
+from ..model.modernbert import ModernBertArch, modernbert_param_shapes
 from ..model.params import param_shapes
 from ._config_fields import _MISSING, _Fields, _json_value
+from .family_modernbert import modernbert_name_rows, modernbert_table_size, read_modernbert
 
 __all__ = ["HFEncoderConfig", "Family", "FAMILIES", "SUPPORTED_MODEL_TYPES", "HF_ACTIVATIONS", "family_of",
            "read_hf_config", "hf_param_shapes", "hf_name_table", "supported_text"]
@@ -235,6 +240,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     _family("mpnet", "mpnet", "encoder.layer.{i}.", _MPNET_LAYER, _read_mpnet, ("MPNet",), token_types=False,
             offset_positions=True, position_padding_idx=1, relative_bias="encoder.relative_attention_bias.weight",
             bare_layers=False),
+    _family("modernbert", "model", "layers.{i}.", (), read_modernbert, ("ModernBert",), token_types=False,
+            pooler=None, bare_layers=False),
 )}
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 
@@ -286,6 +293,8 @@ class HFEncoderConfig:
         bare_layer: the config of one HF layer module (``BertLayer``, ``AlbertLayer``,
             DistilBERT's ``TransformerBlock``, ...): no embeddings, the layer's own names.
         relative_attention_num_buckets: MPNet only: rows K of the relative position table (K, h), ≥ 32.
+        modernbert: ModernBERT only: its :class:`~transformer_np.model.modernbert.ModernBertArch` (layer types,
+            window, RoPE θ, bias flags).
 
     The stack's fields are readable directly: ``config.d_model`` is ``config.encoder.d_model``.
     """
@@ -297,6 +306,7 @@ class HFEncoderConfig:
     pad_token_id: int | None = None
     bare_layer: bool = False
     relative_attention_num_buckets: int | None = None
+    modernbert: ModernBertArch | None = None
 
     def __post_init__(self) -> None:
         if self.model_type not in FAMILIES:
@@ -311,6 +321,9 @@ class HFEncoderConfig:
         elif K is not None:
             raise ModelConfigError(f"{self.model_type} has no relative position table: relative_attention_num_buckets "
                                    f"must be None, got {K!r}")
+        if (self.model_type == "modernbert") != isinstance(self.modernbert, ModernBertArch):
+            raise ModelConfigError(f"modernbert must be a ModernBertArch for model_type 'modernbert' and None "
+                                   f"otherwise, got {describe(self.modernbert)} for {self.model_type!r}")
         if self.bare_layer and not FAMILIES[self.model_type].bare_layers:
             raise ModelConfigError(f"a bare {self.model_type} layer cannot run alone (its attention reads the "
                                    f"model's relative position table): use the whole model")
@@ -427,6 +440,8 @@ def encoder_config_from_spec(fam: Family, spec: dict) -> EncoderConfig:
 # ----------------------------------------------------------------------------- names and shapes
 def hf_param_shapes(config: HFEncoderConfig) -> dict[str, tuple[int, ...]]:
     """Our parameter names → shapes for a family config (without the optional pooler)."""
+    if config.modernbert is not None:
+        return modernbert_param_shapes(config.encoder, config.modernbert)
     layers = param_shapes(config.stack)
     if config.bare_layer:
         return layers
@@ -453,6 +468,9 @@ def _n_distinct_layers(config) -> int:
 def hf_name_table(config: HFEncoderConfig) -> Iterator[tuple[str, str, bool]]:
     """(HF name, our name, transpose?) for every tensor of ``config`` (pooler excluded), lazily."""
     fam = config.family
+    if config.modernbert is not None:
+        yield from modernbert_name_rows(config)
+        return
     if config.bare_layer:
         for hf, ours, t in fam.layer_rows:
             yield hf, "layers.0." + ours, t
@@ -478,6 +496,8 @@ def hf_name_table(config: HFEncoderConfig) -> Iterator[tuple[str, str, bool]]:
 def hf_table_size(config: HFEncoderConfig) -> int:
     """How many rows :func:`hf_name_table` yields (computed without building it)."""
     fam = config.family
+    if config.modernbert is not None:
+        return modernbert_table_size(config)
     if config.bare_layer:
         return len(fam.layer_rows)
     return (4 + bool(config.type_vocab_size) + 2 * config.has_projection + (fam.relative_bias is not None)

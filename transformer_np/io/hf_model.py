@@ -25,6 +25,7 @@ from .._validate import as_int_array, check_bool, check_cache, describe
 from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
 from ..model.encoder import encoder_backward, encoder_forward
+from ..model.modernbert import modernbert_backward, modernbert_forward
 from ..model.mpnet import mpnet_stack_backward, mpnet_stack_forward
 from ..model.params import check_param_arrays
 from ..ops.cache import check_for_backward
@@ -118,6 +119,14 @@ def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_
     B, n = ids.shape
     if attention_mask is not None:
         attention_mask = validate_attention_mask(attention_mask, (B, n))
+    if config.modernbert is not None:       # no position table: rotary positions inside every layer
+        if n > config.max_len:
+            raise InputValueError(f"input_ids has {n} positions, but the modernbert config allows "
+                                  f"max_position_embeddings = {config.max_len}")
+        if token_type_ids is not None and np.any(as_int_array(token_type_ids, "token_type_ids", ndim=2)):
+            raise InputValueError("token_type_ids given, but modernbert has no token-type embedding")
+        return modernbert_forward(params, config.encoder, config.modernbert, ids, attention_mask, training, rng,
+                                  for_backward=for_backward)
     pos = position_ids(ids, config)
     if pos.size and pos.max() >= config.n_positions:
         raise InputValueError(f"input_ids has {n} positions, which needs position ids up to {int(pos.max())}, but "
@@ -161,6 +170,9 @@ def hf_backward(dH: np.ndarray, cache: dict, free_cache: bool = False, *, input_
     check_bool(input_grad, "input_grad")
     if isinstance(cache, dict) and cache.get("kind") == "encoder":
         return encoder_backward(dH, cache, free_cache=free_cache)
+    if isinstance(cache, dict) and cache.get("kind") == "modernbert":
+        check_bool(input_grad, "input_grad")
+        return modernbert_backward(dH, cache, input_grad)
     check_cache(cache, "cache", "hf_model")
     check_for_backward(cache, "hf_forward")
     config: HFEncoderConfig = cache["config"]
