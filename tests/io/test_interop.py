@@ -249,6 +249,11 @@ FAMILY_DICTS = {
     "distilbert": dict(model_type="distilbert", vocab_size=30, dim=8, n_layers=2, n_heads=2, hidden_dim=12,
                        max_position_embeddings=16, activation="gelu", dropout=0.1, attention_dropout=0.1,
                        pad_token_id=0, sinusoidal_pos_embds=False),
+    "mpnet": dict({k: v for k, v in BERT_LIKE.items() if k != "type_vocab_size"}, model_type="mpnet",
+                  relative_attention_num_buckets=32),
+    "modernbert": dict(model_type="modernbert", vocab_size=30, hidden_size=8, num_hidden_layers=2,
+                       num_attention_heads=2, intermediate_size=12, max_position_embeddings=16,
+                       hidden_activation="gelu", norm_eps=1e-5, pad_token_id=1, local_attention=4),
 }
 INT_FIELDS = {"distilbert": ("dim", "n_layers", "n_heads", "hidden_dim", "vocab_size", "max_position_embeddings")}
 BAD_INTS = [(True, "the boolean true"), ("384", "the string '384'"), (384.9, "the number 384.9"),
@@ -298,7 +303,7 @@ def test_family_state_dicts_round_trip_and_name_the_tensor(family):
     assert all(np.array_equal(back[k], params[k]) for k in params)   # exact: copied through
 
 
-@pytest.mark.parametrize("family", ["roberta", "albert", "electra", "distilbert"])
+@pytest.mark.parametrize("family", ["roberta", "albert", "electra", "distilbert", "mpnet", "modernbert"])
 def test_family_forward_backward_in_numpy(family):
     """hf_forward / hf_backward run without torch: shapes, every gradient present, finite differences agree."""
     cfg = config_from_hf_dict(dict(FAMILY_DICTS[family], **({"dropout": 0.0, "attention_dropout": 0.0}

@@ -32,6 +32,19 @@ EXPECTED_CHECKS = [
     "encoder stack (weight sharing across 3 layers, ALBERT)",
     "mean pooling (attention mask)", "[CLS] sequence classifier", "BERT pooler (tanh)", "per-token tagger",
     "softmax cross-entropy (ignore_index)", "stack + [CLS] classifier + cross-entropy (end to end)",
+    # MPNet (transformer_np.model.gradcheck_families)
+    "relative position bias (MPNet buckets, 20 tokens)",
+    "multi-head attention with a score bias (padding mask, attention dropout)",
+    "MPNet layer (relative bias, padding mask, dropout)",
+    "MPNet stack (2 layers, one shared relative table, padding, dropout)",
+    # ModernBERT
+    "rotary position embedding (RoPE, half split)", "GeGLU (GELU(input) ⊙ gate)",
+    "gated feed-forward (no biases, dropout)", "gated feed-forward (biases, dropout)",
+    "local sliding-window attention (window 2, padding mask)",
+    "ModernBERT layer (first, no attention norm, biases, RoPE, padding, dropout)",
+    "ModernBERT layer (attention norm, biases, RoPE, padding, dropout)",
+    "ModernBERT model (no biases; full and sliding layers, padding, dropout)",
+    "ModernBERT model (biases; full and sliding layers, padding, dropout)",
 ]
 
 

@@ -1,8 +1,8 @@
 r"""The Hugging Face encoder families whose layers are this library's encoder layer.
 
-Every family below runs, layer by layer, exactly :func:`transformer_np.model.encoder.encoder_layer_forward`
-in its Post-LN form, Z = LN₁(H + MHA(H)), H' = LN₂(Z + FFN(Z)); they differ in what sits around the
-stack and in their names:
+Every family below runs, layer by layer, :func:`transformer_np.model.encoder.encoder_layer_forward`
+in its Post-LN form, Z = LN₁(H + MHA(H)), H' = LN₂(Z + FFN(Z)) (MPNet with a bias added to the
+attention scores); they differ in what sits around the stack and in their names:
 
 ==============  ===================  ==========================================================================
 model_type      task-model prefix    what differs from BERT
@@ -19,6 +19,13 @@ albert          ``albert.``          factorised embeddings: tables of width E (`
                                      one layer shared by every depth (``share_layers``)
 electra         ``electra.``         factorised embeddings when ``embedding_size`` ≠ ``hidden_size`` (the Linear
                                      is ``embeddings_project``); no pooler
+modernbert      ``model.``           not BERT's layer: Pre-LN, rotary positions, GeGLU, no biases, local
+                                     attention in most layers (:mod:`transformer_np.model.modernbert`; config
+                                     and names in :mod:`transformer_np.io.family_modernbert`)
+mpnet           ``mpnet.``           RoBERTa's positions with p = 1 always; no token-type table; every layer's
+                                     scores get a relative position bias from one table (K, h) shared by the
+                                     layers (``encoder.relative_attention_bias``, ours ``relative_bias``;
+                                     :mod:`transformer_np.model.mpnet`); names ``attention.attn.{q,k,v,o}``
 ==============  ===================  ==========================================================================
 
 RoBERTa's positions (fairseq's ``make_positions``): with p = padding_idx (= ``pad_token_id``),
@@ -48,17 +55,18 @@ Our parameter names for a family model: BERT's (``embeddings.word``, ``embedding
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .._validate import describe
 from ..errors import InputTypeError, ModelConfigError
 from ..model.config import EncoderConfig
+from ..model.modernbert import ModernBertArch, modernbert_param_shapes
 from ..model.params import param_shapes
+from ._config_fields import _MISSING, _Fields, _json_value
+from .family_modernbert import modernbert_name_rows, modernbert_table_size, read_modernbert
 
 __all__ = ["HFEncoderConfig", "Family", "FAMILIES", "SUPPORTED_MODEL_TYPES", "HF_ACTIVATIONS", "family_of",
            "read_hf_config", "hf_param_shapes", "hf_name_table", "supported_text"]
@@ -66,88 +74,6 @@ __all__ = ["HFEncoderConfig", "Family", "FAMILIES", "SUPPORTED_MODEL_TYPES", "HF
 #: HF ``hidden_act`` → our ``activation``. "gelu_new" and "gelu_pytorch_tanh" are the same
 #: function ½x(1 + tanh(√(2/π)(x + 0.044715x³))), computed two ways.
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
-_INT_MAX = 2**31 - 1          # sizes beyond an int32 index are not a real model
-_MISSING = object()
-
-
-# ----------------------------------------------------------------------------- field checks
-def _json_value(v: Any) -> str:
-    """How a received config value reads in an error message (in JSON's words)."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return f"the boolean {'true' if v else 'false'}"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "NaN"
-        if math.isinf(v):
-            return "Infinity" if v > 0 else "-Infinity"
-        return f"the number {v!r}"
-    if isinstance(v, int):
-        return f"the integer {v}"
-    if isinstance(v, str):
-        text = v if len(v) <= 40 else v[:37] + "..."
-        return f"the string {text!r}"
-    if isinstance(v, (list, tuple)):
-        return f"a list of {len(v)} items"
-    if isinstance(v, Mapping):
-        return f"an object with {len(v)} keys"
-    return describe(v)
-
-
-class _Fields:
-    """Typed, range-checked reads of a config dict; every failure names ``source`` and the field."""
-
-    def __init__(self, hf: Mapping, source: str):
-        self.hf, self.source = hf, source
-
-    def _fail(self, key: str, expected: str, value: Any) -> ModelConfigError:
-        return ModelConfigError(f"{self.source} field {key!r} must be {expected}, got {_json_value(value)}")
-
-    def _get(self, key: str, default: Any) -> Any:
-        if key in self.hf:
-            return self.hf[key]
-        if default is _MISSING:
-            raise ModelConfigError(f"{self.source} is missing the field {key!r} (required for "
-                                   f"model_type {self.hf.get('model_type', 'bert')!r})")
-        return default
-
-    def int(self, key: str, default: Any = _MISSING, minimum: int = 1, maximum: int = _INT_MAX,
-            allow_none: bool = False) -> int | None:
-        v = self._get(key, default)
-        if v is None and allow_none:
-            return None
-        expected = f"an integer in [{minimum}, {maximum}]" + (" or null" if allow_none else "")
-        if isinstance(v, bool) or not isinstance(v, int) or not minimum <= v <= maximum:
-            raise self._fail(key, expected, v)
-        return int(v)
-
-    def float(self, key: str, default: Any = _MISSING, minimum: float = 0.0, maximum: float = math.inf,
-              min_inclusive: bool = True, max_inclusive: bool = True) -> float:
-        v = self._get(key, default)
-        lo, hi = ("[" if min_inclusive else "("), ("]" if max_inclusive else ")")
-        expected = f"a finite number in {lo}{minimum:g}, {maximum:g}{hi}"
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise self._fail(key, expected, v)
-        below = v < minimum or (v == minimum and not min_inclusive)
-        above = v > maximum or (v == maximum and not max_inclusive)
-        if below or above:
-            raise self._fail(key, expected, v)
-        return float(v)
-
-    def choice(self, key: str, choices: Mapping | tuple, default: Any = _MISSING) -> str:
-        v = self._get(key, default)
-        if not isinstance(v, str) or v not in choices:
-            raise self._fail(key, "one of " + ", ".join(repr(c) for c in sorted(choices)), v)
-        return v
-
-    def false(self, key: str, why: str) -> None:
-        """A boolean flag that must be false (absent counts as false)."""
-        v = self._get(key, False)
-        if not isinstance(v, bool):
-            raise self._fail(key, "a boolean (true/false)", v)
-        if v:
-            raise ModelConfigError(f"{self.source} field {key!r} is true: {why}")
 
 
 # ----------------------------------------------------------------------------- the families
@@ -171,6 +97,9 @@ class Family:
     pooler: str | None = "pooler.dense"
     offset_positions: bool = False
     shared_layers: bool = False
+    position_padding_idx: int | None = None   # MPNet: position ids count from 1 whatever pad_token_id is
+    relative_bias: str | None = None          # HF name of a relative-position table shared by the layers
+    bare_layers: bool = True                  # whether one HF layer alone can run (MPNet's needs the bias)
 
 
 def _layer_rows(linears, norms) -> tuple[tuple[str, str, bool], ...]:
@@ -192,6 +121,11 @@ _ALBERT_LAYER = _layer_rows(
      ("attention.value", "attn.W_V", "attn.b_V"), ("attention.dense", "attn.W_O", "attn.b_O"),
      ("ffn", "ffn.W_1", "ffn.b_1"), ("ffn_output", "ffn.W_2", "ffn.b_2")),
     (("attention.LayerNorm", "ln1"), ("full_layer_layer_norm", "ln2")))
+_MPNET_LAYER = _layer_rows(
+    (("attention.attn.q", "attn.W_Q", "attn.b_Q"), ("attention.attn.k", "attn.W_K", "attn.b_K"),
+     ("attention.attn.v", "attn.W_V", "attn.b_V"), ("attention.attn.o", "attn.W_O", "attn.b_O"),
+     ("intermediate.dense", "ffn.W_1", "ffn.b_1"), ("output.dense", "ffn.W_2", "ffn.b_2")),
+    (("attention.LayerNorm", "ln1"), ("output.LayerNorm", "ln2")))
 _DISTILBERT_LAYER = _layer_rows(
     (("attention.q_lin", "attn.W_Q", "attn.b_Q"), ("attention.k_lin", "attn.W_K", "attn.b_K"),
      ("attention.v_lin", "attn.W_V", "attn.b_V"), ("attention.out_lin", "attn.W_O", "attn.b_O"),
@@ -253,6 +187,18 @@ def _read_electra(f: _Fields) -> dict:
     return _read_bert_like(f, embedding_size=True)
 
 
+#: HF's MPNetEncoder buckets every distance into 32 buckets (compute_position_bias's default), whatever
+#: relative_attention_num_buckets says: the table needs that many rows at least.
+MPNET_MIN_BUCKETS = 32
+
+
+def _read_mpnet(f: _Fields) -> dict:
+    spec = _read_bert_like(f, pad_default=1)
+    spec["type_vocab_size"] = 0         # MPNet has no token-type table (HF's MPNetConfig has no such field)
+    spec["relative_attention_num_buckets"] = f.int("relative_attention_num_buckets", 32, minimum=MPNET_MIN_BUCKETS)
+    return spec
+
+
 def _read_distilbert(f: _Fields) -> dict:
     f.false("is_decoder", "transformer_np builds an encoder only")
     d = f.int("dim")
@@ -291,6 +237,11 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
             shared_layers=True),
     _family("electra", "electra", "encoder.layer.{i}.", _BERT_LAYER, _read_electra, ("Electra",),
             projection="embeddings_project", pooler=None),
+    _family("mpnet", "mpnet", "encoder.layer.{i}.", _MPNET_LAYER, _read_mpnet, ("MPNet",), token_types=False,
+            offset_positions=True, position_padding_idx=1, relative_bias="encoder.relative_attention_bias.weight",
+            bare_layers=False),
+    _family("modernbert", "model", "layers.{i}.", (), read_modernbert, ("ModernBert",), token_types=False,
+            pooler=None, bare_layers=False),
 )}
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 
@@ -341,6 +292,9 @@ class HFEncoderConfig:
         pad_token_id: HF's padding id (RoBERTa family: the p of the position ids); may be None.
         bare_layer: the config of one HF layer module (``BertLayer``, ``AlbertLayer``,
             DistilBERT's ``TransformerBlock``, ...): no embeddings, the layer's own names.
+        relative_attention_num_buckets: MPNet only: rows K of the relative position table (K, h), ≥ 32.
+        modernbert: ModernBERT only: its :class:`~transformer_np.model.modernbert.ModernBertArch` (layer types,
+            window, RoPE θ, bias flags).
 
     The stack's fields are readable directly: ``config.d_model`` is ``config.encoder.d_model``.
     """
@@ -351,12 +305,28 @@ class HFEncoderConfig:
     max_position_embeddings: int | None = None
     pad_token_id: int | None = None
     bare_layer: bool = False
+    relative_attention_num_buckets: int | None = None
+    modernbert: ModernBertArch | None = None
 
     def __post_init__(self) -> None:
         if self.model_type not in FAMILIES:
             raise ModelConfigError(f"model_type must be one of {list(SUPPORTED_MODEL_TYPES)}, got {self.model_type!r}")
         if not isinstance(self.encoder, EncoderConfig):
             raise InputTypeError(f"encoder must be an EncoderConfig, got {describe(self.encoder)}")
+        K = self.relative_attention_num_buckets
+        if FAMILIES[self.model_type].relative_bias is not None:
+            if isinstance(K, bool) or not isinstance(K, int) or K < MPNET_MIN_BUCKETS:
+                raise ModelConfigError(f"{self.model_type}: relative_attention_num_buckets must be an int ≥ "
+                                       f"{MPNET_MIN_BUCKETS} (HF buckets distances into 32), got {K!r}")
+        elif K is not None:
+            raise ModelConfigError(f"{self.model_type} has no relative position table: relative_attention_num_buckets "
+                                   f"must be None, got {K!r}")
+        if (self.model_type == "modernbert") != isinstance(self.modernbert, ModernBertArch):
+            raise ModelConfigError(f"modernbert must be a ModernBertArch for model_type 'modernbert' and None "
+                                   f"otherwise, got {describe(self.modernbert)} for {self.model_type!r}")
+        if self.bare_layer and not FAMILIES[self.model_type].bare_layers:
+            raise ModelConfigError(f"a bare {self.model_type} layer cannot run alone (its attention reads the "
+                                   f"model's relative position table): use the whole model")
         if self.bare_layer:
             if self.encoder.has_embeddings or self.encoder.n_layers != 1:
                 raise ModelConfigError("a bare-layer config needs encoder.vocab_size = None and n_layers = 1, got "
@@ -375,7 +345,7 @@ class HFEncoderConfig:
         if P is not None and (isinstance(P, bool) or not isinstance(P, int) or P < self.encoder.max_len + self.offset):
             raise ModelConfigError(f"max_position_embeddings must be an int ≥ max_len + position offset = "
                                    f"{self.encoder.max_len + self.offset}, got {P!r}")
-        if fam.offset_positions and not isinstance(self.pad_token_id, int):
+        if fam.offset_positions and not isinstance(self.position_pad, int):
             raise ModelConfigError(f"{self.model_type} counts positions from pad_token_id: it must be an int, "
                                    f"got {self.pad_token_id!r}")
 
@@ -402,9 +372,15 @@ class HFEncoderConfig:
                 and (fam.projection_always or self.E != self.encoder.d_model))
 
     @property
+    def position_pad(self) -> int | None:
+        """The p of the padding-aware position ids: pad_token_id (RoBERTa), or the family's fixed id (MPNet: 1)."""
+        fixed = self.family.position_padding_idx
+        return self.pad_token_id if fixed is None else fixed
+
+    @property
     def offset(self) -> int:
         """How many leading rows of the position table real tokens never read (RoBERTa: p + 1)."""
-        return self.pad_token_id + 1 if self.family.offset_positions and not self.bare_layer else 0
+        return self.position_pad + 1 if self.family.offset_positions and not self.bare_layer else 0
 
     @property
     def n_positions(self) -> int:
@@ -433,9 +409,11 @@ def read_hf_config(hf: Mapping, source: str = "hf_config") -> tuple[Family, dict
     pad = spec["pad_token_id"]
     if pad is not None and pad >= spec["vocab_size"]:
         raise ModelConfigError(f"{source} field 'pad_token_id' must be < vocab_size = {spec['vocab_size']}, got {pad}")
-    if fam.offset_positions and spec["max_position_embeddings"] <= pad + 1:
-        raise ModelConfigError(f"{source} field 'max_position_embeddings' must exceed pad_token_id + 1 = {pad + 1} "
-                               f"({fam.model_type} positions start at pad_token_id + 1), "
+    p = _position_pad(fam, spec)
+    if fam.offset_positions and spec["max_position_embeddings"] <= p + 1:
+        what = "pad_token_id" if fam.position_padding_idx is None else "the padding index"
+        raise ModelConfigError(f"{source} field 'max_position_embeddings' must exceed {what} + 1 = {p + 1} "
+                               f"({fam.model_type} positions start at {what} + 1), "
                                f"got {spec['max_position_embeddings']}")
     if spec["p_attn"] != spec["p_hidden"]:
         hid, att = spec["dropout_fields"]
@@ -444,9 +422,13 @@ def read_hf_config(hf: Mapping, source: str = "hf_config") -> tuple[Family, dict
     return fam, spec
 
 
+def _position_pad(fam: Family, spec: dict) -> int | None:
+    return spec["pad_token_id"] if fam.position_padding_idx is None else fam.position_padding_idx
+
+
 def encoder_config_from_spec(fam: Family, spec: dict) -> EncoderConfig:
     """The EncoderConfig (stack + vocabulary) of validated fields."""
-    offset = spec["pad_token_id"] + 1 if fam.offset_positions else 0
+    offset = _position_pad(fam, spec) + 1 if fam.offset_positions else 0
     return EncoderConfig(
         n_layers=spec["n_layers"], d_model=spec["d_model"], n_heads=spec["n_heads"], d_ff=spec["d_ff"],
         activation=HF_ACTIVATIONS[spec["hidden_act"]], norm_position="post", layer_norm_eps=spec["layer_norm_eps"],
@@ -458,6 +440,8 @@ def encoder_config_from_spec(fam: Family, spec: dict) -> EncoderConfig:
 # ----------------------------------------------------------------------------- names and shapes
 def hf_param_shapes(config: HFEncoderConfig) -> dict[str, tuple[int, ...]]:
     """Our parameter names → shapes for a family config (without the optional pooler)."""
+    if config.modernbert is not None:
+        return modernbert_param_shapes(config.encoder, config.modernbert)
     layers = param_shapes(config.stack)
     if config.bare_layer:
         return layers
@@ -471,6 +455,8 @@ def hf_param_shapes(config: HFEncoderConfig) -> dict[str, tuple[int, ...]]:
     if config.has_projection:
         shapes["embeddings.project.W"] = (E, d)
         shapes["embeddings.project.b"] = (d,)
+    if config.family.relative_bias is not None:
+        shapes["relative_bias"] = (config.relative_attention_num_buckets, config.n_heads)
     shapes.update(layers)
     return shapes
 
@@ -482,6 +468,9 @@ def _n_distinct_layers(config) -> int:
 def hf_name_table(config: HFEncoderConfig) -> Iterator[tuple[str, str, bool]]:
     """(HF name, our name, transpose?) for every tensor of ``config`` (pooler excluded), lazily."""
     fam = config.family
+    if config.modernbert is not None:
+        yield from modernbert_name_rows(config)
+        return
     if config.bare_layer:
         for hf, ours, t in fam.layer_rows:
             yield hf, "layers.0." + ours, t
@@ -496,6 +485,8 @@ def hf_name_table(config: HFEncoderConfig) -> Iterator[tuple[str, str, bool]]:
     if config.has_projection:
         yield fam.projection + ".weight", "embeddings.project.W", True
         yield fam.projection + ".bias", "embeddings.project.b", False
+    if fam.relative_bias is not None:
+        yield fam.relative_bias, "relative_bias", False
     for i in range(_n_distinct_layers(config)):
         pre = fam.layer_prefix.format(i=i)
         for hf, ours, t in fam.layer_rows:
@@ -505,9 +496,11 @@ def hf_name_table(config: HFEncoderConfig) -> Iterator[tuple[str, str, bool]]:
 def hf_table_size(config: HFEncoderConfig) -> int:
     """How many rows :func:`hf_name_table` yields (computed without building it)."""
     fam = config.family
+    if config.modernbert is not None:
+        return modernbert_table_size(config)
     if config.bare_layer:
         return len(fam.layer_rows)
-    return (4 + bool(config.type_vocab_size) + 2 * config.has_projection
+    return (4 + bool(config.type_vocab_size) + 2 * config.has_projection + (fam.relative_bias is not None)
             + _n_distinct_layers(config) * len(fam.layer_rows))
 
 

@@ -25,13 +25,15 @@ from .._validate import as_int_array, check_bool, check_cache, describe
 from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
 from ..model.encoder import encoder_backward, encoder_forward
+from ..model.modernbert import modernbert_backward, modernbert_forward
+from ..model.mpnet import mpnet_stack_backward, mpnet_stack_forward
 from ..model.params import check_param_arrays
 from ..ops.cache import check_for_backward
 from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embeddings import embedding_backward, embedding_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.linear import linear_backward, linear_forward
-from ..ops.masks import validate_attention_mask
+from ..ops.masks import _padding_mask, validate_attention_mask
 from .families import HFEncoderConfig, hf_param_shapes
 
 __all__ = ["hf_forward", "hf_backward", "validate_hf_params", "position_ids"]
@@ -52,13 +54,26 @@ def position_ids(input_ids: np.ndarray, config: HFEncoderConfig) -> np.ndarray:
     B, n = input_ids.shape
     if not config.family.offset_positions:
         return np.broadcast_to(np.arange(n), (B, n))                       # (B, n)
-    p = config.pad_token_id
+    p = config.position_pad
     real = (input_ids != p).astype(np.int64)                               # (B, n)
     return np.cumsum(real, axis=1) * real + p                              # (B, n)
 
 
 def _stack_params(params: dict) -> dict:
     return {k: v for k, v in params.items() if k.startswith("layers.")}
+
+
+def _run_stack(params: dict, config: HFEncoderConfig, H0: np.ndarray, attention_mask, training: bool, rng,
+               store_attention: bool, for_backward: bool) -> tuple[np.ndarray, dict]:
+    """The family's stack on H^(0): :func:`encoder_forward`, or MPNet's (:mod:`transformer_np.model.mpnet`)."""
+    if config.family.relative_bias is None:
+        return encoder_forward(_stack_params(params), config.stack, inputs_embeds=H0, attention_mask=attention_mask,
+                               training=training, rng=rng, store_attention=store_attention,
+                               for_backward=for_backward)
+    stack = {**_stack_params(params), "relative_bias": params["relative_bias"]}
+    mask = None if attention_mask is None else _padding_mask(attention_mask, H0.dtype)   # (B, 1, 1, n)
+    return mpnet_stack_forward(stack, config.stack, H0, config.relative_attention_num_buckets, mask, training, rng,
+                               for_backward=for_backward)
 
 
 def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_type_ids=None,
@@ -104,6 +119,14 @@ def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_
     B, n = ids.shape
     if attention_mask is not None:
         attention_mask = validate_attention_mask(attention_mask, (B, n))
+    if config.modernbert is not None:       # no position table: rotary positions inside every layer
+        if n > config.max_len:
+            raise InputValueError(f"input_ids has {n} positions, but the modernbert config allows "
+                                  f"max_position_embeddings = {config.max_len}")
+        if token_type_ids is not None and np.any(as_int_array(token_type_ids, "token_type_ids", ndim=2)):
+            raise InputValueError("token_type_ids given, but modernbert has no token-type embedding")
+        return modernbert_forward(params, config.encoder, config.modernbert, ids, attention_mask, training, rng,
+                                  for_backward=for_backward)
     pos = position_ids(ids, config)
     if pos.size and pos.max() >= config.n_positions:
         raise InputValueError(f"input_ids has {n} positions, which needs position ids up to {int(pos.max())}, but "
@@ -128,9 +151,7 @@ def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_
     if config.has_projection:
         H0, c["project"] = linear_forward(H0, params["embeddings.project.W"], params["embeddings.project.b"])
     H0 = H0.astype(dtype, copy=False)                                                         # (B, n, d)
-    H, c["stack"] = encoder_forward(_stack_params(params), config.stack, inputs_embeds=H0,
-                                    attention_mask=attention_mask, training=training, rng=rng,
-                                    store_attention=store_attention, for_backward=for_backward)
+    H, c["stack"] = _run_stack(params, config, H0, attention_mask, training, rng, store_attention, for_backward)
     c["hidden_states"], c["attentions"] = c["stack"]["hidden_states"], c["stack"]["attentions"]
     if not for_backward:           # the front-end's caches feed only a backward
         c = {"kind": "hf_model", "config": config, "for_backward": False, "hidden_states": c["hidden_states"],
@@ -138,26 +159,38 @@ def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_
     return H, c
 
 
-def hf_backward(dH: np.ndarray, cache: dict, free_cache: bool = False) -> dict:
+def hf_backward(dH: np.ndarray, cache: dict, free_cache: bool = False, *, input_grad: bool = False) -> dict:
     """Gradients of every parameter (names of :func:`hf_forward`'s params), from ∂L/∂H^(N).
 
     A bare layer's (and plain BERT's) result is :func:`encoder_backward`'s, including
-    ``"inputs_embeds"`` for a bare layer.
+    ``"inputs_embeds"`` for a bare layer. ``input_grad=True`` (a family model) adds
+    ``"inputs_embeds"``: ∂L/∂e_word (B, n, E), the gradient of the word lookup's output — what
+    Hugging Face's ``inputs_embeds`` replaces.
     """
+    check_bool(input_grad, "input_grad")
     if isinstance(cache, dict) and cache.get("kind") == "encoder":
         return encoder_backward(dH, cache, free_cache=free_cache)
+    if isinstance(cache, dict) and cache.get("kind") == "modernbert":
+        check_bool(input_grad, "input_grad")
+        return modernbert_backward(dH, cache, input_grad)
     check_cache(cache, "cache", "hf_model")
     check_for_backward(cache, "hf_forward")
     config: HFEncoderConfig = cache["config"]
-    grads = encoder_backward(dH, cache["stack"], free_cache=free_cache)
+    if cache["stack"]["kind"] == "mpnet_stack":
+        grads = mpnet_stack_backward(dH, cache["stack"])
+    else:
+        grads = encoder_backward(dH, cache["stack"], free_cache=free_cache)
     dH0 = grads.pop("inputs_embeds")                                                          # (B, n, d)
     if "project" in cache:
         dH0, grads["embeddings.project.W"], grads["embeddings.project.b"] = linear_backward(dH0, cache["project"])
     de = dropout_backward(dH0, cache["drop"])                                                 # (B, n, E)
     de, grads["embeddings.ln.gamma"], grads["embeddings.ln.beta"] = layernorm_backward(de, cache["ln"])
     grads["embeddings.word"] = embedding_backward(de, cache["word"])
+    word_grad = de                           # e = e_word + e_pos (+ e_type): each term's gradient is de
     grads["embeddings.position"] = embedding_backward(de, cache["position"])
     if "token_type" in cache:
         grads["embeddings.token_type"] = embedding_backward(de, cache["token_type"])
-    order = list(hf_param_shapes(config))
-    return {k: grads[k] for k in order}
+    out = {k: grads[k] for k in hf_param_shapes(config)}
+    if input_grad:
+        out["inputs_embeds"] = word_grad
+    return out

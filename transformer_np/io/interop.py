@@ -66,10 +66,11 @@ import numpy as np
 
 from .._optional import require
 from .._validate import describe
-from ..errors import InputTypeError, InputValueError
+from ..errors import InputTypeError, InputValueError, ModelConfigError
 from ..model.config import EncoderConfig
 from ._state_tables import _export, _import, _rows_for
 from .families import (
+    FAMILIES,
     HF_ACTIVATIONS,
     SUPPORTED_MODEL_TYPES,
     HFEncoderConfig,
@@ -81,6 +82,7 @@ from .families import (
     read_hf_config,
     supported_text,
 )
+from .family_modernbert import modernbert_configs, modernbert_hf_dict
 from .hf_model import hf_backward, hf_forward
 from .interop_torch import (
     TorchLayerConfig,
@@ -131,11 +133,16 @@ def config_from_hf_dict(hf_config: dict, source: str = "hf_config") -> EncoderCo
         InputTypeError when ``hf_config`` is not a dict.
     """
     fam, spec = read_hf_config(hf_config, source)
+    if fam.model_type == "modernbert":
+        enc, arch = modernbert_configs(spec)
+        return HFEncoderConfig("modernbert", enc, max_position_embeddings=spec["max_position_embeddings"],
+                               pad_token_id=spec["pad_token_id"], modernbert=arch)
     enc = encoder_config_from_spec(fam, spec)
     if fam.model_type == "bert":
         return enc
     return HFEncoderConfig(fam.model_type, enc, embedding_size=spec["embedding_size"],
-                           max_position_embeddings=spec["max_position_embeddings"], pad_token_id=spec["pad_token_id"])
+                           max_position_embeddings=spec["max_position_embeddings"], pad_token_id=spec["pad_token_id"],
+                           relative_attention_num_buckets=spec.get("relative_attention_num_buckets"))
 
 
 def _as_family_config(config, what: str) -> HFEncoderConfig:
@@ -170,6 +177,8 @@ def hf_dict_from_config(config: EncoderConfig | HFEncoderConfig) -> dict:
     if fc.bare_layer:
         raise InputValueError("hf_dict_from_config: a bare-layer config has no vocabulary; use the model's config")
     c = fc.encoder
+    if fc.model_type == "modernbert":
+        return modernbert_hf_dict(fc)
     if fc.model_type == "distilbert":
         return {"model_type": "distilbert", "vocab_size": c.vocab_size, "dim": c.d_model, "n_layers": c.n_layers,
                 "n_heads": c.n_heads, "hidden_dim": c.d_ff, "activation": _HF_ACT_OUT[c.activation],
@@ -188,6 +197,9 @@ def hf_dict_from_config(config: EncoderConfig | HFEncoderConfig) -> dict:
         out["pad_token_id"] = fc.pad_token_id
     if fc.model_type in ("albert", "electra"):
         out["embedding_size"] = fc.E
+    if fc.model_type == "mpnet":            # no token-type table; the relative position table's rows
+        del out["type_vocab_size"]
+        out["relative_attention_num_buckets"] = fc.relative_attention_num_buckets
     return out
 
 
@@ -336,6 +348,7 @@ def from_hf(module, dtype=None) -> tuple[EncoderConfig | HFEncoderConfig, dict[s
         params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype))
         return config, params
     cfg = _layer_hf_config(module)
+    _refuse_bare_layer(module)
     if cfg is None:
         raise InputTypeError(f"module must be a transformers encoder model ({supported_text()}) or one of their "
                              f"layers, got {type(module).__name__}")
@@ -346,6 +359,15 @@ def from_hf(module, dtype=None) -> tuple[EncoderConfig | HFEncoderConfig, dict[s
     config = HFEncoderConfig(fam.model_type, enc, bare_layer=True)
     params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype), prefix="")
     return config, params
+
+
+def _refuse_bare_layer(module) -> None:
+    """A layer of a family whose layers cannot run alone (MPNet's attention reads the model's relative table)."""
+    name = type(module).__name__
+    for fam in FAMILIES.values():
+        if not fam.bare_layers and any(name.startswith(a) for a in fam.architectures):
+            raise ModelConfigError(f"a bare {fam.model_type} layer cannot run alone ({name}: its attention reads the "
+                                   f"model's relative position table); compare the whole {fam.architectures[0]}Model")
 
 
 def to_hf_state_dict(tree: Mapping[str, np.ndarray], config: EncoderConfig | HFEncoderConfig,

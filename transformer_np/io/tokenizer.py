@@ -289,7 +289,9 @@ class WordPieceTokenizer:
             # transformers writes 1e30 for "no limit": then 512, BERT's positions
             max_length = int(mml) if 2 <= mml < 1e6 else 512
         if os.path.isfile(tj):
-            return cls._from_tokenizer_json(tj, max_length)
+            # a tokenizer.json without a padding section (transformers 5 writes none) pads with the config's token
+            pad = _token_text(conf["pad_token"], "pad_token", tc) if conf.get("pad_token") is not None else "[PAD]"
+            return cls._from_tokenizer_json(tj, max_length, pad)
         if os.path.isfile(vt):
             sa = _get(conf, "strip_accents", bool, None, tc + ": ")
             tokens = {k: _token_text(conf.get(k, f"[{k[:-6].upper()}]"), k, tc)
@@ -303,7 +305,7 @@ class WordPieceTokenizer:
         raise ModelFolderError(f"folder {folder!r} has neither tokenizer.json nor vocab.txt")
 
     @classmethod
-    def _from_tokenizer_json(cls, path: str, max_length: int) -> WordPieceTokenizer:
+    def _from_tokenizer_json(cls, path: str, max_length: int, pad_default: str = "[PAD]") -> WordPieceTokenizer:
         tj = read_json(path, error=ModelFolderError)
         model = _get(tj, "model", dict, None, path + ": ")
         if model is None:
@@ -339,10 +341,10 @@ class WordPieceTokenizer:
                 specials.append(content)
         post = _get(tj, "post_processor", dict, None, path + ": ") or {}
         cls_tok, sep_tok = "[CLS]", "[SEP]"
-        if post and post.get("type") not in ("TemplateProcessing", "BertProcessing"):
+        if post and post.get("type") not in ("TemplateProcessing", "BertProcessing", "RobertaProcessing"):
             raise ModelFolderError(f"{path}: post_processor.type = {post.get('type')!r:.60} is not implemented here "
-                                   f"(TemplateProcessing or BertProcessing: [CLS] sentence [SEP]); refusing rather "
-                                   f"than adding other special tokens than the file says")
+                                   f"(TemplateProcessing, BertProcessing or RobertaProcessing: [CLS] sentence [SEP]); "
+                                   f"refusing rather than adding other special tokens than the file says")
         try:
             if post.get("type") == "TemplateProcessing":
                 single = post.get("single")
@@ -359,12 +361,15 @@ class WordPieceTokenizer:
                     if tok in vocab and isinstance(ids, list) and ids != [vocab[tok]]:
                         raise ModelFolderError(f"{path}: post_processor.special_tokens gives {tok!r} the ids {ids}, "
                                                f"but model.vocab gives it {vocab[tok]}")
-            elif post.get("type") == "BertProcessing":
+            elif post.get("type") in ("BertProcessing", "RobertaProcessing"):
+                # one sentence is cls A sep under both (RobertaProcessing differs in pairs, cls A sep sep B sep, and
+                # in offsets — trim_offsets, add_prefix_space —, neither of which is computed here): MPNet's files
                 sep_tok, cls_tok = by_id[post["sep"][1]], by_id[post["cls"][1]]
         except (KeyError, IndexError, TypeError, AttributeError):
             raise ModelFolderError(f"{path}: post_processor ({post.get('type')!r:.40}) is malformed or names an id "
                                    f"that is not in model.vocab") from None
-        pad = _get(_get(tj, "padding", dict, None, path + ": ") or {}, "pad_token", str, "[PAD]", path + ": padding.")
+        pad = _get(_get(tj, "padding", dict, None, path + ": ") or {}, "pad_token", str, pad_default,
+                   path + ": padding.")
         strip = norm.get("strip_accents")
         if strip is not None and not isinstance(strip, bool):
             raise ModelFolderError(f"{path}: normalizer.strip_accents must be true, false or null, got {strip!r:.40}")

@@ -45,6 +45,7 @@ from ..ops.residual import residual_backward, residual_forward
 from ..ops.softmax import softmax_backward, softmax_forward
 from .config import EncoderConfig
 from .encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
+from .gradcheck_families import family_cases
 from .heads import (
     cls_classifier_backward,
     cls_classifier_forward,
@@ -329,6 +330,7 @@ def _cases(seed: int):
         return {**encoder_backward(dH, c1), "head.W": dW, "head.b": db}
 
     add("stack + [CLS] classifier + cross-entropy (end to end)", e2e_run, e2e_back, arrays)
+    cases += family_cases(rng)       # MPNet's (and further families') own ops and stacks
     return cases
 
 
