@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputValueError("--resume and --overwrite contradict each other: continue the run in --out, or "
                               "replace it")
     if args.resume:
-        if not (out / CHECKPOINT).is_file():
+        if not os.path.lexists(out / CHECKPOINT):      # anything else at the name is the loader's to refuse
             raise ValueError(f"--resume: no checkpoint at {out / CHECKPOINT}")
         cfg = dataclasses.replace(read_checkpoint_config(out / CHECKPOINT), **given)
     else:
