@@ -62,8 +62,8 @@ __all__ = ["load_safetensors", "loads_safetensors", "read_safetensors_header", "
            "MAX_HEADER_TOKENS", "MAX_RANK"]
 
 MAX_HEADER_SIZE = 100_000_000  # the reference implementation's bound (bytes)
-MAX_HEADER_BYTES = 16 * 2 ** 20  # what this reader reads: ~150 bytes per tensor, so ~100,000 tensors
-MAX_HEADER_TOKENS = 2 ** 20      # values and keys of the header JSON: ~12 per tensor
+MAX_HEADER_BYTES = 16 * 2 ** 20  # what this reader reads (the token bound below is met first by any real header)
+MAX_HEADER_TOKENS = 2 ** 19      # values and keys of the header JSON: ~12 per tensor, so ~40,000 tensors
 MAX_RANK = 8                     # dimensions of a tensor (a weight has 1 or 2)
 _HEADER_DEPTH = 3                # {name: {"shape": [...]}}: the format's own nesting
 _EMPTY_DIM = 1 << 16             # the other dimensions of an empty tensor may be up to this
