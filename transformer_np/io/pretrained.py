@@ -37,7 +37,10 @@ fields of ``config.json`` are integers; the memory the model needs is estimated 
 and refused (:class:`~transformer_np.errors.ResourceLimitError`) before any per-layer table is
 built; ``modules.json`` is a list of modules whose paths stay inside the folder (no ``..``, no
 absolute paths, no symlinks out); the tokenizer's vocabulary and special tokens are checked and
-must fit ``vocab_size``; weights must be finite. A violation is a
+must fit ``vocab_size`` (compared while the vocabulary is read); the weights' header is checked against the
+config (names, dtypes, shapes) and the memory of everything to be read — weights, Dense modules, vocabulary —
+against the limit before any tensor is read; every file is a regular file (:func:`transformer_np._files.open_regular`);
+weights must be finite. A violation is a
 :class:`~transformer_np.errors.ModelFolderError` naming the file and the key or tensor.
 
 Sentence embeddings (``encode``) are exactly sentence-transformers' for this model:
