@@ -25,11 +25,18 @@ def test_read_bytes_bounded_refuses_one_byte_over(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
-def test_read_bytes_bounded_stops_on_an_endless_device():
+def test_read_bytes_bounded_refuses_an_endless_device_at_open():
     t0 = time.perf_counter()
-    with pytest.raises(FileFormatError, match="/dev/zero: more than the 1048576 bytes"):
+    with pytest.raises(FileFormatError, match="^/dev/zero: is a character device, not a regular file"):
         read_bytes_bounded("/dev/zero", 1 << 20)
-    assert time.perf_counter() - t0 < 1.0     # refused at the bound, not read to a MemoryError
+    assert time.perf_counter() - t0 < 1.0     # refused at open, nothing read
+
+
+def test_read_bytes_bounded_counts_the_bytes_of_a_file_that_says_it_is_empty():
+    # /proc files are regular files of size 0 that hold far more: the bound is on the bytes read
+    assert os.path.getsize("/proc/self/maps") == 0
+    with pytest.raises(FileFormatError, match="^/proc/self/maps: more than the 10 bytes"):
+        read_bytes_bounded("/proc/self/maps", 10)
 
 
 def test_read_bytes_bounded_names_a_missing_file_and_a_folder(tmp_path):

@@ -1,8 +1,11 @@
 """Bounded reads and non-destructive writes: the one place the library touches files it does not control.
 
-* :func:`read_bytes_bounded` reads at most ``max_bytes`` (+1 to detect "more") from a path, counting the bytes
-  actually read, so a pipe, a device (``/dev/zero``) or a file that grows while it is read is refused as soon as it
-  passes the bound, never read to the end first.
+* :func:`open_regular` is the one way the library opens a file it reads: regular files only, checked without
+  blocking (opened ``O_NONBLOCK``, then ``fstat``) — a FIFO, a device, a socket or a folder is refused in one line
+  naming the file, never waited on;
+* :func:`read_bytes_bounded` reads at most ``max_bytes`` (+1 to detect "more") from a regular file, counting the
+  bytes actually read, so a file that says it is empty (``/proc/self/pagemap``) or grows while it is read is
+  refused as soon as it passes the bound, never read to the end first.
 * :func:`confined_path` turns a user-given *name* into a path inside a folder: names are names, not paths
   (no separator, no ``..``, not absolute), and a symlink at the target is refused rather than followed.
 * :func:`replace_atomically` is the one atomic-write routine: a writer callable fills a temporary sibling
@@ -24,97 +27,100 @@ chooses (a :class:`~transformer_np.errors.FileFormatError` subclass, usually) wi
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 from .errors import FileFormatError, InputValueError
 
-__all__ = ["read_bytes_bounded", "read_regular_bounded", "confined_path", "temporary_name", "replace_atomically",
-           "write_atomic", "write_all_or_none"]
+__all__ = ["open_regular", "read_open_bounded", "read_bytes_bounded", "confined_path", "temporary_name",
+           "replace_atomically", "write_atomic", "write_all_or_none"]
 
-_CHUNK = 1 << 16
+def _kind(mode: int) -> str:
+    """What a non-regular file is, for a message."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _not_regular(where: str, mode: int, error: type, what: str):
+    return error(f"{where}: is {_kind(mode)}, not a regular file; a {what} must be a regular file")
+
+
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+               | getattr(os, "O_BINARY", 0))
+
+
+def open_regular(path: str | os.PathLike, *, error: type = FileFormatError, what: str = "file") -> BinaryIO:
+    """``path`` opened for binary reading — if it is a regular file; anything else refused without blocking.
+
+    The file is opened non-blocking (``O_NONBLOCK``: opening a FIFO without a writer returns at once instead of
+    waiting forever, and a device's open does not wait for it either), then ``fstat`` on the open descriptor
+    says what it is: a folder, a FIFO, a character or block device or a socket (which cannot even be opened)
+    is refused with ``error`` in one line naming the file. A symbolic link is followed and judged by its
+    target. The size ``fstat`` reports is *not* a bound (``/proc`` files say 0 and hold gigabytes): callers
+    count the bytes they read (:func:`read_bytes_bounded`). The caller closes the file (``with``)."""
+    where = os.fspath(path)
+    try:
+        fd = os.open(where, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise error(f"{where}: no such {what}") from None
+    except OSError as e:
+        try:                                  # a socket cannot be opened (ENXIO): say what it is when stat can
+            mode = os.stat(where).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            raise _not_regular(where, mode, error, what) from None
+        raise error(f"{where}: cannot be read ({e.strerror or e})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(where, mode, error, what)
+        if _OPEN_FLAGS & getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)         # a regular file: ordinary reads from here on
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_open_bounded(f: BinaryIO, max_bytes: int, where: str, *, error: type = FileFormatError,
+                      what: str = "file") -> bytes:
+    """The rest of the open regular file ``f``, refused with ``error`` once more than ``max_bytes`` have been read.
+
+    A file whose ``fstat`` size already passes the bound is refused without reading; otherwise one read of at
+    most ``max_bytes + 1`` bytes decides, so a file that says it is smaller than it is (``/proc`` files say 0)
+    or that grows is refused on the bytes it really gave, and nothing larger than ``max_bytes + 1`` bytes is
+    ever held (one buffer, not chunks joined into a second copy)."""
+    try:
+        left = os.fstat(f.fileno()).st_size - f.tell()
+        if left > max_bytes:
+            raise error(f"{where}: more than the {max_bytes} bytes a {what} may have ({left} bytes)")
+        data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise error(f"{where}: cannot be read ({e.strerror or e})") from None
+    if len(data) > max_bytes:
+        raise error(f"{where}: more than the {max_bytes} bytes a {what} may have")
+    return data
 
 
 def read_bytes_bounded(path: str | os.PathLike, max_bytes: int, *, error: type = FileFormatError,
                        what: str = "file") -> bytes:
-    """The bytes of ``path``, refused with ``error`` once more than ``max_bytes`` have been read.
+    """The bytes of the regular file ``path``, refused with ``error`` once more than ``max_bytes`` have been read.
 
-    The bound is checked on the bytes read, chunk by chunk, so it holds for pipes, character devices and files
-    that grow; nothing larger than ``max_bytes + 64 KiB`` is ever held in memory. ``what`` names the kind of file
-    in the message ("worksheet", "JSON file", …)."""
+    The file is opened by :func:`open_regular` (a FIFO, a device, a socket or a folder is refused at once,
+    without blocking) and read by :func:`read_open_bounded`: the bound is checked on the bytes read, so it holds
+    for files whose reported size is wrong (``/proc``) and files that grow; nothing larger than
+    ``max_bytes + 1`` bytes is ever held in memory. ``what`` names the kind of file in the message
+    ("worksheet", "JSON file", …)."""
     where = os.fspath(path)
-    chunks: list[bytes] = []
-    total = 0
-    try:
-        with open(where, "rb") as f:
-            while True:
-                chunk = f.read(min(_CHUNK, max_bytes + 1 - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > max_bytes:
-                    raise error(f"{where}: more than the {max_bytes} bytes a {what} may have")
-    except FileNotFoundError:
-        raise error(f"{where}: no such {what}") from None
-    except IsADirectoryError:
-        raise error(f"{where}: is a folder, not a {what}") from None
-    except OSError as e:
-        raise error(f"{where}: cannot be read ({e.strerror or e})") from None
-    return b"".join(chunks)
-
-
-def read_regular_bounded(path: str | os.PathLike, max_bytes: int, *, error: type = FileFormatError,
-                         what: str = "file") -> bytes:
-    """The bytes of ``path`` if it is a regular file (a symlink is followed), at most ``max_bytes``.
-
-    Nothing can block: the file is opened with ``O_NONBLOCK`` (a FIFO with no writer opens at once) and
-    ``fstat``-ed before a byte is read, and anything but a regular file — a FIFO, a socket, a character or block
-    device, a folder — is refused with ``error`` naming what it is."""
-    where = os.fspath(path)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        kind = _kind_of(os.stat(where).st_mode)
-        if kind is not None:                           # refused before it is even opened
-            raise error(f"{where}: is {kind}, not a {what}")
-        fd = os.open(where, flags)
-    except FileNotFoundError:
-        raise error(f"{where}: no such {what}") from None
-    except OSError as e:
-        raise error(f"{where}: cannot be read ({e.strerror or e})") from None
-    try:
-        kind = _kind_of(os.fstat(fd).st_mode)          # what was opened (it may have been swapped since the stat)
-        if kind is not None:
-            raise error(f"{where}: is {kind}, not a {what}")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise error(f"{where}: more than the {max_bytes} bytes a {what} may have")
-    except OSError as e:
-        raise error(f"{where}: cannot be read ({e.strerror or e})") from None
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
-
-
-def _kind_of(mode: int) -> str | None:
-    """None for a regular file, else what it is, in words."""
-    import stat
-
-    if stat.S_ISREG(mode):
-        return None
-    for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                        (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return words
-    return "not a regular file"
+    with open_regular(where, error=error, what=what) as f:
+        return read_open_bounded(f, max_bytes, where, error=error, what=what)
 
 
 def confined_path(folder: str | os.PathLike, name: str, *, argument: str = "name",

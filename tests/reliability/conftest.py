@@ -54,6 +54,8 @@ def refused_cli(cli):
 
 _PROBE = """
 import json, resource, sys, time
+if {rlimit_as}:          # an address-space limit, as a container or `ulimit -v` sets one
+    resource.setrlimit(resource.RLIMIT_AS, ({rlimit_as}, {rlimit_as}))
 
 def peak_rss_mb():
     # VmHWM is the peak RSS of this process's own memory map, fresh at exec. ru_maxrss is not: Linux
@@ -83,13 +85,18 @@ print("PROBE " + json.dumps(out))
 @pytest.fixture
 def probe():
     """Run ``body`` (Python statements; may set out["exit"]) in a fresh interpreter with the repository
-    on the path and the 8 GB limit; returns the child's own report: error class name and message, its
-    bases, the CPU seconds the body took (``seconds``: the work done, not the neighbours' load on a shared machine;
-    ``wall_seconds`` beside it) and the child's peak RSS in MB (interpreter and imports included)."""
-    def run(body: str, timeout: float = 120) -> dict:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "TRANSFORMER_NP_MAX_BYTES": LIMIT, "HF_HUB_OFFLINE": "1",
+    on the path and the 8 GB limit (``limit``; None = no TRANSFORMER_NP_MAX_BYTES, the machine's own limit) and,
+    with ``rlimit_as``, that address-space limit (RLIMIT_AS, bytes); returns the child's own report: error class
+    name and message, its bases, the CPU seconds the body took (``seconds``: the work done, not the neighbours'
+    load on a shared machine; ``wall_seconds`` beside it) and the child's peak RSS in MB (interpreter and imports
+    included)."""
+    def run(body: str, timeout: float = 120, rlimit_as: int = 0, limit: str | None = LIMIT) -> dict:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1",
                "TRANSFORMERS_OFFLINE": "1", "MPLBACKEND": "Agg"}
-        code = _PROBE.format(body=textwrap.indent(textwrap.dedent(body).strip(), "    "))
+        env.pop("TRANSFORMER_NP_MAX_BYTES", None)
+        if limit is not None:
+            env["TRANSFORMER_NP_MAX_BYTES"] = limit
+        code = _PROBE.format(body=textwrap.indent(textwrap.dedent(body).strip(), "    "), rlimit_as=int(rlimit_as))
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("PROBE ")]
         assert lines, f"no report from the child (status {r.returncode}): {r.stderr[-2000:]}"

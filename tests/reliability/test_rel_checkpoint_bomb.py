@@ -105,9 +105,12 @@ def test_the_hand_written_archive_is_a_valid_checkpoint(members, tmp_path):
     assert load_checkpoint(path).step == 8
 
 
-CASES = [("history", "header", "characters long"), ("history", "declared", "declares"),
-         ("history", "stream", "entry 'history'"), ("param/layers.0.attn.W_Q", "declared", "declares"),
-         ("param/layers.0.attn.W_Q", "stream", "entry 'param/layers.0.attn.W_Q'")]
+# Every bomb here is a deflated member, which np.savez never writes: since issue 37 each is refused from the zip
+# directory ("is compressed"), before its .npy header or its stream is looked at. The lies a stored member can
+# tell (its .npy header, its declared size) are tested in test_rel_checkpoint_members.py.
+CASES = [("history", "header", "is compressed"), ("history", "declared", "is compressed"),
+         ("history", "stream", "is compressed"), ("param/layers.0.attn.W_Q", "declared", "is compressed"),
+         ("param/layers.0.attn.W_Q", "stream", "is compressed")]
 
 
 @pytest.mark.parametrize("victim, how, match", CASES)

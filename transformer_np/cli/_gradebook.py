@@ -8,7 +8,7 @@
   CR gets a leading ``'`` (the spreadsheets' own escape), after :func:`shown`.
 * :func:`find_sheets` — the sheets to mark: a folder gives its ``*.toml`` entries (sorted by name); each entry
   knows the class folder it was found in, and :func:`read_sheet` follows a symbolic link only to a file inside
-  that folder. Special files are refused without blocking (:func:`~transformer_np._files.read_regular_bounded`).
+  that folder. Special files are refused without blocking (:func:`~transformer_np._files.read_bytes_bounded`).
 * :class:`CsvSink` — the gradebook written row by row to a temporary sibling and renamed into place at the end
   (or written to standard output for ``--csv -``), so nothing is kept in memory and no half-written gradebook is
   ever seen; an existing file is replaced only with ``--force``.
@@ -120,7 +120,7 @@ def read_sheet(entry: Entry, max_bytes: int) -> bytes:
     """The bytes of the sheet ``entry``, never blocking: a symbolic link is followed only to a file inside the
     class folder; anything but a regular file (a FIFO, socket, device, folder) is refused. Raises
     :class:`~transformer_np.errors.WorksheetError` naming the (escaped) path."""
-    from .._files import read_regular_bounded
+    from .._files import read_bytes_bounded
     from ..errors import WorksheetError
 
     where = shown(entry.path)
@@ -132,7 +132,7 @@ def read_sheet(entry: Entry, max_bytes: int) -> bytes:
                                  f"{shown(entry.folder)}; not followed")
         path = target
     try:
-        return read_regular_bounded(path, max_bytes, error=WorksheetError, what="worksheet file")
+        return read_bytes_bounded(path, max_bytes, error=WorksheetError, what="worksheet file")
     except WorksheetError as e:
         msg = str(e)
         raise WorksheetError(where + msg[len(path):] if msg.startswith(path) else f"{where}: {shown(msg)}") from None

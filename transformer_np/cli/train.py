@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._text import printable
 from ..course.plots.stability import plot_loss_curve
 from ..errors import InputValueError
 from ..training.checkpoint import read_checkpoint_config
@@ -113,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputValueError("--resume and --overwrite contradict each other: continue the run in --out, or "
                               "replace it")
     if args.resume:
-        if not (out / CHECKPOINT).is_file():
-            raise ValueError(f"--resume: no checkpoint at {out / CHECKPOINT}")
+        if not os.path.lexists(out / CHECKPOINT):      # anything else at the name is the loader's to refuse
+            raise InputValueError(f"--resume: no checkpoint at {out / CHECKPOINT}")
         cfg = dataclasses.replace(read_checkpoint_config(out / CHECKPOINT), **given)
     else:
         cfg = RunConfig(**given)
@@ -146,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         kept = f"the checkpoint of step {_saved_step(out)} is kept" if (out / CHECKPOINT).is_file() else \
             "there is no earlier checkpoint"
         msg += f"; {state.not_saved} ({kept})"
-    print(msg)
+    print(printable(msg))
     wrote = ([out / CHECKPOINT] if ran and not state.not_saved else []) + [out / CURVE_JSON] + ([png] if png else [])
-    print("wrote " + ", ".join(str(w) for w in wrote))
+    print("wrote " + ", ".join(printable(w) for w in wrote))
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from .._text import printable
 from ..worksheets.format import LIMITS
 
 
@@ -80,7 +81,7 @@ def run(args) -> int:
                         backward=args.backward, seed=args.seed, layers=args.layers, d_ff=args.d_ff,
                         activation=args.activation, decimals=args.decimals)
     for path in write_worksheet(raw, args.out, args.name, force=args.force):
-        print(path)
+        print(printable(path))
     return 0
 
 

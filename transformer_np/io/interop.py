@@ -258,6 +258,32 @@ def params_from_hf_state_dict(state: Mapping[str, np.ndarray], config: EncoderCo
     return {k: params[k] for k in shapes if k in params}            # our canonical order, pooler last
 
 
+def hf_tensors_needed(shapes: Mapping[str, tuple], config: EncoderConfig | HFEncoderConfig,
+                      prefix: str | None = None) -> dict[str, str]:
+    """The tensors :func:`params_from_hf_state_dict` would read from a state dict whose names and shapes are
+    ``shapes`` (e.g. a safetensors header) — checked the same way, before any tensor is read.
+
+    Returns ``{file name: our name}`` for every tensor the config needs (plus the optional pooler when present):
+    exactly the tensors to read. Names outside the family's prefix (task heads) and the position/token-type
+    buffers are not in it: they are never read. Raises the InputValueError :func:`params_from_hf_state_dict`
+    raises for a missing or unexpected tensor (by name) or a misshapen one (name, expected and found shape)."""
+    fc = _as_family_config(config, "hf_tensors_needed")
+    detect = "" if fc.bare_layer else fc.family.base_prefix + "."
+    inner = _strip_prefix(shapes, prefix, detect)
+    if prefix is None:                                  # as _strip_prefix detects it
+        prefix = detect if detect and any(k.startswith(detect) for k in shapes) else ""
+    source = f"Hugging Face {fc.model_type}" + (" layer" if fc.bare_layer else "")
+    ignored = () if fc.bare_layer else _HF_BUFFERS
+    rows = _rows_for(inner, hf_name_table(fc), hf_table_size(fc), pooler_rows(fc), ignored, source)
+    want = _family_shapes(fc)
+    for fw, ours, transpose in rows:
+        expected = tuple(want[ours][::-1] if transpose else want[ours])
+        if tuple(inner[fw]) != expected:
+            raise InputValueError(f"{source} tensor {fw!r} must have shape {expected} (for {ours!r} of shape "
+                                  f"{tuple(want[ours])}), got shape {tuple(inner[fw])}")
+    return {prefix + fw: ours for fw, ours, _ in rows}
+
+
 def hf_state_dict_from_params(tree: Mapping[str, np.ndarray], config: EncoderConfig | HFEncoderConfig,
                               prefix: str = "") -> dict[str, np.ndarray]:
     """The reverse of :func:`params_from_hf_state_dict`, in NumPy: our params *or grads*

@@ -73,7 +73,20 @@ class JsonScan(NamedTuple):
     unterminated: bool
 
 
-def scan_json(raw: bytes) -> JsonScan:
+def scan_json(raw: bytes, max_depth: int | None = None, max_tokens: int | None = None) -> JsonScan:
+    """See :func:`_scan` (this is its result without the count of bytes scanned)."""
+    return JsonScan(*_scan(raw, max_depth, max_tokens)[:4])
+
+
+class _Scanned(NamedTuple):
+    depth: int
+    depth_at: int
+    tokens: int
+    unterminated: bool
+    scanned: int                     # bytes scanned (less than the input when a bound stopped the scan)
+
+
+def _scan(raw: bytes, max_depth: int | None = None, max_tokens: int | None = None) -> _Scanned:
     """One linear, vectorised pass over JSON bytes (no parsing, no recursion, no regular expression).
 
     Per block of 1 MiB, with three numbers carried from block to block (inside a string?, the parity
@@ -90,10 +103,14 @@ def scan_json(raw: bytes) -> JsonScan:
 
     Only whole-block comparisons touch every byte; the running sums run over the quotes and the
     structural bytes alone. Backslashes outside strings are invalid JSON, which the parser reports
-    afterwards; the scan only has to be linear for every input and exact for valid ones."""
+    afterwards; the scan only has to be linear for every input and exact for valid ones.
+
+    With ``max_depth`` / ``max_tokens`` the scan stops after the first block in which the depth or the
+    token count passes that bound (the result then counts up to that block only, and is past the bound):
+    a 64 MiB file of empty arrays is refused after its first few MiB."""
     b = np.frombuffer(raw, dtype=np.uint8)
     inside, odd_carry, depth = False, False, 0
-    best, best_at, tokens = 0, -1, 0
+    best, best_at, tokens, scanned = 0, -1, 0, 0
     for start in range(0, b.size, _SCAN_CHUNK):
         c = b[start:start + _SCAN_CHUNK]
         n = c.size
@@ -123,7 +140,27 @@ def scan_json(raw: bytes) -> JsonScan:
                 best, best_at = int(d[i]), start + int(out[i])
             depth = int(d[-1])
         inside ^= bool(quotes.size & 1)
-    return JsonScan(best, best_at, tokens, inside)
+        scanned = start + n
+        if (max_depth is not None and best > max_depth) or (max_tokens is not None and tokens > max_tokens):
+            break
+    return _Scanned(best, best_at, tokens, inside, scanned)
+
+
+# bytes no JSON text holds anywhere (RFC 8259: control characters other than tab, newline and carriage return
+# must be escaped inside strings, and are not whitespace outside them)
+_CONTROL = np.zeros(256, bool)
+_CONTROL[[c for c in range(0x20) if c not in (0x09, 0x0A, 0x0D)]] = True
+
+
+def _first_control_byte(raw: bytes) -> int:
+    """Offset of the first byte no JSON text may hold (a control character other than tab/newline/CR), or −1;
+    vectorised per 1 MiB block, so binary data (a device, ``/proc/self/pagemap``) is refused at its first."""
+    b = np.frombuffer(raw, dtype=np.uint8)
+    for start in range(0, b.size, _SCAN_CHUNK):
+        hits = np.flatnonzero(_CONTROL[b[start:start + _SCAN_CHUNK]])
+        if hits.size:
+            return start + int(hits[0])
+    return -1
 
 
 def json_depth(raw: bytes) -> int:
@@ -214,13 +251,18 @@ def loads_strict(raw: bytes | str, where: str, kind: type | None = None, max_dep
     loss of a diverged run in a training log) and numbers that overflow to ±inf."""
     if isinstance(raw, str):
         raw = raw.encode("utf-8", errors="surrogatepass")
-    scan = scan_json(raw)
+    bad = _first_control_byte(raw)
+    if bad >= 0:
+        raise error(f"{where}: not valid JSON (byte {bad} is the control character 0x{raw[bad]:02x}, which JSON "
+                    f"text never holds: binary data?)")
+    scan = _scan(raw, max_depth, max_tokens)
     if scan.depth > max_depth:
         raise error(f"{where}: JSON nested {scan.depth} levels deep (at byte {scan.depth_at}); at most {max_depth} "
                     f"are accepted")
     if scan.tokens > max_tokens:
-        raise error(f"{where}: JSON with {scan.tokens} values and keys (commas, colons and opening brackets); at "
-                    f"most {max_tokens} are accepted")
+        counted = "" if scan.scanned >= len(raw) else f" in its first {scan.scanned} bytes"
+        raise error(f"{where}: JSON with {scan.tokens} values and keys (commas, colons and opening brackets)"
+                    f"{counted}; at most {max_tokens} are accepted")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -37,7 +37,10 @@ fields of ``config.json`` are integers; the memory the model needs is estimated 
 and refused (:class:`~transformer_np.errors.ResourceLimitError`) before any per-layer table is
 built; ``modules.json`` is a list of modules whose paths stay inside the folder (no ``..``, no
 absolute paths, no symlinks out); the tokenizer's vocabulary and special tokens are checked and
-must fit ``vocab_size``; weights must be finite. A violation is a
+must fit ``vocab_size`` (compared while the vocabulary is read); the weights' header is checked against the
+config (names, dtypes, shapes) and the memory of everything to be read — weights, Dense modules, vocabulary —
+against the limit before any tensor is read; every file is a regular file (:func:`transformer_np._files.open_regular`);
+weights must be finite. A violation is a
 :class:`~transformer_np.errors.ModelFolderError` naming the file and the key or tensor.
 
 Sentence embeddings (``encode``) are exactly sentence-transformers' for this model:
@@ -47,7 +50,9 @@ e / max(‖e‖₂, 10⁻¹²).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import math
 import os
 import threading
 from pathlib import Path
@@ -57,12 +62,12 @@ import numpy as np
 from .._compat import forward_moved as _forward_moved
 from .._validate import FLOAT_DTYPES, all_finite, as_int_array, check_int, describe
 from ..errors import InputTypeError, InputValueError, ModelFolderError, ResourceLimitError, TransformerNPError
-from ..model.budget import check_memory, estimate_encoder
+from ..model.budget import ENV_VAR, MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
 from ..model.heads import token_count
 from ..ops._threads import _in_shards, get_batch_threads
-from .interop import config_from_hf_dict, hf_forward, params_from_hf_state_dict
-from .safetensors import load_safetensors, read_safetensors_header
+from .interop import config_from_hf_dict, hf_forward, hf_tensors_needed, params_from_hf_state_dict
+from .safetensors import open_safetensors
 from .st_modules import _FLOAT_ST, POOLING_MODES, DenseModule, _read_json, _sentence_transformers_setup
 from .st_modules import SMALL_JSON_TOKENS as SMALL_JSON_TOKENS  # re-exported: it was defined here before the split
 from .tokenizer import WordPieceTokenizer
@@ -96,9 +101,16 @@ def model_folder(path_or_name) -> Path:
     if not folder.is_dir():
         raise ValueError(f"path_or_name must be an existing folder in the Hugging Face layout or "
                          f"{MODEL_NAME!r}, got {str(path_or_name)!r} (nothing is downloaded)")
-    if not (folder / "config.json").is_file():
+    if not os.path.lexists(folder / "config.json"):
         raise ModelFolderError(f"folder {str(folder)!r} has no config.json")
     return folder
+
+
+VOCAB_BYTES_PER_TOKEN = 256     # a vocabulary entry: its str, the token -> id and id -> token dict entries
+
+
+def _vocabulary_estimate(config) -> MemoryEstimate:
+    return MemoryEstimate({"vocabulary": config.vocab_size * VOCAB_BYTES_PER_TOKEN})
 
 
 def _read_config(folder: Path) -> EncoderConfig:
@@ -113,33 +125,66 @@ def _read_config(folder: Path) -> EncoderConfig:
         raise ModelFolderError(f"{path}: {type(e).__name__}: {e}") from None
     # the file's arrays and our converted ones exist together while loading
     stack = getattr(config, "encoder", config)        # HFEncoderConfig (other families) wraps the stack's config
-    check_memory(estimate_encoder(stack, np.float32, param_copies=2), f"loading the model in {folder}")
+    check_memory(estimate_encoder(stack, np.float32, param_copies=2) + _vocabulary_estimate(config),
+                 f"loading the model in {folder}")
     return config
 
 
+class _Weights:
+    """model.safetensors checked against the config from its header alone: names (a missing or unexpected tensor
+    by name), dtypes and shapes; :meth:`estimate` is what :meth:`load` will allocate — nothing is read before
+    the caller has checked it."""
+
+    def __init__(self, folder: Path, config, files: contextlib.ExitStack):
+        self.folder, self.config = folder, config
+        self.path = path = folder / "model.safetensors"
+        if not os.path.lexists(path):
+            extra = " (pytorch_model.bin is pickle, which is never read)" if (folder / "pytorch_model.bin").exists() \
+                else ""
+            raise ValueError(f"folder {str(folder)!r} has no model.safetensors{extra}")
+        self.st = files.enter_context(open_safetensors(path))
+        header = self.st.shapes()
+        for name, (dt, _) in header.items():
+            if dt not in _FLOAT_ST and not name.endswith(("position_ids", "token_type_ids")):
+                raise ValueError(f"{path}: tensor {name!r} has dtype {dt}; weights must be one of {_FLOAT_ST}")
+        try:
+            self.names = list(hf_tensors_needed({k: shape for k, (_, shape) in header.items()}, config))
+        except (InputValueError, InputTypeError) as e:
+            raise ModelFolderError(f"{path} does not match {folder / 'config.json'}: {str(e).strip()}") from None
+        self.float64 = all(header[k][0] == "F64" for k in self.names)
+
+    def estimate(self) -> MemoryEstimate:
+        """The tensors as read, plus our params converted from them (float32, or float64 for an all-float64
+        file) and the stacked attention arrays (:func:`_qkv_layout`): at most twice the params."""
+        read = self.st.estimate(self.names).total
+        elements = sum(math.prod(self.st.tensors[k][1]) for k in self.names)
+        return MemoryEstimate({"weights as read": read, "parameters": 2 * elements * (8 if self.float64 else 4)})
+
+    def load(self) -> dict[str, np.ndarray]:
+        """Our params (float32, or float64 if the file is all float64), finite."""
+        path = self.path
+        state = self.st.read(self.names)
+        for name, a in state.items():   # half precision → float32 (exact) so both model dtypes can be built
+            if a.dtype.kind == "f" and not all_finite(a):
+                bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+                raise ModelFolderError(f"{path}: tensor {name!r} contains {bad} NaN/inf values: refusing to load it")
+            if a.dtype == np.float16:
+                state[name] = a.astype(np.float32)
+        try:
+            return _qkv_layout(params_from_hf_state_dict(state, self.config))
+        except (InputValueError, InputTypeError) as e:
+            if isinstance(e, ResourceLimitError):
+                raise
+            raise ModelFolderError(f"{path} does not match {self.folder / 'config.json'}: {str(e).strip()}") \
+                from None
+
+
 def _load_weights(folder: Path, config: EncoderConfig) -> dict[str, np.ndarray]:
-    """model.safetensors → our params (float32, or float64 if the file is all float64)."""
-    path = folder / "model.safetensors"
-    if not path.is_file():
-        extra = " (pytorch_model.bin is pickle, which is never read)" if (folder / "pytorch_model.bin").exists() else ""
-        raise ValueError(f"folder {str(folder)!r} has no model.safetensors{extra}")
-    header, _ = read_safetensors_header(path)
-    for name, (dt, _) in header.items():
-        if dt not in _FLOAT_ST and not name.endswith(("position_ids", "token_type_ids")):
-            raise ValueError(f"{path}: tensor {name!r} has dtype {dt}; weights must be one of {_FLOAT_ST}")
-    state = load_safetensors(path)
-    for name, a in state.items():   # half precision → float32 (exact) so both model dtypes can be built
-        if a.dtype.kind == "f" and not all_finite(a):
-            bad = int(a.size - np.count_nonzero(np.isfinite(a)))
-            raise ModelFolderError(f"{path}: tensor {name!r} contains {bad} NaN/inf values: refusing to load it")
-        if a.dtype == np.float16:
-            state[name] = a.astype(np.float32)
-    try:
-        return _qkv_layout(params_from_hf_state_dict(state, config))
-    except (InputValueError, InputTypeError) as e:
-        if isinstance(e, ResourceLimitError):
-            raise
-        raise ModelFolderError(f"{path} does not match {folder / 'config.json'}: {str(e).strip()}") from None
+    """model.safetensors → our params (float32, or float64 if the file is all float64), checked before read."""
+    with contextlib.ExitStack() as files:
+        weights = _Weights(folder, config, files)
+        check_memory(weights.estimate(), f"loading the weights {weights.path}")
+        return weights.load()
 
 
 def _qkv_layout(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -423,18 +468,36 @@ def load_pretrained(path_or_name) -> PretrainedEncoder:
     packaged model is not installed.
     """
     folder = model_folder(path_or_name)
+    try:
+        return _load(folder)
+    except MemoryError:
+        raise ResourceLimitError(f"loading the model in {folder} ran out of the memory left to this process "
+                                 f"(MemoryError) although the estimate fit the limit; set {ENV_VAR} lower to have "
+                                 f"it refused up front") from None
+
+
+def _load(folder: Path) -> PretrainedEncoder:
+    """load_pretrained's work: every file checked — and the memory of everything it will read, Dense modules
+    included, checked against the limit — before any tensor data is read."""
     config = _read_config(folder)                   # validated, and the memory estimate checked
-    mode, normalize, st_max, dense = _sentence_transformers_setup(folder, config.d_model)
-    tok = WordPieceTokenizer.from_folder(folder)
-    max_seq = st_max if st_max is not None else min(tok.max_length, config.max_len)
-    if max_seq > config.max_len:
-        raise ModelFolderError(f"{folder}: max_seq_length {max_seq} exceeds the model's max_position_embeddings "
-                               f"{config.max_len} (config.json)")
-    tok.max_length = max_seq
-    if len(tok.vocab) > config.vocab_size or max(tok.vocab.values()) >= config.vocab_size:
-        raise ModelFolderError(f"{folder}: the tokenizer's vocabulary (ids up to {max(tok.vocab.values())}) does "
-                               f"not fit the model's vocab_size {config.vocab_size} (config.json)")
-    params = _load_weights(folder, config)          # last: the small files are checked first
+    with contextlib.ExitStack() as files:
+        mode, normalize, st_max, plans = _sentence_transformers_setup(folder, config.d_model, files)
+        tok = WordPieceTokenizer.from_folder(folder, vocab_size=config.vocab_size)
+        max_seq = st_max if st_max is not None else min(tok.max_length, config.max_len)
+        if max_seq > config.max_len:
+            raise ModelFolderError(f"{folder}: max_seq_length {max_seq} exceeds the model's max_position_embeddings "
+                                   f"{config.max_len} (config.json)")
+        tok.max_length = max_seq
+        if len(tok.vocab) > config.vocab_size or max(tok.vocab.values()) >= config.vocab_size:
+            raise ModelFolderError(f"{folder}: the tokenizer's vocabulary (ids up to {max(tok.vocab.values())}) "
+                                   f"does not fit the model's vocab_size {config.vocab_size} (config.json)")
+        weights = _Weights(folder, config, files)   # header checked against the config; nothing read yet
+        need = weights.estimate() + _vocabulary_estimate(config)
+        for plan in plans:
+            need = need + plan.estimate()
+        check_memory(need, f"loading the model in {folder}")
+        params = weights.load()                     # last: every file is checked first
+        dense = [plan.load() for plan in plans]
     return PretrainedEncoder(config, params, tok, max_seq, mode, normalize, folder, dense)
 
 

@@ -11,19 +11,36 @@ The format (https://github.com/huggingface/safetensors):
     bytes [8 + N, EOF)    the data buffer: every tensor's raw little-endian, C-order bytes at
                           [begin, end) relative to the start of the buffer
 
-Everything is validated before a single tensor byte is interpreted, because a weight
-file is untrusted input: the header length is bounded (≤ 100 MB, as in the reference
-implementation) and must fit in the file; the JSON must be UTF-8, an object, without
-duplicate keys or NaN constants; every entry needs exactly ``dtype``, ``shape`` and
-``data_offsets``; ``end − begin`` must equal prod(shape) · itemsize; sorted by offset
-the tensors must tile the buffer exactly (first begin = 0, each begin = the previous
-end, last end = the buffer length) — so offsets are in range and never overlap. Every
-failure is a :class:`~transformer_np.errors.FileFormatError` (a ``ValueError``) naming the file and
-the tensor — including a path that does not exist or cannot be read.
+Everything is validated before a single tensor byte is read, because a weight file is
+untrusted input:
 
-Arrays are built with ``np.frombuffer`` on exactly the validated byte range (never
-reading past it) and returned in native byte order. BF16 has no NumPy dtype: it is
-widened exactly to float32 (a bf16 is the top 16 bits of a float32).
+* the file is opened as a regular file only (:func:`transformer_np._files.open_regular`: a FIFO,
+  a device, a socket or a folder is refused at once, never waited on), and its length is the
+  ``fstat`` of the open file, so every offset is checked against the bytes that are really there;
+* the header length must fit in the file and be at most :data:`MAX_HEADER_BYTES` (16 MiB — about
+  100,000 tensors; the format itself allows 100 MB, :data:`MAX_HEADER_SIZE`);
+* the header is read once and parsed once, through the same strict JSON reader as every other
+  JSON file (:func:`transformer_np.io.jsonfile.loads_strict`: one linear scan before parsing, at
+  most 3 levels of nesting — the format's own depth — and :data:`MAX_HEADER_TOKENS` values and
+  keys, no duplicate keys, no NaN, no huge integers), so a 16 MiB header of empty arrays or
+  zeros is refused by the scan before Python builds anything;
+* every entry needs exactly ``dtype``, ``shape`` and ``data_offsets``; a shape has at most
+  :data:`MAX_RANK` (8) dimensions, none larger than the number of elements the data buffer
+  could hold; ``end − begin`` must equal prod(shape) · itemsize; sorted by offset the tensors
+  must tile the buffer exactly (first begin = 0, each begin = the previous end, last end = the
+  buffer length) — so offsets are in range and never overlap.
+
+Every failure is a :class:`~transformer_np.errors.FileFormatError` (a ``ValueError``) naming the
+file and the tensor — including a path that does not exist or cannot be read.
+:func:`open_safetensors` gives the validated header (names, dtypes, shapes, byte counts) with the
+file still open, so a caller can compare it with what it needs — and check the memory budget —
+before it reads any tensor; :func:`load_safetensors` checks the memory of what it is asked to read
+against :func:`transformer_np.model.budget.check_memory` first. A ``MemoryError`` while reading
+becomes a :class:`~transformer_np.errors.ResourceLimitError` naming the file and the tensor.
+
+Arrays are read into exactly the validated byte range (never past it) and returned in native
+byte order. BF16 has no NumPy dtype: it is widened exactly to float32 (a bf16 is the top 16
+bits of a float32).
 """
 
 from __future__ import annotations
@@ -35,13 +52,21 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from ..errors import FileFormatError
-from .jsonfile import no_duplicate_keys, parse_int_bounded
+from .._files import open_regular
+from ..errors import FileFormatError, ResourceLimitError
+from ..model.budget import MemoryEstimate, check_memory
+from .jsonfile import loads_strict
 
-__all__ = ["load_safetensors", "loads_safetensors", "read_safetensors_header",
-           "save_safetensors", "dumps_safetensors", "SAFETENSORS_DTYPES", "MAX_HEADER_SIZE"]
+__all__ = ["load_safetensors", "loads_safetensors", "read_safetensors_header", "open_safetensors", "SafetensorsFile",
+           "save_safetensors", "dumps_safetensors", "SAFETENSORS_DTYPES", "MAX_HEADER_SIZE", "MAX_HEADER_BYTES",
+           "MAX_HEADER_TOKENS", "MAX_RANK"]
 
 MAX_HEADER_SIZE = 100_000_000  # the reference implementation's bound (bytes)
+MAX_HEADER_BYTES = 16 * 2 ** 20  # what this reader reads (the token bound below is met first by any real header)
+MAX_HEADER_TOKENS = 2 ** 19      # values and keys of the header JSON: ~12 per tensor, so ~40,000 tensors
+MAX_RANK = 8                     # dimensions of a tensor (a weight has 1 or 2)
+_HEADER_DEPTH = 3                # {name: {"shape": [...]}}: the format's own nesting
+_EMPTY_DIM = 1 << 16             # the other dimensions of an empty tensor may be up to this
 
 # safetensors dtype name -> (little-endian NumPy dtype of the stored bytes, itemsize).
 # "BF16" is stored as uint16 and widened to float32 on load.
@@ -62,16 +87,13 @@ _NUMPY_TO_SAFETENSORS = {np.dtype(np.float64): "F64", np.dtype(np.float32): "F32
 
 
 # ----------------------------------------------------------------------------- header
-def _reject_constant(name):
-    raise FileFormatError(f"non-standard JSON constant {name}")
-
-
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _parse_entry(name: str, entry, where: str) -> tuple[str, tuple[int, ...], int, int]:
-    """Validate one header entry; return (dtype name, shape, begin, end)."""
+def _parse_entry(name: str, entry, where: str, data_len: int) -> tuple[str, tuple[int, ...], int, int]:
+    """Validate one header entry against a data buffer of ``data_len`` bytes; return (dtype name, shape, begin,
+    end)."""
     if not isinstance(entry, dict):
         raise FileFormatError(f"{where}: tensor {name!r}: header entry must be an object, got {type(entry).__name__}")
     keys = set(entry)
@@ -91,15 +113,28 @@ def _parse_entry(name: str, entry, where: str) -> tuple[str, tuple[int, ...], in
                               f"supported: {sorted(SAFETENSORS_DTYPES)}")
     shape = entry["shape"]
     if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
-        raise FileFormatError(f"{where}: tensor {name!r}: shape must be a list of non-negative integers, got {shape!r}")
+        raise FileFormatError(f"{where}: tensor {name!r}: shape must be a list of non-negative integers, "
+                              f"got {shape!r:.80}")
+    if len(shape) > MAX_RANK:
+        raise FileFormatError(f"{where}: tensor {name!r}: shape has {len(shape)} dimensions; at most {MAX_RANK} are "
+                              f"accepted")
+    itemsize = SAFETENSORS_DTYPES[dt].itemsize
+    fits = max(data_len // itemsize, _EMPTY_DIM)
+    for i, s in enumerate(shape):
+        if s > fits:
+            raise FileFormatError(f"{where}: tensor {name!r}: shape[{i}] = {s} is more elements than the file's "
+                                  f"{data_len}-byte data buffer can hold")
     offs = entry["data_offsets"]
     if not (isinstance(offs, list) and len(offs) == 2 and all(_is_int(o) and o >= 0 for o in offs)):
         raise FileFormatError(f"{where}: tensor {name!r}: data_offsets must be [begin, end] with non-negative "
-                         f"integers, got {offs!r}")
+                              f"integers, got {offs!r:.80}")
     begin, end = offs
     if end < begin:
         raise FileFormatError(f"{where}: tensor {name!r}: data_offsets end {end} < begin {begin}")
-    nbytes = math.prod(shape) * SAFETENSORS_DTYPES[dt].itemsize
+    nbytes = math.prod(shape) * itemsize
+    if nbytes > data_len:
+        raise FileFormatError(f"{where}: tensor {name!r}: shape {tuple(shape)} of {dt} needs {nbytes} bytes, more "
+                              f"than the file's {data_len}-byte data buffer")
     if end - begin != nbytes:
         raise FileFormatError(f"{where}: tensor {name!r}: shape {tuple(shape)} of {dt} needs {nbytes} bytes, "
                          f"but data_offsets [{begin}, {end}] span {end - begin}")
@@ -112,41 +147,30 @@ def _parse_header(raw: bytes, data_len: int, where: str) -> tuple[dict, dict]:
     Returns ``(tensors, metadata)``: tensors maps name -> (dtype, shape, begin, end) in
     file order of their offsets.
     """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise FileFormatError(f"{where}: the header is not valid UTF-8 ({e})") from None
-    if not text.startswith("{"):
-        raise FileFormatError(f"{where}: the header must be a JSON object starting with '{{', got {text[:20]!r}")
-    try:
-        header = json.loads(text, object_pairs_hook=no_duplicate_keys(FileFormatError, "the header"),
-                            parse_constant=_reject_constant, parse_int=parse_int_bounded)
-    except ValueError as e:  # json.JSONDecodeError is a ValueError
-        raise FileFormatError(f"{where}: the header is not valid JSON ({e})") from None
-    except RecursionError:   # e.g. {"a": [[[[… nested thousands deep
-        raise FileFormatError(f"{where}: the header is nested too deeply to be a safetensors header") from None
-    if not isinstance(header, dict):
-        raise FileFormatError(f"{where}: the header must be a JSON object, got {type(header).__name__}")
+    if not raw.startswith(b"{"):
+        raise FileFormatError(f"{where}: the header must be a JSON object starting with '{{', got {raw[:20]!r}")
+    header = loads_strict(raw, f"{where}: the header", kind=dict, max_depth=_HEADER_DEPTH, error=FileFormatError,
+                          max_tokens=MAX_HEADER_TOKENS)
     metadata = header.pop("__metadata__", None)
     if metadata is None:
         metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise FileFormatError(f"{where}: __metadata__ must be an object of string -> string, got {metadata!r:.80}")
-    tensors = {name: _parse_entry(name, entry, where) for name, entry in header.items()}
+    tensors = {name: _parse_entry(name, entry, where, data_len) for name, entry in header.items()}
     # The tensors must tile [0, data_len) exactly: in range, no overlap, no gap.
     expected = 0
     for name, (_, _, begin, end) in sorted(tensors.items(), key=lambda kv: (kv[1][2], kv[1][3])):
         if begin != expected:
             kind = "overlaps the previous tensor" if begin < expected else "leaves a gap after the previous tensor"
             raise FileFormatError(f"{where}: tensor {name!r}: data_offsets [{begin}, {end}] {kind} "
-                             f"(expected begin = {expected})")
+                                  f"(expected begin = {expected})")
         if end > data_len:
             raise FileFormatError(f"{where}: tensor {name!r}: data_offsets [{begin}, {end}] run past the end of the "
-                             f"data buffer ({data_len} bytes): the file is truncated or corrupt")
+                                  f"data buffer ({data_len} bytes): the file is truncated or corrupt")
         expected = end
     if expected != data_len:
         raise FileFormatError(f"{where}: the data buffer has {data_len} bytes but the tensors cover {expected}: "
-                         f"trailing bytes or a corrupt header")
+                              f"trailing bytes or a corrupt header")
     return tensors, metadata
 
 
@@ -156,6 +180,9 @@ def _header_length(prefix: bytes, total: int, where: str) -> int:
     n = int.from_bytes(prefix[:8], "little")
     if n > MAX_HEADER_SIZE:
         raise FileFormatError(f"{where}: header length {n} exceeds the limit of {MAX_HEADER_SIZE} bytes")
+    if n > MAX_HEADER_BYTES:
+        raise FileFormatError(f"{where}: header length {n} exceeds the limit of {MAX_HEADER_BYTES} bytes this reader "
+                              f"accepts (about 100,000 tensors)")
     if n < 2:
         raise FileFormatError(f"{where}: header length {n} is too small for a JSON object")
     if 8 + n > total:
@@ -164,18 +191,29 @@ def _header_length(prefix: bytes, total: int, where: str) -> int:
     return n
 
 
-def _decode(buf, dt: str, shape: tuple[int, ...], offset: int, name: str) -> np.ndarray:
-    """np.frombuffer on exactly [offset, offset + nbytes) of ``buf``, native byte order."""
-    stored = SAFETENSORS_DTYPES[dt]
-    count = math.prod(shape)
-    a = np.frombuffer(buf, dtype=stored, count=count, offset=offset).reshape(shape)
+def _finish(a: np.ndarray, dt: str, name: str, where: str) -> np.ndarray:
+    """The stored array ``a`` (little-endian, the file's dtype) as returned: native order, BF16 widened, BOOL
+    checked."""
     if dt == "BF16":                      # bf16 = the high half of a float32: widen exactly
         return (a.astype(np.uint32) << 16).view(np.float32)
     if dt == "BOOL":                      # only the bytes 0 and 1 are booleans
-        u8 = np.frombuffer(buf, dtype=np.uint8, count=count, offset=offset)
+        u8 = a.view(np.uint8)
         if u8.size and u8.max() > 1:
-            raise FileFormatError(f"tensor {name!r}: BOOL data must be bytes 0 or 1, got {int(u8.max())}")
-    return a.astype(stored.newbyteorder("="), copy=True)   # a writable, native-order copy
+            raise FileFormatError(f"{where}: tensor {name!r}: BOOL data must be bytes 0 or 1, got {int(u8.max())}")
+        return a
+    native = a.dtype.newbyteorder("=")
+    return a if a.dtype == native else a.astype(native)
+
+
+def _decode(buf, dt: str, shape: tuple[int, ...], offset: int, name: str, where: str) -> np.ndarray:
+    """A copy of exactly [offset, offset + nbytes) of ``buf``, native byte order."""
+    a = np.frombuffer(buf, dtype=SAFETENSORS_DTYPES[dt], count=math.prod(shape), offset=offset).reshape(shape)
+    return _finish(a.copy(), dt, name, where)
+
+
+def _returned_bytes(dt: str, shape: tuple[int, ...]) -> int:
+    """Bytes of the array :func:`_finish` returns (BF16 becomes float32)."""
+    return math.prod(shape) * (4 if dt == "BF16" else SAFETENSORS_DTYPES[dt].itemsize)
 
 
 def _check_names(names, tensors: dict, where: str) -> list[str]:
@@ -195,10 +233,89 @@ def _check_path(path) -> str:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        what = "it is a directory" if os.path.isdir(path) else "it does not exist"
-        raise FileFormatError(f"path {path!r} is not a file ({what})")
+    if not os.path.exists(path):
+        raise FileFormatError(f"path {path!r} is not a file (it does not exist)")
+    if os.path.isdir(path):
+        raise FileFormatError(f"path {path!r} is not a file (it is a directory)")
     return path
+
+
+class SafetensorsFile:
+    """An open safetensors file whose header has been read, parsed and validated (once).
+
+    ``tensors``: name -> (dtype name, shape, begin, end), the byte range relative to the data buffer;
+    ``metadata``: the ``__metadata__`` strings. Nothing of the data buffer has been read: :meth:`read` reads
+    the tensors asked for, each exactly its validated byte range. Use it as a context manager (the file is
+    closed on exit)."""
+
+    def __init__(self, path):
+        self.path = _check_path(path)
+        self._f = open_regular(self.path, what="safetensors file")
+        try:
+            total = os.fstat(self._f.fileno()).st_size
+            self.data_start = 8 + _header_length(self._f.read(8), total, self.path)
+            raw = self._f.read(self.data_start - 8)          # at most MAX_HEADER_BYTES, checked above
+            if len(raw) != self.data_start - 8:
+                raise FileFormatError(f"{self.path}: the header ends after {len(raw)} of {self.data_start - 8} bytes "
+                                      f"(the file is truncated)")
+            self.data_len = total - self.data_start
+            self.tensors, self.metadata = _parse_header(raw, self.data_len, self.path)
+        except OSError as e:
+            self.close()
+            raise _unreadable(self.path, e) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def shapes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """``{name: (dtype, shape)}`` in file order."""
+        return {k: (dt, shape) for k, (dt, shape, _, _) in self.tensors.items()}
+
+    def estimate(self, names: Iterable[str] | None = None) -> MemoryEstimate:
+        """The memory :meth:`read` of ``names`` (all when None) allocates: the arrays as returned."""
+        names = _check_names(names, self.tensors, self.path)
+        return MemoryEstimate({"tensors": sum(_returned_bytes(*self.tensors[k][:2]) for k in names)})
+
+    def read(self, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+        """``{name: array}`` for ``names`` (all when None; a name absent from the file is a FileFormatError),
+        each read from exactly its byte range into a fresh array. A MemoryError becomes a
+        :class:`~transformer_np.errors.ResourceLimitError` naming the file and the tensor."""
+        out = {}
+        for name in _check_names(names, self.tensors, self.path):
+            dt, shape, begin, end = self.tensors[name]
+            try:
+                a = np.empty(shape, dtype=SAFETENSORS_DTYPES[dt])
+                self._f.seek(self.data_start + begin)
+                got = self._f.readinto(memoryview(a.reshape(-1).view(np.uint8))) if a.size else 0
+                if got != end - begin:   # the file shrank under us
+                    raise FileFormatError(f"{self.path}: tensor {name!r}: read {got} of {end - begin} bytes "
+                                          f"(truncated)")
+                out[name] = _finish(a, dt, name, self.path)
+            except MemoryError:
+                out.clear()
+                raise ResourceLimitError(f"{self.path}: tensor {name!r} ({dt} {shape}) does not fit in the memory "
+                                         f"left to this process (MemoryError); nothing was loaded") from None
+            except OSError as e:
+                raise _unreadable(self.path, e) from None
+        return out
+
+
+def open_safetensors(path) -> SafetensorsFile:
+    """Open ``path`` and validate its header without reading any tensor data (see :class:`SafetensorsFile`).
+
+    Raises:
+        FileFormatError: (a ValueError) the path is missing, not a regular file, or the header is invalid.
+    """
+    return SafetensorsFile(path)
 
 
 def _unreadable(path: str, e: OSError) -> FileFormatError:
@@ -212,19 +329,16 @@ def read_safetensors_header(path) -> tuple[dict[str, tuple[str, tuple[int, ...]]
     Raises:
         FileFormatError: (a ValueError) the path is missing or not a file, or the header is invalid.
     """
-    path = _check_path(path)
-    try:
-        total = os.path.getsize(path)
-        with open(path, "rb") as f:
-            n = _header_length(f.read(8), total, path)
-            tensors, metadata = _parse_header(f.read(n), total - 8 - n, path)
-    except OSError as e:
-        raise _unreadable(path, e) from None
-    return {k: (dt, shape) for k, (dt, shape, _, _) in tensors.items()}, metadata
+    with open_safetensors(path) as st:
+        return st.shapes(), st.metadata
 
 
 def load_safetensors(path, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Read tensors from a ``.safetensors`` file into NumPy arrays.
+
+    The header is validated first; then the memory of the arrays asked for is checked against the limit
+    (:func:`transformer_np.model.budget.check_memory`, :class:`~transformer_np.errors.ResourceLimitError`)
+    before any of them is read.
 
     Args:
         path: the file.
@@ -233,24 +347,9 @@ def load_safetensors(path, names: Iterable[str] | None = None) -> dict[str, np.n
     Returns:
         ``{name: array}`` in native byte order (BF16 widened to float32).
     """
-    path = _check_path(path)
-    out = {}
-    try:
-        total = os.path.getsize(path)
-        with open(path, "rb") as f:
-            n = _header_length(f.read(8), total, path)
-            tensors, _ = _parse_header(f.read(n), total - 8 - n, path)
-            for name in _check_names(names, tensors, path):
-                dt, shape, begin, end = tensors[name]
-                f.seek(8 + n + begin)
-                raw = f.read(end - begin)
-                if len(raw) != end - begin:   # the file shrank under us
-                    raise FileFormatError(f"{path}: tensor {name!r}: read {len(raw)} of {end - begin} bytes "
-                                          f"(truncated)")
-                out[name] = _decode(raw, dt, shape, 0, name)
-    except OSError as e:
-        raise _unreadable(path, e) from None
-    return out
+    with open_safetensors(path) as st:
+        check_memory(st.estimate(names), f"reading {st.path}")
+        return st.read(names)
 
 
 def loads_safetensors(data: bytes, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
@@ -261,7 +360,7 @@ def loads_safetensors(data: bytes, names: Iterable[str] | None = None) -> dict[s
     where = "<bytes>"
     n = _header_length(data[:8], len(data), where)
     tensors, _ = _parse_header(data[8:8 + n], len(data) - 8 - n, where)
-    return {name: _decode(data, tensors[name][0], tensors[name][1], 8 + n + tensors[name][2], name)
+    return {name: _decode(data, tensors[name][0], tensors[name][1], 8 + n + tensors[name][2], name, where)
             for name in _check_names(names, tensors, where)}
 
 

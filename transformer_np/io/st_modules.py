@@ -16,17 +16,20 @@ JSON files of the folder are read by ``_read_json`` (strict and bounded, shared 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from .._validate import all_finite, mismatch_detail
 from ..errors import ModelFolderError
+from ..model.budget import MemoryEstimate
 from .jsonfile import read_json
-from .safetensors import load_safetensors, read_safetensors_header
+from .safetensors import SafetensorsFile, open_safetensors
 
-__all__ = ["DenseModule", "POOLING_MODES", "SMALL_JSON_TOKENS"]
+__all__ = ["DenseModule", "DensePlan", "POOLING_MODES", "SMALL_JSON_TOKENS"]
 
 POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len")
 _FLOAT_ST = ("F16", "BF16", "F32", "F64")    # the float dtypes of a safetensors file accepted as weights
@@ -140,10 +143,45 @@ class DenseModule:
         return self._fn(e @ W + b)
 
 
-def _dense_module(folder: Path, d_in: int | None, where: str) -> DenseModule:
-    """A Dense module from its folder (config.json + model.safetensors), checked against the input width."""
+class DensePlan(NamedTuple):
+    """A Dense module checked from its config.json and its weights' header, nothing of its weights read yet:
+    :meth:`estimate` is the memory :meth:`load` will need, so the caller can check it with everything else
+    first."""
+
+    st: SafetensorsFile
+    n_in: int
+    n_out: int
+    bias: bool
+    activation: str
+    where: str
+
+    def _names(self) -> list[str]:
+        return ["linear.weight"] + (["linear.bias"] if self.bias else [])
+
+    def estimate(self) -> MemoryEstimate:
+        """The file's arrays as read, plus W and b converted (float32, or float64 for a float64 file) and the copy
+        :meth:`DenseModule.apply` makes in the other dtype."""
+        read = self.st.estimate(self._names()).total
+        return MemoryEstimate({"Dense modules": read + 2 * (self.n_in + 1) * self.n_out * 8})
+
+    def load(self) -> DenseModule:
+        wpath = self.st.path
+        state = self.st.read(self._names())
+        for name, a in state.items():
+            if not all_finite(a):
+                raise ModelFolderError(f"{wpath}: tensor {name!r} contains NaN/inf values: refusing to load it")
+        dt = np.float64 if all(a.dtype == np.float64 for a in state.values()) else np.float32
+        W = np.ascontiguousarray(state["linear.weight"].astype(dt).T)                 # (in, out) = weightᵀ
+        b = state["linear.bias"].astype(dt) if self.bias else np.zeros(self.n_out, dt)
+        return DenseModule(W, b, self.activation, self.where)
+
+
+def _dense_plan(folder: Path, d_in: int | None, where: str, files: contextlib.ExitStack) -> DensePlan:
+    """A Dense module's folder (config.json + model.safetensors) checked against the input width — its config,
+    and the weights' names, dtypes and shapes from the header — without reading the weights. The open weights
+    file is registered with ``files`` (closed when the caller's load ends)."""
     pc = folder / "config.json"
-    if not pc.is_file():
+    if not os.path.lexists(pc):
         raise ModelFolderError(f"{where}: the Dense module has no config.json in {folder}")
     cfg = _read_json(pc)
     known = {"in_features", "out_features", "bias", "activation_function", "module_input_name",
@@ -176,12 +214,13 @@ def _dense_module(folder: Path, d_in: int | None, where: str) -> DenseModule:
         raise ModelFolderError(f"{pc}: activation_function {act!r:.80} is not implemented here (supported: "
                                f"{', '.join(_DENSE_ACTIVATIONS)})")
     wpath = folder / "model.safetensors"
-    if not wpath.is_file():
+    if not os.path.lexists(wpath):
         extra = " (pytorch_model.bin is pickle, which is never read)" if (folder / "pytorch_model.bin").exists() else ""
         raise ModelFolderError(f"{where}: the Dense module in {folder} has no model.safetensors{extra}")
     n_in, n_out = cfg["in_features"], cfg["out_features"]
     want = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {})}
-    header, _ = read_safetensors_header(wpath)
+    st = files.enter_context(open_safetensors(wpath))
+    header = st.shapes()
     got = {name: tuple(shape) for name, (_, shape) in header.items()}
     if set(got) != set(want):
         raise ModelFolderError(f"{wpath}: the Dense weights do not match {pc} "
@@ -190,20 +229,23 @@ def _dense_module(folder: Path, d_in: int | None, where: str) -> DenseModule:
         if got[name] != shape or header[name][0] not in _FLOAT_ST:
             raise ModelFolderError(f"{wpath}: tensor {name!r}: expected a float tensor of shape {shape} "
                                    f"({pc}), found {header[name][0]} {got[name]}")
-    state = load_safetensors(wpath)
-    for name, a in state.items():
-        if not all_finite(a):
-            raise ModelFolderError(f"{wpath}: tensor {name!r} contains NaN/inf values: refusing to load it")
-    dt = np.float64 if all(a.dtype == np.float64 for a in state.values()) else np.float32
-    W = np.ascontiguousarray(state["linear.weight"].astype(dt).T)                 # (in, out) = weightᵀ
-    b = state["linear.bias"].astype(dt) if bias else np.zeros(n_out, dt)
-    return DenseModule(W, b, _DENSE_ACTIVATIONS[act][0], where)
+    return DensePlan(st, n_in, n_out, bias, _DENSE_ACTIVATIONS[act][0], where)
 
 
-def _sentence_transformers_setup(folder: Path, d_model: int | None = None
-                                 ) -> tuple[str, bool, int | None, list[DenseModule]]:
+def _dense_module(folder: Path, d_in: int | None, where: str) -> DenseModule:
+    """A Dense module from its folder, checked (:func:`_dense_plan`) and then read."""
+    with contextlib.ExitStack() as files:
+        return _dense_plan(folder, d_in, where, files).load()
+
+
+def _sentence_transformers_setup(folder: Path, d_model: int | None = None, files: contextlib.ExitStack | None = None
+                                 ) -> tuple[str, bool, int | None, list]:
     """(pooling mode, normalize?, max_seq_length, Dense modules in order) from the sentence-transformers files;
     plain BERT folders get mean pooling, normalisation, no max_seq_length and no Dense module.
+
+    With ``files`` (an ExitStack the caller closes) the Dense modules are plans (:class:`DensePlan`) — checked, their
+    weights not read — so the caller can check their memory with the model's before reading anything; without
+    it they are read here (:class:`DenseModule`).
 
     Every module of ``modules.json`` is implemented or refused: Transformer (the folder itself, path ""),
     Pooling (one mode), Dense (after pooling; see :class:`DenseModule`) and Normalize (last); any other type,
@@ -211,7 +253,7 @@ def _sentence_transformers_setup(folder: Path, d_model: int | None = None
     naming ``modules.json[i].type`` or the file and key — never skipped silently."""
     mode, normalize, max_seq, dense = "mean", True, None, []
     modules = folder / "modules.json"
-    if modules.is_file():
+    if os.path.lexists(modules):
         mods = _read_json(modules, kind=list)
         for i, m in enumerate(mods):
             if not isinstance(m, dict):
@@ -244,14 +286,15 @@ def _sentence_transformers_setup(folder: Path, d_model: int | None = None
             sub = _inside(folder, m.get("path", ""), f"{modules}: [{i}].path")
             if kind == "Pooling":
                 pc = sub / "config.json"
-                if pc.is_file():
+                if os.path.lexists(pc):
                     mode = _pooling_mode(pc, d_model)
             elif kind == "Dense":
-                module = _dense_module(sub, width, f"{modules}: [{i}]")
+                module = _dense_plan(sub, width, f"{modules}: [{i}]", files) if files is not None else \
+                    _dense_module(sub, width, f"{modules}: [{i}]")
                 dense.append(module)
-                width = module.W.shape[1]
+                width = module.n_out if files is not None else module.W.shape[1]
     sbc = folder / "sentence_bert_config.json"
-    if sbc.is_file():
+    if os.path.lexists(sbc):
         v = _read_json(sbc).get("max_seq_length")
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 2):
             raise ModelFolderError(f"{sbc}: max_seq_length must be an integer >= 2 (tokens, [CLS] and [SEP] "
@@ -264,7 +307,7 @@ def _sentence_transformers_setup(folder: Path, d_model: int | None = None
 def _check_prompts(folder: Path) -> None:
     """A default prompt (sentence-transformers prepends it to every sentence) is not implemented: refused."""
     path = folder / "config_sentence_transformers.json"
-    if not path.is_file():
+    if not os.path.lexists(path):
         return
     cfg = _read_json(path)
     name = cfg.get("default_prompt_name")

@@ -29,6 +29,8 @@ state. A violation is a :class:`~transformer_np.errors.ModelFolderError` naming 
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 import os
 import re
@@ -37,6 +39,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .._files import open_regular
 from ..errors import InputTypeError, InputValueError, ModelFolderError
 from .jsonfile import read_json
 
@@ -162,19 +165,47 @@ def wordpiece(word: str, vocab: dict[str, int], unk_token: str = "[UNK]", prefix
 
 
 MAX_VOCAB_TXT_BYTES = 64 * 2 ** 20
+MAX_VOCAB_ENTRIES = 1 << 21      # tokens of a vocabulary read without a vocab_size to compare with (BERT: 30,522)
+MAX_TOKEN_CHARS = 1024           # characters of one vocab.txt line (WordPiece never matches a piece over 100)
 
 
-def _read_vocab_txt(path: str) -> dict[str, int]:
-    if os.path.getsize(path) > MAX_VOCAB_TXT_BYTES:
-        raise ModelFolderError(f"{path}: more than the {MAX_VOCAB_TXT_BYTES} bytes a vocabulary file may have")
+def _read_vocab_txt(path: str, vocab_size: int | None = None) -> dict[str, int]:
+    """``vocab.txt`` (one token per line, its id the line number) → token -> id, read line by line.
+
+    The file is opened by :func:`transformer_np._files.open_regular` (regular files only, without blocking) and
+    checked while it is read: each line is at most :data:`MAX_TOKEN_CHARS` characters, the whole at most
+    :data:`MAX_VOCAB_TXT_BYTES` characters, and the line count at most ``vocab_size`` (the model's, from
+    config.json: line i is token id i, so a line past it names an id the model does not have) or else
+    :data:`MAX_VOCAB_ENTRIES` — so a 10-million-line file is refused after ``vocab_size`` lines, not read."""
+    limit = MAX_VOCAB_ENTRIES if vocab_size is None else vocab_size
+    why = (f"the model's vocab_size is {vocab_size} (config.json), and line i is token id i" if vocab_size is not None
+           else f"at most {MAX_VOCAB_ENTRIES} tokens are read")
     vocab: dict[str, int] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                tok = line.rstrip("\n").rstrip("\r")
+    chars = 0
+    with open_regular(path, error=ModelFolderError, what="vocabulary file") as raw:
+        f = io.TextIOWrapper(raw, encoding="utf-8", newline=None)   # universal newlines, as BERT's load_vocab
+        try:
+            for i in itertools.count():
+                line = f.readline(MAX_TOKEN_CHARS + 2)
+                if not line:
+                    break
+                chars += len(line)
+                if i >= limit:
+                    raise ModelFolderError(f"{path}: line {i + 1} is token id {i}, but {why}")
+                tok = line.rstrip("\n")
+                if len(tok) > MAX_TOKEN_CHARS:
+                    raise ModelFolderError(f"{path}: line {i + 1} is longer than the {MAX_TOKEN_CHARS} characters a "
+                                           f"token may have")
+                if chars > MAX_VOCAB_TXT_BYTES:
+                    raise ModelFolderError(f"{path}: more than the {MAX_VOCAB_TXT_BYTES} bytes a vocabulary file may "
+                                           f"have")
                 vocab.setdefault(tok, i)   # first occurrence wins, like BERT's load_vocab for duplicates
-    except UnicodeDecodeError as e:
-        raise ModelFolderError(f"{path}: not UTF-8 text ({e})") from None
+        except UnicodeDecodeError as e:
+            raise ModelFolderError(f"{path}: not UTF-8 text ({e})") from None
+        except OSError as e:
+            raise ModelFolderError(f"{path}: cannot be read ({e.strerror or e})") from None
+        finally:
+            f.detach()
     if not vocab:
         raise ModelFolderError(f"{path}: the vocabulary is empty")
     return vocab
@@ -274,30 +305,33 @@ class WordPieceTokenizer:
 
     # ---- construction ---------------------------------------------------------------
     @classmethod
-    def from_folder(cls, folder, max_length: int | None = None) -> WordPieceTokenizer:
+    def from_folder(cls, folder, max_length: int | None = None, *, vocab_size: int | None = None
+                    ) -> WordPieceTokenizer:
         """Read ``tokenizer.json`` (a WordPiece model with a BertNormalizer) or, failing that,
         ``vocab.txt`` with the options of ``tokenizer_config.json``.
 
-        ``max_length`` None = ``tokenizer_config.json``'s ``model_max_length`` (else 512).
+        ``max_length`` None = ``tokenizer_config.json``'s ``model_max_length`` (else 512). ``vocab_size`` (the
+        model's, when known): the vocabulary is compared with it while it is read — a ``vocab.txt`` line past it,
+        or a ``model.vocab`` with more entries, is refused before the rest is read or checked.
         """
         folder = os.fspath(folder)
         tj, vt = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "vocab.txt")
         tc = os.path.join(folder, "tokenizer_config.json")
-        conf = read_json(tc, error=ModelFolderError) if os.path.isfile(tc) else {}
+        conf = read_json(tc, error=ModelFolderError) if os.path.lexists(tc) else {}
         if max_length is None:
             mml = _get(conf, "model_max_length", (int, float), 512, tc + ": ")
             # transformers writes 1e30 for "no limit": then 512, BERT's positions
             max_length = int(mml) if 2 <= mml < 1e6 else 512
-        if os.path.isfile(tj):
+        if os.path.lexists(tj):
             # a tokenizer.json without a padding section (transformers 5 writes none) pads with the config's token
             pad = _token_text(conf["pad_token"], "pad_token", tc) if conf.get("pad_token") is not None else "[PAD]"
-            return cls._from_tokenizer_json(tj, max_length, pad)
-        if os.path.isfile(vt):
+            return cls._from_tokenizer_json(tj, max_length, vocab_size, pad)
+        if os.path.lexists(vt):
             sa = _get(conf, "strip_accents", bool, None, tc + ": ")
             tokens = {k: _token_text(conf.get(k, f"[{k[:-6].upper()}]"), k, tc)
                       for k in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token")}
             try:
-                return cls(_read_vocab_txt(vt), max_length=max_length,
+                return cls(_read_vocab_txt(vt, vocab_size), max_length=max_length,
                            lowercase=_get(conf, "do_lower_case", bool, True, tc + ": "), strip_accents=sa,
                            handle_chinese_chars=_get(conf, "tokenize_chinese_chars", bool, True, tc + ": "), **tokens)
             except (InputTypeError, InputValueError) as e:
@@ -305,7 +339,8 @@ class WordPieceTokenizer:
         raise ModelFolderError(f"folder {folder!r} has neither tokenizer.json nor vocab.txt")
 
     @classmethod
-    def _from_tokenizer_json(cls, path: str, max_length: int, pad_default: str = "[PAD]") -> WordPieceTokenizer:
+    def _from_tokenizer_json(cls, path: str, max_length: int, vocab_size: int | None = None,
+                             pad_default: str = "[PAD]") -> WordPieceTokenizer:
         tj = read_json(path, error=ModelFolderError)
         model = _get(tj, "model", dict, None, path + ": ")
         if model is None:
@@ -323,6 +358,9 @@ class WordPieceTokenizer:
         if not vocab:
             raise ModelFolderError(f"{path}: model.vocab must be a non-empty object of token -> id, got "
                                    f"{vocab!r:.60}")
+        if vocab_size is not None and len(vocab) > vocab_size:
+            raise ModelFolderError(f"{path}: model.vocab has {len(vocab)} tokens, more than the model's vocab_size "
+                                   f"{vocab_size} (config.json)")
         try:
             _check_vocab(vocab)
         except (InputTypeError, InputValueError) as e:

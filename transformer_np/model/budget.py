@@ -14,8 +14,11 @@ The limit, in this order:
    with a suffix ``K``, ``M``, ``G``, ``T`` (powers of 1000) or ``Ki``, ``Mi``, ``Gi``, ``Ti``
    (powers of 1024), e.g. ``TRANSFORMER_NP_MAX_BYTES=64G``. This is the documented way to raise
    (or lower) the limit, for example to run on swap;
-3. otherwise the memory the operating system reports as available now (``MemAvailable`` in
-   ``/proc/meminfo`` on Linux, else the free physical pages), or 8 GiB when neither is known.
+3. otherwise the smallest of what this process can really get: the memory the operating system reports as
+   available now (``MemAvailable`` in ``/proc/meminfo`` on Linux, else the free physical pages), the
+   address-space limit ``RLIMIT_AS`` (``ulimit -v``) less what the process already maps, and a container's
+   cgroup memory limit less what the cgroup already uses — or 8 GiB when none is known. (Comparing with the
+   machine's memory alone let a process under a 4 GB limit start work it could not finish: a MemoryError.)
 
 The model of the work (element counts; bytes = elements × itemsize). With T = B·n tokens,
 d = d_model, f = d_ff, h heads, N layers (N_p distinct layer parameter sets, 1 when shared):
@@ -46,7 +49,7 @@ from ..errors import InputValueError, ResourceLimitError
 from .config import _layer_param_count, encoder_param_count  # the count is the config's; kept importable here
 
 __all__ = ["ENV_VAR", "MemoryEstimate", "encoder_param_count", "encoder_param_entries", "estimate_encoder",
-           "memory_limit", "available_memory", "check_memory", "format_bytes"]
+           "memory_limit", "available_memory", "rlimit_headroom", "cgroup_headroom", "check_memory", "format_bytes"]
 
 ENV_VAR = "TRANSFORMER_NP_MAX_BYTES"
 FALLBACK_LIMIT = 8 * 1024 ** 3
@@ -152,6 +155,53 @@ def available_memory() -> int | None:
         return None
 
 
+_NO_LIMIT = 1 << 60                # cgroup v1 writes 2^63 − 4096 for "no limit"
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read(64).strip()
+    except (OSError, ValueError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _vm_size() -> int:
+    """Bytes this process maps now (VmSize), 0 if unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def rlimit_headroom() -> int | None:
+    """Bytes this process may still map under ``RLIMIT_AS`` (its soft limit less VmSize), None if unlimited."""
+    try:
+        import resource
+    except ImportError:               # not on every platform
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    return max(soft - _vm_size(), 0)
+
+
+def cgroup_headroom() -> int | None:
+    """Bytes the cgroup (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) still allows, None without a limit."""
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit = _read_int(limit_file)
+        if limit is not None and limit < _NO_LIMIT:
+            return max(limit - (_read_int(usage_file) or 0), 0)
+    return None
+
+
 def _parse_bytes(text: str) -> int:
     t = text.strip().upper().replace("_", "")
     if t.endswith("B"):
@@ -169,16 +219,20 @@ def _parse_bytes(text: str) -> int:
 
 def memory_limit(max_bytes: int | None = None) -> tuple[int, str]:
     """``(limit in bytes, where it comes from)``: ``max_bytes``, else ``$TRANSFORMER_NP_MAX_BYTES``,
-    else the available memory (else 8 GiB)."""
+    else the smallest of the available memory, the RLIMIT_AS headroom and the cgroup headroom (else 8 GiB)."""
     if max_bytes is not None:
         check_int(max_bytes, "max_bytes", minimum=1)
         return int(max_bytes), "max_bytes"
     env = os.environ.get(ENV_VAR)
     if env is not None and env.strip():
         return _parse_bytes(env), f"{ENV_VAR}={env.strip()}"
-    avail = available_memory()
-    if avail is not None:
-        return avail, f"the available memory; set {ENV_VAR} to change the limit"
+    known = [(v, name) for v, name in (
+        (available_memory(), "the available memory"),
+        (rlimit_headroom(), "this process's address-space limit (RLIMIT_AS, ulimit -v) less what it maps"),
+        (cgroup_headroom(), "the cgroup's memory limit less what the cgroup uses")) if v is not None]
+    if known:
+        value, name = min(known)
+        return value, f"{name}; set {ENV_VAR} to change the limit"
     return FALLBACK_LIMIT, f"the default, as the available memory is unknown; set {ENV_VAR} to change it"
 
 

@@ -58,9 +58,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .._files import replace_atomically
+from .._files import open_regular, replace_atomically
 from .._validate import all_finite, describe, mismatch_detail
-from ..errors import CheckpointError, InputTypeError, NonFiniteError, TransformerNPError
+from ..errors import CheckpointError, InputTypeError, NonFiniteError, ResourceLimitError, TransformerNPError
 from ..io.jsonfile import loads_strict
 from ..model.params import param_shapes
 from .state import RunConfig, _assemble, _new_history, _setup
@@ -174,42 +174,71 @@ def _npy_header(f) -> tuple[tuple, bool, np.dtype]:
     raise ValueError(f"unsupported .npy version {version}")
 
 
+def _check_stored(path: Path, key: str, info: zipfile.ZipInfo, archive_bytes: int) -> None:
+    """A member as :func:`numpy.savez` writes it: stored (not compressed), not encrypted, its compressed and
+    uncompressed sizes equal, and its bytes inside the archive — checked from the zip directory, before any
+    member is opened."""
+    if info.flag_bits & 0x1:
+        raise CheckpointError(f"checkpoint {path}: entry {key!r} is encrypted; a checkpoint of this library never "
+                              f"is: refused")
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise CheckpointError(f"checkpoint {path}: entry {key!r} is compressed (zip method {info.compress_type}); "
+                              f"this library writes stored members only (np.savez), so it is refused before "
+                              f"anything is decompressed")
+    if info.compress_size != info.file_size:
+        raise CheckpointError(f"checkpoint {path}: entry {key!r} is stored but the zip directory declares "
+                              f"{info.compress_size} bytes in the archive and {info.file_size} uncompressed: refused")
+    if info.header_offset + info.compress_size > archive_bytes:
+        raise CheckpointError(f"checkpoint {path}: entry {key!r} declares {info.compress_size} bytes at offset "
+                              f"{info.header_offset}, past the end of the {archive_bytes}-byte file: truncated or "
+                              f"corrupt")
+
+
 class _Archive:
     """An open ``.npz`` with validated member headers: key -> (shape, dtype, ZipInfo)."""
 
     def __init__(self, path: Path):
         self.path = path
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise CheckpointError(f"checkpoint not found: {path}")
-        size = path.stat().st_size
+        self._f = open_regular(path, error=CheckpointError, what="checkpoint")    # FIFOs, devices: refused
+        try:
+            self._open(path)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, path: Path) -> None:
+        size = os.fstat(self._f.fileno()).st_size
         if size == 0:
             raise CheckpointError(f"checkpoint {path} is empty (0 bytes): not a checkpoint")
-        with open(path, "rb") as f:
-            head = f.read(4)
+        head = self._f.read(4)
         if head not in _ZIP_MAGIC:
             raise CheckpointError(f"checkpoint {path} is not an .npz (zip) archive (it starts with {head!r}): "
                                   f"not a checkpoint of this library")
+        self._f.seek(0)
         try:
-            self.zf = zipfile.ZipFile(path)
+            self.zf = zipfile.ZipFile(self._f)
             infos = self.zf.infolist()
         except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError) as e:
             raise CheckpointError(f"checkpoint {path} is a damaged or truncated zip archive ({e})") from None
         self.members: dict[str, zipfile.ZipInfo] = {}
         for info in infos:
             if not info.filename.endswith(".npy"):
-                self.close()
                 raise CheckpointError(f"checkpoint {path} holds {info.filename!r}, which is not an .npy array: "
                                       f"not a checkpoint of this library")
             key = info.filename[:-4]
             if key in self.members:
-                self.close()
                 raise CheckpointError(f"checkpoint {path} holds the entry {key!r} twice")
+            _check_stored(path, key, info, size)
             self.members[key] = info
         self.headers: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
 
     def close(self) -> None:
         if hasattr(self, "zf"):
             self.zf.close()
+        if hasattr(self, "_f"):
+            self._f.close()
 
     def __enter__(self):
         return self
@@ -307,8 +336,11 @@ def _config_from(archive: _Archive):
 def read_checkpoint_config(path: str | Path):
     """The :class:`~transformer_np.training.state.RunConfig` stored in a checkpoint (only that
     entry is read and checked)."""
-    with _Archive(Path(path)) as archive:
-        return _config_from(archive)
+    try:
+        with _Archive(Path(path)) as archive:
+            return _config_from(archive)
+    except MemoryError:
+        raise ResourceLimitError(f"checkpoint {path}: reading its config ran out of memory (MemoryError)") from None
 
 
 def _check_same_run(stored, expect, path: Path) -> None:
@@ -376,6 +408,10 @@ def _check_headers(archive: _Archive, schema: dict, param_shapes_: dict, dtype: 
     return optim
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _check_history(h, step: int, cfg, path: Path) -> dict:
     where = f"checkpoint {path}: entry 'history'"
     want = _new_history()
@@ -392,10 +428,11 @@ def _check_history(h, step: int, cfg, path: Path) -> dict:
     if h["step"] != list(range(step)):
         raise CheckpointError(f"{where}: 'step' must list the steps 0 … {step - 1} in order")
     for k in ("loss", "lr", "grad_norm"):
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in h[k]):
+        if not all(_is_number(v) for v in h[k]):
             raise CheckpointError(f"{where}: {k!r} must hold numbers only")
     if len(h["layer_grad_norms"]) > step or not all(
-            isinstance(r, list) and len(r) == cfg.layers for r in h["layer_grad_norms"]):
+            isinstance(r, list) and len(r) == cfg.layers and all(_is_number(v) for v in r)
+            for r in h["layer_grad_norms"]):
         raise CheckpointError(f"{where}: 'layer_grad_norms' must hold at most {step} lists of {cfg.layers} numbers")
     ev = h["eval"]
     if not isinstance(ev, dict) or set(ev) != set(_HISTORY_EVAL) or not all(isinstance(ev[k], list) for k in ev) \
@@ -404,6 +441,10 @@ def _check_history(h, step: int, cfg, path: Path) -> dict:
                               f"{list(_HISTORY_EVAL)}")
     if not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s <= step for s in ev["step"]):
         raise CheckpointError(f"{where}: 'eval.step' must hold steps in 1 … {step}")
+    for k in ("loss", "accuracy"):
+        bad = [v for v in ev[k] if not _is_number(v)][:1]
+        if bad:
+            raise CheckpointError(f"{where}: 'eval.{k}' must hold numbers only, found {describe(bad[0])}")
     d = h["diverged_at"]
     if d is not None and not (isinstance(d, int) and not isinstance(d, bool) and 0 <= d < step):
         raise CheckpointError(f"{where}: 'diverged_at' must be null or a step in 0 … {step - 1}, got {d!r}")
@@ -435,6 +476,15 @@ def load_checkpoint(path: str | Path, expect=None):
         ResourceLimitError: the run the checkpoint describes would not fit the memory limit.
     """
     path = Path(path)
+    try:
+        return _load(path, expect)
+    except MemoryError:
+        raise ResourceLimitError(f"checkpoint {path}: loading it ran out of the memory left to this process "
+                                 f"(MemoryError) although the estimate fit the limit; nothing was assigned") from None
+
+
+def _load(path: Path, expect):
+    """load_checkpoint's work (a MemoryError in it becomes a one-line ResourceLimitError)."""
     with _Archive(path) as archive:
         cfg = _config_from(archive)
         if expect is not None:

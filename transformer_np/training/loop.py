@@ -52,7 +52,7 @@ from .tasks import accuracy, model_backward, model_forward
 
 __all__ = ["RunConfig", "TrainState", "build", "train_step", "evaluate", "train", "layer_grad_norms",
            "estimate_run", "save_checkpoint", "load_checkpoint", "save_loss_curve", "OUTPUTS", "existing_outputs",
-           "check_fresh_out", "nonfinite_parameter"]
+           "check_fresh_out", "check_output_paths", "nonfinite_parameter"]
 
 CURVE_JSON = "loss_curve.json"
 CURVE_PNG = "loss_curve.png"
@@ -182,6 +182,29 @@ def check_fresh_out(out: str | Path, resume: bool, overwrite: bool) -> None:
                               f"--resume to continue that run, --overwrite to replace it, or choose another --out")
 
 
+def check_output_paths(out: str | Path) -> None:
+    """Refuse, before the first step, an ``out`` where a run's files could not be written as promised: ``out``
+    that is not a folder, a folder at any output name, a symbolic link at ``loss_curve.json`` (written
+    atomically and never through a link). The checkpoint and the plot are renamed over whatever link is there."""
+    out = Path(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise InputValueError(f"out: {out} exists and is not a folder")
+    for name in OUTPUTS:
+        p = out / name
+        if p.is_symlink() and name == CURVE_JSON:
+            raise InputValueError(f"{p}: is a symbolic link; refusing to write through it (remove it or choose "
+                                  f"another --out); nothing was run")
+        if p.is_dir() and not p.is_symlink():
+            raise InputValueError(f"{p}: is a folder, where the run writes a file; nothing was run")
+
+
+def _clear_earlier_run(out: Path) -> None:
+    """--overwrite: the earlier run's files are removed before the new run writes anything, so the folder never
+    holds one run's checkpoint beside another's loss curve."""
+    for p in existing_outputs(out):
+        p.unlink()
+
+
 def nonfinite_parameter(state: TrainState) -> str | None:
     """The name of the first parameter (or optimiser entry ``optim/<key>``) holding NaN/inf, or None."""
     for name, a in state.params.items():
@@ -207,7 +230,9 @@ def train(cfg: RunConfig | None = None, out: str | Path | None = None, resume: b
     Stops early (``history["diverged_at"]``) when the loss becomes non-finite.
 
     A new run (no ``resume``) refuses an ``out`` that holds an earlier run's checkpoint, loss curve or
-    plot unless ``overwrite`` (InputValueError naming the file). Every file is written atomically
+    plot unless ``overwrite`` (InputValueError naming the file); with ``overwrite`` those files are removed
+    once the new run is built and checked, before its first step, so ``out`` only ever holds one run. Every
+    output path is checked before the first step (:func:`check_output_paths`). Every file is written atomically
     (a temporary sibling renamed over the target). A checkpoint is never written with a non-finite
     parameter: when the run diverges that far, the previous checkpoint is kept and
     ``state.not_saved`` says which parameter stopped being finite.
@@ -228,6 +253,9 @@ def train(cfg: RunConfig | None = None, out: str | Path | None = None, resume: b
             state = build(cfg if cfg is not None else RunConfig())
     cfg = state.cfg
     if outdir is not None:
+        check_output_paths(outdir)                     # every output path, before the first step
+        if overwrite and not resume:
+            _clear_earlier_run(outdir)
         outdir.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(outdir / CHECKPOINT)
     bar = _Progress(cfg.steps, progress)
