@@ -134,7 +134,13 @@ def test_no_test_count_in_prose():
 def test_tests_that_need_a_browser_are_the_browser_lane_which_the_test_command_leaves_out():
     """The README's test command needs no browser: every test file that runs one is marked ``browser``,
     scripts/test.sh deselects that marker, and the README names the lane's command and what it needs."""
-    from conftest import LANE_MARKERS, file_markers
+    import importlib.util
+
+    # tests/conftest.py by its path: the name "conftest" may already be another folder's (tests/reliability has one)
+    spec = importlib.util.spec_from_file_location("_tests_conftest", ROOT / "tests" / "conftest.py")
+    root_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root_conftest)
+    LANE_MARKERS, file_markers = root_conftest.LANE_MARKERS, root_conftest.file_markers
 
     assert "browser" in LANE_MARKERS
     users = [p for p in sorted((ROOT / "tests").rglob("test_*.py")) if re.search(r"--headless|chromium", p.read_text())
