@@ -122,10 +122,10 @@ class TensorComparison:
         idx = tuple(index)
         if "|" in self.ours_name:                           # torch's stacked [W_Qᵀ; W_Kᵀ; W_Vᵀ] / [b_Q; b_K; b_V]
             d = self.ref.shape[0] // 3
-            base, leaves = self.ours_name.rsplit(".", 1)
+            base, _, leaves = self.ours_name.rpartition(".")
             leaf = leaves.split("|")[idx[0] // d]
             idx = (idx[0] % d,) + idx[1:]
-            name = f"{base}.{leaf}"
+            name = f"{base}.{leaf}" if base else leaf
         else:
             name = self.ours_name
         if self.transposed:

@@ -82,9 +82,11 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from . import _comparison_inputs as _inputs
 from ._comparison import (
     NORM_TOLERANCES,
     TOLERANCES,
@@ -106,7 +108,6 @@ __all__ = ["compare_with_torch", "assert_matches_torch", "ComparisonReport", "Te
 ComparisonReport.__module__ = TensorComparison.__module__ = __name__
 
 
-
 def default_tolerances(dtype, n_layers: int = 1) -> tuple[float, float, float]:
     """``(rtol, atol, norm_rtol)`` used by default for ``dtype`` (float32 or float64) and a module of ``n_layers``
     encoder layers: the per-layer values of :data:`TOLERANCES` and :data:`NORM_TOLERANCES` times √n_layers
@@ -120,7 +121,7 @@ def default_tolerances(dtype, n_layers: int = 1) -> tuple[float, float, float]:
     return rtol * k, atol * k, NORM_TOLERANCES[dt] * k
 
 
-# ----------------------------------------------------------------------------- inputs
+# ----------------------------------------------------------------------------- dtype
 def _np_dtype(dtype) -> np.dtype:
     if dtype is not None and "torch." in str(dtype):
         dtype = str(dtype).replace("torch.", "")
@@ -133,80 +134,81 @@ def _np_dtype(dtype) -> np.dtype:
     return dt
 
 
-def _to_numpy(x, name: str) -> np.ndarray:
-    if hasattr(x, "detach") and hasattr(x, "cpu"):
-        x = x.detach().cpu().numpy()
-    if isinstance(x, (list, tuple)):
-        x = np.asarray(x)
-    if not isinstance(x, np.ndarray):
-        raise InputTypeError(f"{name} must be a numpy array or torch tensor, got {describe(x)}")
-    return x
-
-
-def _float_input(x, name: str, dt: np.dtype, ndim: int) -> np.ndarray:
-    x = _to_numpy(x, name)
-    if not np.issubdtype(x.dtype, np.floating):
-        raise InputTypeError(f"{name} must be a float array (the layer's input), got dtype {x.dtype}")
-    if x.ndim != ndim:
-        raise InputValueError(f"{name} must have {ndim} dimensions, got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise InputValueError(f"{name} must be finite")
-    return x.astype(dt)
-
-
-def _mask(attention_mask, B: int, n: int) -> np.ndarray | None:
-    if attention_mask is None:
-        return None
-    m = _to_numpy(attention_mask, "attention_mask")
-    if m.shape != (B, n):
-        raise InputValueError(f"attention_mask must have shape (B, n) = {(B, n)}, got shape {m.shape}")
-    if not np.all((m == 0) | (m == 1)):
-        raise InputValueError("attention_mask must hold 1 (real token) and 0 (padding) only")
-    m = m.astype(np.int64)
-    empty = np.flatnonzero(m.sum(axis=1) == 0)
-    if empty.size:
-        raise InputValueError(f"attention_mask row {int(empty[0])} has no real token: attention over no key is "
-                              "undefined (torch returns NaN there)")
-    return m
-
-
-def _grad_output(grad_output, shape: tuple, dt: np.dtype, pad: np.ndarray | None, seed: int) -> np.ndarray:
-    """The upstream gradient R: given, or standard normal (seeded) with zeros at padded positions.
-    ``pad`` is a boolean array broadcastable to ``shape`` (True = padded position)."""
-    if grad_output is None:
-        R = np.random.default_rng(seed).standard_normal(shape)
-        if pad is not None:
-            R = np.where(pad, 0.0, R)
-        return R.astype(dt)
-    R = _to_numpy(grad_output, "grad_output")
-    if R.shape != tuple(shape):
-        raise InputValueError(f"grad_output must have the output's shape {tuple(shape)}, got shape {R.shape}")
-    if not np.issubdtype(R.dtype, np.floating) or not np.all(np.isfinite(R)):
-        raise InputValueError("grad_output must be a finite float array")
-    return R.astype(dt)
-
-
 # ----------------------------------------------------------------------------- the module kinds
+SUPPORTED_TORCH = ("nn.TransformerEncoderLayer", "nn.TransformerEncoder", "nn.MultiheadAttention (self-attention)")
+
+
+def _supported_text() -> str:
+    from .io.families import supported_text
+
+    return (f"torch: {', '.join(SUPPORTED_TORCH)}; Hugging Face: {supported_text()}, their task models' base model, "
+            "or one of their layers (BertLayer, AlbertLayer, DistilBERT's TransformerBlock, ...)")
+
+
 def _kind(module) -> str:
-    from .io.interop import _require_torch
+    """"torch" (encoder layer / encoder), "mha", "hf_model" or "hf_layer"; anything else is refused with the list."""
+    from .io.interop import _layer_hf_config, _require_torch
 
     torch = _require_torch()
     if isinstance(module, (torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder)):
         return "torch"
+    if isinstance(module, torch.nn.MultiheadAttention):
+        return "mha"
     if not isinstance(module, torch.nn.Module):
-        raise InputTypeError("module must be an nn.TransformerEncoderLayer, nn.TransformerEncoder, or a transformers "
-                             f"encoder model or layer, got {type(module).__name__}")
+        raise InputTypeError(f"module must be a torch module, got {describe(module)}; supported: "
+                             f"{_supported_text()}")
     try:
         import transformers
     except ImportError:  # pragma: no cover - depends on the environment
-        raise InputTypeError(f"module {type(module).__name__} is neither an nn.TransformerEncoder(Layer) nor (without "
-                             "transformers installed) a Hugging Face model") from None
+        raise InputTypeError(f"module {type(module).__name__} is not supported (and transformers is not installed "
+                             f"for Hugging Face models); supported: {_supported_text()}") from None
     if isinstance(module, transformers.PreTrainedModel):
         if module.base_model is not module:
             raise InputValueError(f"module is the task model {type(module).__name__}, whose output is not the "
                                   f"encoder's: compare its base model, module.{module.base_model_prefix}")
         return "hf_model"
+    if _layer_hf_config(module) is None:
+        raise InputTypeError(f"module must be a supported module, got {type(module).__name__}; supported: "
+                             f"{_supported_text()}")
     return "hf_layer"
+
+
+@dataclass(frozen=True)
+class _MHAConfig:
+    """What the comparison needs to know of a bare nn.MultiheadAttention (one "layer": its tolerances are one
+    layer's)."""
+
+    d_model: int
+    n_heads: int
+    n_layers: int = 1
+
+
+def _from_torch_mha(mha) -> tuple[_MHAConfig, dict]:
+    """Our MHA params (``W_Q``, ``b_Q``, …, ``W_O``, ``b_O``: :func:`transformer_np.ops.attention.mha_forward`'s)
+    from a self-attention nn.MultiheadAttention; unsupported options are refused by name."""
+    d = mha.embed_dim
+    if not mha._qkv_same_embed_dim:
+        raise InputValueError(f"module has kdim = {mha.kdim} / vdim = {mha.vdim} different from embed_dim = {d}: "
+                              "only self-attention (query = key = value = the input) is compared")
+    if mha.in_proj_bias is None or mha.out_proj.bias is None:
+        raise InputValueError("module was built with bias=False: transformer_np's projections have biases")
+    if mha.bias_k is not None or mha.bias_v is not None:
+        raise InputValueError("module was built with add_bias_kv=True: unsupported")
+    if mha.add_zero_attn:
+        raise InputValueError("module was built with add_zero_attn=True: unsupported")
+    W = mha.in_proj_weight.detach().numpy()                                  # (3d, d) = [W_Qᵀ; W_Kᵀ; W_Vᵀ]
+    b = mha.in_proj_bias.detach().numpy()
+    params = {}
+    for j, s in enumerate("QKV"):
+        params["W_" + s] = np.ascontiguousarray(W[j * d:(j + 1) * d].T)     # (d, d)
+        params["b_" + s] = b[j * d:(j + 1) * d].copy()
+    params["W_O"] = np.ascontiguousarray(mha.out_proj.weight.detach().numpy().T)
+    params["b_O"] = mha.out_proj.bias.detach().numpy().copy()
+    return _MHAConfig(d, mha.num_heads), params
+
+
+_MHA_NAMES = {"in_proj_weight": ("W_Q|W_K|W_V", True), "in_proj_bias": ("b_Q|b_K|b_V", False),
+              "out_proj.weight": ("W_O", True), "out_proj.bias": ("b_O", False)}
 
 
 def _torch_names_ours(config, single: bool) -> dict[str, tuple[str, bool]]:
@@ -221,11 +223,38 @@ def _torch_names_ours(config, single: bool) -> dict[str, tuple[str, bool]]:
     return out
 
 
-def _run_torch_side(mod, x_t, kind: str, am, ids_kwargs, torch):
-    """Forward of the module copy; returns the output tensor."""
+def _names(kind: str, config, module, torch) -> dict[str, tuple[str, bool]]:
+    if kind == "mha":
+        return dict(_MHA_NAMES)
     if kind == "torch":
-        kpm = None if am is None else torch.from_numpy(am == 0)
-        return mod(x_t, src_key_padding_mask=kpm)
+        return _torch_names_ours(config, isinstance(module, torch.nn.TransformerEncoderLayer))
+    from .io.families import hf_name_table, pooler_rows
+    from .io.interop import _as_family_config
+
+    fc = _as_family_config(config, "compare_with_torch")
+    return {fw: (o, t) for fw, o, t in list(hf_name_table(fc)) + pooler_rows(fc)}
+
+
+def _batch_first(mod, kind: str) -> bool:
+    if kind == "mha":
+        return bool(mod.batch_first)
+    if kind != "torch":
+        return True
+    layer = mod if not hasattr(mod, "layers") else mod.layers[0]
+    return bool(getattr(layer.self_attn, "batch_first", False))
+
+
+# ----------------------------------------------------------------------------- both sides
+def _run_torch_side(mod, x_t, kind: str, masks, ids_kwargs, torch):
+    """Forward of the module copy; returns the output tensor."""
+    kpm = None if masks.am is None else torch.from_numpy(masks.am == 0)      # torch's convention: True = padding
+    if kind == "mha":
+        return mod(x_t, x_t, x_t, key_padding_mask=kpm, need_weights=False, attn_mask=masks.torch_mask,
+                   is_causal=masks.is_causal)[0]
+    if kind == "torch":
+        if isinstance(mod, torch.nn.TransformerEncoderLayer):
+            return mod(x_t, src_mask=masks.torch_mask, src_key_padding_mask=kpm, is_causal=masks.is_causal)
+        return mod(x_t, mask=masks.torch_mask, src_key_padding_mask=kpm, is_causal=masks.is_causal)
     if kind == "hf_model":
         return mod(**ids_kwargs).last_hidden_state
     from transformers.masking_utils import create_bidirectional_mask
@@ -233,27 +262,60 @@ def _run_torch_side(mod, x_t, kind: str, am, ids_kwargs, torch):
     from .io.interop import _layer_hf_config
 
     mask4 = None
-    if am is not None:
+    if masks.am is not None:
         mask4 = create_bidirectional_mask(config=_layer_hf_config(mod), inputs_embeds=x_t,
-                                          attention_mask=torch.from_numpy(am))
+                                          attention_mask=torch.from_numpy(masks.am))
     out = mod(x_t, attention_mask=mask4)
     return out[0] if isinstance(out, tuple) else out
 
 
+def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R) -> tuple[np.ndarray, dict, np.ndarray | None]:
+    """Our forward and backward: (output, parameter gradients, input gradient or None)."""
+    from .io.hf_model import hf_backward, hf_forward
+    from .model.encoder import encoder_backward, encoder_forward
+
+    if kind == "mha":
+        from .ops.attention import mha_backward, mha_forward
+        from .ops.masks import padding_mask
+
+        mask = masks.extra if masks.extra is not None or masks.am is None else padding_mask(masks.am, x.dtype)
+        H, cache = mha_forward(x, params, config.n_heads, mask)
+        dx, grads = mha_backward(R, cache)
+        return H, grads, dx
+    if kind == "torch":
+        am = masks.am if masks.extra is None else None                        # extra holds the padding then
+        H, cache = encoder_forward(params, config, inputs_embeds=x, attention_mask=am, extra_mask=masks.extra)
+        grads = encoder_backward(R, cache)
+    elif kind == "hf_model":
+        H, cache = hf_forward(params, config, input_ids=ids, attention_mask=masks.am, token_type_ids=tt)
+        grads = hf_backward(R, cache)
+    else:
+        H, cache = hf_forward(params, config, inputs_embeds=x, attention_mask=masks.am)
+        grads = hf_backward(R, cache)
+    return H, grads, grads.pop("inputs_embeds", None)
+
+
 def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
+                       src_key_padding_mask=None, src_mask=None, attn_mask=None, is_causal: bool = False,
                        token_type_ids=None, params=None, seed: int = 0, rtol: float | None = None,
                        atol: float | None = None, norm_rtol: float | None = None) -> ComparisonReport:
     """Run ``module`` and transformer_np on the same weights and inputs; compare the output and every gradient.
 
     Args:
         module: an ``nn.TransformerEncoderLayer``, an ``nn.TransformerEncoder`` (with or without final
-            norm), a transformers base model of a supported family (``BertModel``, ``RobertaModel``,
+            norm), an ``nn.MultiheadAttention`` (self-attention: query = key = value = ``inputs``), a
+            transformers base model of a supported family (``BertModel``, ``RobertaModel``,
             ``DistilBertModel``, ``AlbertModel``, ``ElectraModel``, ...) or one of their layers
             (``BertLayer``, ``AlbertLayer``, ...). It is not modified (a copy runs, in eval mode).
         inputs: the float input in the module's layout (torch modules, HF layers), or ``input_ids``
             (B, n) for an HF model; NumPy or torch.
-        attention_mask: (B, n), 1 = real token, 0 = padding (for torch modules it becomes
-            ``src_key_padding_mask = attention_mask == 0``). Every row needs a real token.
+        attention_mask: Hugging Face's padding mask (B, n): integers, 1 = real token, 0 = padding.
+        src_key_padding_mask: torch's padding mask (B, n): booleans, True = padding (the same thing the other
+            way round; give one of the two). Every row needs a real token.
+        src_mask, attn_mask: (torch modules; two names for one argument) torch's attention mask, (n, n) or per
+            head (B·num_heads, n, n): boolean (True = may not attend) or float (added to the scores).
+        is_causal: (torch modules) position i attends to j ≤ i only. Alone, the causal mask is built and given
+            to torch with the hint; with ``src_mask``, that mask must be the causal one (torch's hint).
         grad_output: the upstream gradient R of L = ⟨R, output⟩, in the output's shape; default standard
             normal from ``seed``, zero at padded positions.
         dtype: float32 or float64 (NumPy or torch); default the module's (float64 if all its parameters
@@ -262,15 +324,14 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         params: our params to use (e.g. from your own code) instead of converting the module's weights;
             their disagreement with the module's weights is then reported first.
         seed: seeds the default ``grad_output``.
-        rtol, atol: the tolerances stored in the report (default :data:`TOLERANCES` for ``dtype``).
+        rtol, atol, norm_rtol: the tolerances stored in the report (default :func:`default_tolerances` of
+            ``dtype`` and the module's number of layers).
 
     Returns:
         a :class:`ComparisonReport`; ``report.check()`` raises like :func:`assert_matches_torch`.
     """
     __tracebackhide__ = _hide_assertion                  # pytest: a disagreement's frames are not the user's concern
-    from .io.hf_model import hf_backward, hf_forward
     from .io.interop import _require_torch, from_hf, from_torch
-    from .model.encoder import encoder_backward, encoder_forward
 
     torch = _require_torch()
     kind = _kind(module)
@@ -282,13 +343,21 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             _tolerance(name, v)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InputTypeError(f"seed must be an int >= 0, got {describe(seed)}")
+    if src_mask is not None and attn_mask is not None:
+        raise InputValueError("give src_mask or attn_mask, not both (two names for torch's attention mask)")
+    src_mask = attn_mask if src_mask is None else src_mask
+    if kind.startswith("hf") and (src_mask is not None or is_causal is not False):
+        raise InputValueError("src_mask / attn_mask / is_causal apply to the torch modules "
+                              f"({', '.join(SUPPORTED_TORCH)}); a Hugging Face encoder ({type(module).__name__}) "
+                              "takes the padding mask only "
+                              "(attention_mask, 1 = real token, or src_key_padding_mask, True = padding)")
     tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[dt]
     mod = copy.deepcopy(module).to(device="cpu", dtype=tdt).eval()
     for p in mod.parameters():
         p.requires_grad_(True)
         p.grad = None
 
-    config, converted = (from_torch(mod) if kind == "torch" else from_hf(mod))
+    config, converted = {"torch": from_torch, "mha": _from_torch_mha}.get(kind, from_hf)(mod)
     d_rtol, d_atol, d_norm = default_tolerances(dt, config.n_layers)
     rtol, atol = _tolerances(dt, rtol, atol, d_rtol, d_atol)
     norm_rtol = _tolerance("norm_rtol", d_norm if norm_rtol is None else norm_rtol)
@@ -304,19 +373,19 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                      "layers (see default_tolerances)")
 
     # ---- inputs, both layouts
-    batch_first = kind != "torch" or _batch_first(mod)
-    ids_kwargs = {}
+    batch_first = _batch_first(mod, kind)
+    ids_kwargs, ids, tt = {}, None, None
     if kind == "hf_model":
-        ids = _to_numpy(inputs, "inputs")
+        ids = _inputs.to_numpy(inputs, "inputs")
         if not np.issubdtype(ids.dtype, np.integer) or ids.ndim != 2:
             raise InputTypeError(f"inputs must be input_ids: an integer array (B, n) for {type(module).__name__}, "
                                  f"got {describe(ids)}")
         B, n = ids.shape
-        am = _mask(attention_mask, B, n)
+        masks = _inputs.AttentionMasks(am=_inputs.padding(attention_mask, src_key_padding_mask, B, n))
         ids_kwargs = {"input_ids": torch.from_numpy(ids.astype(np.int64))}
-        if am is not None:
-            ids_kwargs["attention_mask"] = torch.from_numpy(am)
-        tt = None if token_type_ids is None else _to_numpy(token_type_ids, "token_type_ids").astype(np.int64)
+        if masks.am is not None:
+            ids_kwargs["attention_mask"] = torch.from_numpy(masks.am)
+        tt = None if token_type_ids is None else _inputs.to_numpy(token_type_ids, "token_type_ids").astype(np.int64)
         if tt is not None:
             ids_kwargs["token_type_ids"] = torch.from_numpy(tt)
         x_t, x_ours = None, None
@@ -325,45 +394,32 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     else:
         if token_type_ids is not None:
             raise InputValueError("token_type_ids only applies to Hugging Face models (input_ids)")
-        x = _float_input(inputs, "inputs", dt, 3)
+        x = _inputs.float_input(inputs, "inputs", 3).astype(dt)
         x_ours = x if batch_first else np.ascontiguousarray(x.transpose(1, 0, 2))         # (B, n, d)
         B, n = x_ours.shape[:2]
-        am = _mask(attention_mask, B, n)
+        am = _inputs.padding(attention_mask, src_key_padding_mask, B, n)
+        if kind == "hf_layer":
+            masks = _inputs.AttentionMasks(am=am)
+        else:
+            masks = _inputs.attention_masks(am, src_mask, is_causal, B, config.n_heads, n, dt, tdt, torch)
+            notes += masks.notes
         x_t = torch.from_numpy(x.copy()).requires_grad_(True)
         out_shape = x.shape
-        if kind == "torch":
+        if kind != "hf_layer":
             notes.append("attention: nn.MultiheadAttention → scaled_dot_product_attention "
                          "(torch's default CPU backend unless an sdpa_kernel context selects one)")
+    am = masks.am
     pad = None if am is None else (am == 0)[:, :, None] if batch_first else (am == 0).T[:, :, None]
-    R = _grad_output(grad_output, out_shape, dt, pad, seed)
+    R = _inputs.grad_output(grad_output, out_shape, dt, pad, seed).astype(dt, copy=False)
     R_ours = R if batch_first else np.ascontiguousarray(R.transpose(1, 0, 2))
 
-    # ---- the framework's side
-    out_t = _run_torch_side(mod, x_t, kind, am, ids_kwargs, torch)
+    # ---- the framework's side, then ours
+    out_t = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
     out_t.backward(torch.from_numpy(R.copy()))
-
-    # ---- ours
-    if kind == "torch":
-        H, cache = encoder_forward(params, config, inputs_embeds=x_ours, attention_mask=am)
-        grads = encoder_backward(R_ours, cache)
-    elif kind == "hf_model":
-        H, cache = hf_forward(params, config, input_ids=ids, attention_mask=am, token_type_ids=tt)
-        grads = hf_backward(R_ours, cache)
-    else:
-        H, cache = hf_forward(params, config, inputs_embeds=x_ours, attention_mask=am)
-        grads = hf_backward(R_ours, cache)
-    dx = grads.pop("inputs_embeds", None)
+    H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
 
     # ---- names: the framework's, with ours alongside (views of our arrays in the framework's layout)
-    if kind == "torch":
-        names = _torch_names_ours(config, isinstance(module, torch.nn.TransformerEncoderLayer))
-    else:
-        from .io.families import hf_name_table, pooler_rows
-        from .io.interop import _as_family_config
-
-        fc = _as_family_config(config, "compare_with_torch")
-        names = {fw: (o, t) for fw, o, t in list(hf_name_table(fc)) + pooler_rows(fc)}
-
+    names = _names(kind, config, module, torch)
     entries = []
     named = list(mod.named_parameters())
     for fw, p in named:
@@ -389,7 +445,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             continue
         entries.append(_compare(fw, "grad", ours_g, p.grad.numpy(), *names[fw]))
     _set_scales(entries)
-    framework = "torch" if kind == "torch" else "transformers"
+    framework = "transformers" if kind.startswith("hf") else "torch"
     return ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol)
 
 
@@ -401,8 +457,8 @@ def _in_framework_layout(tree: dict, row: tuple[str, bool] | None) -> np.ndarray
         return None
     ours, transposed = row
     if "|" in ours:
-        base, leaves = ours.rsplit(".", 1)
-        parts = [tree.get(f"{base}.{leaf}") for leaf in leaves.split("|")]
+        base, _, leaves = ours.rpartition(".")
+        parts = [tree.get(f"{base}.{leaf}" if base else leaf) for leaf in leaves.split("|")]
         if any(a is None for a in parts):
             return None
         return np.concatenate([a.T for a in parts] if transposed else parts, axis=0)
@@ -412,24 +468,23 @@ def _in_framework_layout(tree: dict, row: tuple[str, bool] | None) -> np.ndarray
     return a.T if transposed else a
 
 
-def _batch_first(mod) -> bool:
-    layer = mod if not hasattr(mod, "layers") else mod.layers[0]
-    return bool(getattr(layer.self_attn, "batch_first", False))
-
-
 def assert_matches_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
+                         src_key_padding_mask=None, src_mask=None, attn_mask=None, is_causal: bool = False,
                          rtol: float | None = None, atol: float | None = None, norm_rtol: float | None = None,
                          token_type_ids=None, params=None, seed: int = 0) -> ComparisonReport:
     """:func:`compare_with_torch`, then raise ``AssertionError`` if any tensor disagrees.
 
     The message names the first tensor that disagrees (weights first, then the output, the input
     gradient, the parameter gradients) under the framework's own name with ours alongside; then one
-    element, the one furthest outside the criterion (the largest |ours − ref| − (atol·S + rtol·|ref|)),
-    with its index, both values, the error and the tolerance there; then the tensor's max abs / max
-    rel / norm-relative errors. Under pytest the library's own frames are hidden (``__tracebackhide__``):
-    the traceback ends at your test's line. Returns the report when everything agrees.
+    element, the one furthest outside the element-wise criterion (the largest |ours − ref| − (atol·S +
+    rtol·|ref|)), with its index, both values, the error and the tolerance there; the norm-wise criterion
+    when it fails; then the tensor's max abs / max rel / norm-relative errors. Under pytest the library's
+    own frames are hidden (``__tracebackhide__``): the traceback ends at your test's line. Returns the
+    report when everything agrees.
     """
     __tracebackhide__ = True                             # pytest: show the message, not this library's source
-    report = compare_with_torch(module, inputs, attention_mask, grad_output, dtype, token_type_ids=token_type_ids,
-                                params=params, seed=seed, rtol=rtol, atol=atol, norm_rtol=norm_rtol)
+    report = compare_with_torch(module, inputs, attention_mask, grad_output, dtype,
+                                src_key_padding_mask=src_key_padding_mask, src_mask=src_mask, attn_mask=attn_mask,
+                                is_causal=is_causal, token_type_ids=token_type_ids, params=params, seed=seed,
+                                rtol=rtol, atol=atol, norm_rtol=norm_rtol)
     return report.check()
