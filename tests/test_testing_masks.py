@@ -88,7 +88,7 @@ def test_torch_tensors_are_taken_as_they_are():
 
 def test_the_two_padding_conventions_say_the_same_thing():
     model = transformers.BertModel(transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
-                                                           num_attention_heads=4, intermediate_size=32)).double()
+                                                           num_attention_heads=4, intermediate_size=32)).double().eval()
     ids = np.random.default_rng(0).integers(2, 50, size=(2, 6))
     hf = compare_with_torch(model, ids, attention_mask=(~PAD).astype(int))
     tr = compare_with_torch(model, ids, src_key_padding_mask=PAD)
@@ -97,9 +97,6 @@ def test_the_two_padding_conventions_say_the_same_thing():
 
 
 # ----------------------------------------------------------------------------- refused, saying which is which
-LAYER = None
-
-
 def _layer():
     return torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, dtype=F64)
 

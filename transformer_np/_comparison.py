@@ -142,8 +142,8 @@ class TensorComparison:
     @property
     def label(self) -> str:
         what = {"weight": "weight", "output": "output", "input grad": "gradient of the input",
-                "grad": "gradient of"}[self.kind]
-        return f"{what} {self.name!r}" if self.kind in ("weight", "grad") else what
+                "grad": "gradient of", "config": "configuration value"}[self.kind]
+        return f"{what} {self.name!r}" if self.kind in ("weight", "grad", "config") else what
 
     def _excess_terms(self, rtol: float, atol: float) -> tuple[np.ndarray, np.ndarray]:
         diff = np.abs(np.subtract(self.ours, self.ref, dtype=np.float64))
@@ -232,6 +232,8 @@ class ComparisonReport:
         entries: the :class:`TensorComparison` list (configuration, weights, output, input grad, grads).
         notes: what was not compared and why; how attention ran on the torch side; any conversion made.
         norm_rtol: the norm-wise tolerance :meth:`check` uses by default (:data:`NORM_TOLERANCES` of the dtype).
+        conversions: every dtype conversion made on the way (the module's parameters, the inputs, ``grad_output``,
+            ``params``, a float mask), one sentence each; empty when nothing was converted.
     """
 
     module: str
@@ -242,6 +244,7 @@ class ComparisonReport:
     entries: list[TensorComparison]
     notes: list[str] = field(default_factory=list)
     norm_rtol: float | None = None
+    conversions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.norm_rtol is None:
@@ -249,9 +252,10 @@ class ComparisonReport:
 
     def __getitem__(self, name: str) -> TensorComparison:
         """The entry of one tensor: ``report["output"]``, ``report["input"]``, ``report["layers.0.linear1.weight"]``
-        (the gradient; ``report["weight:layers.0.linear1.weight"]`` is the weight)."""
+        (the gradient; ``report["weight:layers.0.linear1.weight"]`` is the weight, ``report["config:layer_norm_eps"]``
+        a configuration value compared with ``params=(config, params)``)."""
         for e in self.entries:
-            key = f"weight:{e.name}" if e.kind == "weight" else e.name
+            key = f"{e.kind}:{e.name}" if e.kind in ("weight", "config") else e.name
             if key == name:
                 return e
         raise KeyError(f"no compared tensor named {name!r}; names: {[e.name for e in self.entries][:12]} …")
@@ -281,6 +285,10 @@ class ComparisonReport:
         rtol, atol, norm_rtol = self._tols(rtol, atol, norm_rtol)
         out = []
         for e in self.entries:
+            if e.kind == "config":                             # equal or not: max_abs is 0 or inf
+                if e.max_abs:
+                    out.append((e, math.inf, ()))
+                continue
             nr = e.norm_ratio(norm_rtol)
             if e.elementwise_passes(rtol, atol) and nr <= 1.0:
                 continue
@@ -352,6 +360,7 @@ class ComparisonReport:
             rows.append(f"  {e.label:{w}s} {e.max_abs:9.2e} {rel} {e.norm_rel:9.2e} {e.scale:9.2e}  "
                         f"{e.where}{flag}")
         rows += [f"  note: {n}" for n in self.notes]
+        rows += [f"  converted: {c}" for c in self.conversions]
         return "\n".join(rows)
 
 

@@ -82,11 +82,11 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from . import _comparison_inputs as _inputs
+from . import _comparison_modules as _modules
 from ._comparison import (
     NORM_TOLERANCES,
     TOLERANCES,
@@ -132,116 +132,6 @@ def _np_dtype(dtype) -> np.dtype:
     if dt not in TOLERANCES:
         raise InputTypeError(f"dtype must be float32 or float64 (NumPy or torch), got {dt}")
     return dt
-
-
-# ----------------------------------------------------------------------------- the module kinds
-SUPPORTED_TORCH = ("nn.TransformerEncoderLayer", "nn.TransformerEncoder", "nn.MultiheadAttention (self-attention)")
-
-
-def _supported_text() -> str:
-    from .io.families import supported_text
-
-    return (f"torch: {', '.join(SUPPORTED_TORCH)}; Hugging Face: {supported_text()}, their task models' base model, "
-            "or one of their layers (BertLayer, AlbertLayer, DistilBERT's TransformerBlock, ...)")
-
-
-def _kind(module) -> str:
-    """"torch" (encoder layer / encoder), "mha", "hf_model" or "hf_layer"; anything else is refused with the list."""
-    from .io.interop import _layer_hf_config, _require_torch
-
-    torch = _require_torch()
-    if isinstance(module, (torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder)):
-        return "torch"
-    if isinstance(module, torch.nn.MultiheadAttention):
-        return "mha"
-    if not isinstance(module, torch.nn.Module):
-        raise InputTypeError(f"module must be a torch module, got {describe(module)}; supported: "
-                             f"{_supported_text()}")
-    try:
-        import transformers
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise InputTypeError(f"module {type(module).__name__} is not supported (and transformers is not installed "
-                             f"for Hugging Face models); supported: {_supported_text()}") from None
-    if isinstance(module, transformers.PreTrainedModel):
-        if module.base_model is not module:
-            raise InputValueError(f"module is the task model {type(module).__name__}, whose output is not the "
-                                  f"encoder's: compare its base model, module.{module.base_model_prefix}")
-        return "hf_model"
-    if _layer_hf_config(module) is None:
-        raise InputTypeError(f"module must be a supported module, got {type(module).__name__}; supported: "
-                             f"{_supported_text()}")
-    return "hf_layer"
-
-
-@dataclass(frozen=True)
-class _MHAConfig:
-    """What the comparison needs to know of a bare nn.MultiheadAttention (one "layer": its tolerances are one
-    layer's)."""
-
-    d_model: int
-    n_heads: int
-    n_layers: int = 1
-
-
-def _from_torch_mha(mha) -> tuple[_MHAConfig, dict]:
-    """Our MHA params (``W_Q``, ``b_Q``, …, ``W_O``, ``b_O``: :func:`transformer_np.ops.attention.mha_forward`'s)
-    from a self-attention nn.MultiheadAttention; unsupported options are refused by name."""
-    d = mha.embed_dim
-    if not mha._qkv_same_embed_dim:
-        raise InputValueError(f"module has kdim = {mha.kdim} / vdim = {mha.vdim} different from embed_dim = {d}: "
-                              "only self-attention (query = key = value = the input) is compared")
-    if mha.in_proj_bias is None or mha.out_proj.bias is None:
-        raise InputValueError("module was built with bias=False: transformer_np's projections have biases")
-    if mha.bias_k is not None or mha.bias_v is not None:
-        raise InputValueError("module was built with add_bias_kv=True: unsupported")
-    if mha.add_zero_attn:
-        raise InputValueError("module was built with add_zero_attn=True: unsupported")
-    W = mha.in_proj_weight.detach().numpy()                                  # (3d, d) = [W_Qᵀ; W_Kᵀ; W_Vᵀ]
-    b = mha.in_proj_bias.detach().numpy()
-    params = {}
-    for j, s in enumerate("QKV"):
-        params["W_" + s] = np.ascontiguousarray(W[j * d:(j + 1) * d].T)     # (d, d)
-        params["b_" + s] = b[j * d:(j + 1) * d].copy()
-    params["W_O"] = np.ascontiguousarray(mha.out_proj.weight.detach().numpy().T)
-    params["b_O"] = mha.out_proj.bias.detach().numpy().copy()
-    return _MHAConfig(d, mha.num_heads), params
-
-
-_MHA_NAMES = {"in_proj_weight": ("W_Q|W_K|W_V", True), "in_proj_bias": ("b_Q|b_K|b_V", False),
-              "out_proj.weight": ("W_O", True), "out_proj.bias": ("b_O", False)}
-
-
-def _torch_names_ours(config, single: bool) -> dict[str, tuple[str, bool]]:
-    """torch name → (our name, transposed?); the fused in_proj maps to "…attn.W_Q|W_K|W_V"."""
-    from .io.interop import _torch_table
-
-    out = {fw: (ours, t) for fw, ours, t in _torch_table(config, single)}
-    for i in range(config.n_layers):
-        tp = "" if single else f"layers.{i}."
-        out[tp + "self_attn.in_proj_weight"] = (f"layers.{i}.attn.W_Q|W_K|W_V", True)
-        out[tp + "self_attn.in_proj_bias"] = (f"layers.{i}.attn.b_Q|b_K|b_V", False)
-    return out
-
-
-def _names(kind: str, config, module, torch) -> dict[str, tuple[str, bool]]:
-    if kind == "mha":
-        return dict(_MHA_NAMES)
-    if kind == "torch":
-        return _torch_names_ours(config, isinstance(module, torch.nn.TransformerEncoderLayer))
-    from .io.families import hf_name_table, pooler_rows
-    from .io.interop import _as_family_config
-
-    fc = _as_family_config(config, "compare_with_torch")
-    return {fw: (o, t) for fw, o, t in list(hf_name_table(fc)) + pooler_rows(fc)}
-
-
-def _batch_first(mod, kind: str) -> bool:
-    if kind == "mha":
-        return bool(mod.batch_first)
-    if kind != "torch":
-        return True
-    layer = mod if not hasattr(mod, "layers") else mod.layers[0]
-    return bool(getattr(layer.self_attn, "batch_first", False))
 
 
 # ----------------------------------------------------------------------------- both sides
@@ -297,8 +187,9 @@ def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R) -> tuple[np
 
 def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
                        src_key_padding_mask=None, src_mask=None, attn_mask=None, is_causal: bool = False,
-                       token_type_ids=None, params=None, seed: int = 0, rtol: float | None = None,
-                       atol: float | None = None, norm_rtol: float | None = None) -> ComparisonReport:
+                       token_type_ids=None, params=None, config=None, dropout_off: bool = False, seed: int = 0,
+                       rtol: float | None = None, atol: float | None = None,
+                       norm_rtol: float | None = None) -> ComparisonReport:
     """Run ``module`` and transformer_np on the same weights and inputs; compare the output and every gradient.
 
     Args:
@@ -322,7 +213,14 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             are, else float32). Both sides run in it.
         token_type_ids: (B, n) segment ids, for HF models.
         params: our params to use (e.g. from your own code) instead of converting the module's weights;
-            their disagreement with the module's weights is then reported first.
+            their disagreement with the module's weights is then reported first. Give them with their
+            configuration, ``params=(config, params)`` (what ``from_torch``/``from_hf`` return) or ``config=``:
+            every configuration value the output depends on (eps, activation, norm placement, final LayerNorm,
+            attention scale, sizes, the family's embedding layout) is then compared too, first, and ours runs
+            with your config. Without it, your params run with the module's configuration (a note says so).
+        config: your config, with ``params`` (see there).
+        dropout_off: a module in training mode with dropout > 0 is refused (its output is random); True compares
+            it with dropout off (a copy in eval mode), and the report's notes say so.
         seed: seeds the default ``grad_output``.
         rtol, atol, norm_rtol: the tolerances stored in the report (default :func:`default_tolerances` of
             ``dtype`` and the module's number of layers).
@@ -334,46 +232,89 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     from .io.interop import _require_torch, from_hf, from_torch
 
     torch = _require_torch()
-    kind = _kind(module)
+    user_config = config                                 # yours; `config` becomes the module's below
+    kind = _modules.kind_of(module)
+    module_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in module.parameters()})
+    dtype_given = dtype is not None
     if dtype is None:
-        dtype = np.float64 if {p.dtype for p in module.parameters()} == {torch.float64} else np.float32
+        dtype = np.float64 if module_dtypes == ["float64"] else np.float32
     dt = _np_dtype(dtype)
     for name, v in (("rtol", rtol), ("atol", atol), ("norm_rtol", norm_rtol)):
         if v is not None:
             _tolerance(name, v)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InputTypeError(f"seed must be an int >= 0, got {describe(seed)}")
+    if not isinstance(dropout_off, bool):
+        raise InputTypeError(f"dropout_off must be a bool, got {describe(dropout_off)}")
     if src_mask is not None and attn_mask is not None:
         raise InputValueError("give src_mask or attn_mask, not both (two names for torch's attention mask)")
     src_mask = attn_mask if src_mask is None else src_mask
     if kind.startswith("hf") and (src_mask is not None or is_causal is not False):
         raise InputValueError("src_mask / attn_mask / is_causal apply to the torch modules "
-                              f"({', '.join(SUPPORTED_TORCH)}); a Hugging Face encoder ({type(module).__name__}) "
-                              "takes the padding mask only "
+                              f"({', '.join(_modules.SUPPORTED_TORCH)}); a Hugging Face encoder "
+                              f"({type(module).__name__}) takes the padding mask only "
                               "(attention_mask, 1 = real token, or src_key_padding_mask, True = padding)")
+    notes, conversions = [], []
+    dropping = _modules.training_dropout(module, torch)
+    if dropping and not dropout_off:
+        raise InputValueError(f"module is in training mode with dropout > 0 in {', '.join(dropping[:4])}"
+                              f"{', …' if len(dropping) > 4 else ''}: its output is random and cannot match. Call "
+                              "module.eval(), or pass dropout_off=True to compare it with dropout off (in eval mode)")
+    if dropping:
+        notes.append(f"dropout_off=True: the module is in training mode with dropout > 0 ({len(dropping)} places); "
+                     "its copy runs in eval mode, dropout off")
+    elif any(m.training for m in module.modules()):
+        notes.append("the module is in training mode with no dropout > 0: its copy runs in eval mode (the same "
+                     "function)")
+    if module_dtypes != [dt.name]:
+        conversions.append(f"the module's parameters ({', '.join(module_dtypes)}) run as a {dt.name} copy"
+                           + (" (dtype=)" if dtype_given else ""))
     tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[dt]
     mod = copy.deepcopy(module).to(device="cpu", dtype=tdt).eval()
     for p in mod.parameters():
         p.requires_grad_(True)
         p.grad = None
 
-    config, converted = {"torch": from_torch, "mha": _from_torch_mha}.get(kind, from_hf)(mod)
-    d_rtol, d_atol, d_norm = default_tolerances(dt, config.n_layers)
-    rtol, atol = _tolerances(dt, rtol, atol, d_rtol, d_atol)
-    norm_rtol = _tolerance("norm_rtol", d_norm if norm_rtol is None else norm_rtol)
+    config, converted = {"torch": from_torch, "mha": _modules.from_torch_mha}.get(kind, from_hf)(mod)
+    _modules.check_attention_scale(mod, config)
+    if isinstance(params, tuple):
+        if len(params) != 2 or user_config is not None:
+            raise InputTypeError("params must be a dict of name -> numpy array (ours), or the pair (config, params) "
+                                 "that from_torch / from_hf return, with config= not given as well")
+        user_config, params = params
+    cfg_entries = []
     if params is None:
+        if user_config is not None:
+            raise InputValueError("config= describes your params: give them with it (params=(config, params))")
         params = converted
     elif not isinstance(params, dict):
         raise InputTypeError(f"params must be a dict of name -> numpy array (ours), got {describe(params)}")
     else:
-        params = {k: np.asarray(v).astype(dt) for k, v in params.items()}
-    notes = []
+        cast = sorted({str(np.asarray(v).dtype) for v in params.values()} - {dt.name})
+        if cast:
+            conversions.append(f"params ({', '.join(cast)}) cast to {dt.name}")
+        params = {k: np.asarray(v).astype(dt, copy=False) for k, v in params.items()}
+        if user_config is None:
+            notes.append("params= without its config: your params run with the module's configuration (eps, "
+                         "activation, norm placement, ...); pass params=(config, params) to compare yours too")
+        else:
+            cfg_entries = _modules.config_entries(user_config, config)
+            structural = [e.name for e in cfg_entries if e.max_abs and e.name in _modules.STRUCTURAL]
+            if structural:
+                notes.append(f"no tensor compared: your config differs from the module's in {structural}, which "
+                             "decide the parameters' shapes")
+                return ComparisonReport(type(module).__name__, "transformers" if kind.startswith("hf") else "torch",
+                                        dt, *TOLERANCES[dt], cfg_entries, notes, NORM_TOLERANCES[dt], conversions)
+            config = user_config
+    d_rtol, d_atol, d_norm = default_tolerances(dt, config.n_layers)
+    rtol, atol = _tolerances(dt, rtol, atol, d_rtol, d_atol)
+    norm_rtol = _tolerance("norm_rtol", d_norm if norm_rtol is None else norm_rtol)
     if config.n_layers > 1:
         notes.append(f"default tolerances: the per-layer values times √{config.n_layers} for {config.n_layers} "
                      "layers (see default_tolerances)")
 
     # ---- inputs, both layouts
-    batch_first = _batch_first(mod, kind)
+    batch_first = _modules.batch_first(mod, kind)
     ids_kwargs, ids, tt = {}, None, None
     if kind == "hf_model":
         ids = _inputs.to_numpy(inputs, "inputs")
@@ -394,7 +335,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     else:
         if token_type_ids is not None:
             raise InputValueError("token_type_ids only applies to Hugging Face models (input_ids)")
-        x = _inputs.float_input(inputs, "inputs", 3).astype(dt)
+        x = _inputs.float_input(inputs, "inputs", 3)
+        if x.dtype != dt:
+            conversions.append(f"inputs ({x.dtype}) cast to {dt.name}")
+            x = x.astype(dt)
         x_ours = x if batch_first else np.ascontiguousarray(x.transpose(1, 0, 2))         # (B, n, d)
         B, n = x_ours.shape[:2]
         am = _inputs.padding(attention_mask, src_key_padding_mask, B, n)
@@ -402,7 +346,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             masks = _inputs.AttentionMasks(am=am)
         else:
             masks = _inputs.attention_masks(am, src_mask, is_causal, B, config.n_heads, n, dt, tdt, torch)
-            notes += masks.notes
+            conversions += masks.notes
         x_t = torch.from_numpy(x.copy()).requires_grad_(True)
         out_shape = x.shape
         if kind != "hf_layer":
@@ -410,7 +354,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                          "(torch's default CPU backend unless an sdpa_kernel context selects one)")
     am = masks.am
     pad = None if am is None else (am == 0)[:, :, None] if batch_first else (am == 0).T[:, :, None]
-    R = _inputs.grad_output(grad_output, out_shape, dt, pad, seed).astype(dt, copy=False)
+    R = _inputs.grad_output(grad_output, out_shape, dt, pad, seed)
+    if R.dtype != dt:
+        conversions.append(f"grad_output ({R.dtype}) cast to {dt.name}")
+        R = R.astype(dt)
     R_ours = R if batch_first else np.ascontiguousarray(R.transpose(1, 0, 2))
 
     # ---- the framework's side, then ours
@@ -419,8 +366,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
 
     # ---- names: the framework's, with ours alongside (views of our arrays in the framework's layout)
-    names = _names(kind, config, module, torch)
-    entries = []
+    names = _modules.names_of(kind, config, module, torch)
+    entries = list(cfg_entries)
     named = list(mod.named_parameters())
     for fw, p in named:
         ours_p = _in_framework_layout(params, names.get(fw))
@@ -446,7 +393,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         entries.append(_compare(fw, "grad", ours_g, p.grad.numpy(), *names[fw]))
     _set_scales(entries)
     framework = "transformers" if kind.startswith("hf") else "torch"
-    return ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol)
+    return ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol, conversions)
 
 
 def _in_framework_layout(tree: dict, row: tuple[str, bool] | None) -> np.ndarray | None:
@@ -471,7 +418,8 @@ def _in_framework_layout(tree: dict, row: tuple[str, bool] | None) -> np.ndarray
 def assert_matches_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
                          src_key_padding_mask=None, src_mask=None, attn_mask=None, is_causal: bool = False,
                          rtol: float | None = None, atol: float | None = None, norm_rtol: float | None = None,
-                         token_type_ids=None, params=None, seed: int = 0) -> ComparisonReport:
+                         token_type_ids=None, params=None, config=None, dropout_off: bool = False,
+                         seed: int = 0) -> ComparisonReport:
     """:func:`compare_with_torch`, then raise ``AssertionError`` if any tensor disagrees.
 
     The message names the first tensor that disagrees (weights first, then the output, the input
@@ -485,6 +433,7 @@ def assert_matches_torch(module, inputs, attention_mask=None, grad_output=None, 
     __tracebackhide__ = True                             # pytest: show the message, not this library's source
     report = compare_with_torch(module, inputs, attention_mask, grad_output, dtype,
                                 src_key_padding_mask=src_key_padding_mask, src_mask=src_mask, attn_mask=attn_mask,
-                                is_causal=is_causal, token_type_ids=token_type_ids, params=params, seed=seed,
+                                is_causal=is_causal, token_type_ids=token_type_ids, params=params, config=config,
+                                dropout_off=dropout_off, seed=seed,
                                 rtol=rtol, atol=atol, norm_rtol=norm_rtol)
     return report.check()
