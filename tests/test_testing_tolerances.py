@@ -174,3 +174,31 @@ def test_the_defaults_grow_with_the_square_root_of_the_depth():
     report = compare_with_torch(enc, np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32))
     assert (report.rtol, report.atol, report.norm_rtol) == default_tolerances(np.float32, 3)
     assert any("√3" in n for n in report.notes), report.notes
+
+
+# ----------------------------------------------------------------------------- reports that read true
+def test_an_exactly_zero_reference_is_read_by_its_absolute_error():
+    from transformer_np._comparison import ComparisonReport, _compare, _set_scales
+
+    w = _compare("key.weight", "grad", np.array([[1.0, -2.0]]), np.array([[1.0, -2.0 + 1e-16]]))
+    b = _compare("key.bias", "grad", np.array([1e-17, 0.0]), np.array([0.0, 0.0]))      # exactly 0 in torch
+    _set_scales([w, b])
+    report = ComparisonReport("Toy", "torch", np.dtype(np.float64), 1e-10, 1e-12, [w, b])
+    assert b.ref_is_zero and b.max_rel is None and b.max_abs == 1e-17                  # no inf anywhere
+    assert b.norm_rel == pytest.approx(1e-17 / (np.sqrt(2) * np.sqrt(5 / 4)))          # against its module
+    assert report.ok and "ref = 0" in str(report) and "inf" not in str(report)
+
+
+def test_a_passing_bert_reads_as_passing():
+    """The key-bias gradient is round-off on both sides: its max rel is not reported (below (atol/rtol)·S) and its
+    norm_rel is measured against the key weight's gradient, so the summary obeys the criterion it summarises."""
+    torch.manual_seed(0)
+    model = transformers.BertModel(transformers.BertConfig(**COMMON)).eval()
+    ids, am = padded()
+    for dtype in (np.float32, np.float64):
+        report = compare_with_torch(model, ids, attention_mask=am, dtype=dtype)
+        assert report.ok
+        assert report.max_norm_rel("grad") <= report.norm_rtol, report.max_norm_rel("grad")
+        kb = report["encoder.layer.0.attention.self.key.bias"]
+        assert kb.max_rel is None and kb.norm_rel <= report.norm_rtol
+        assert all(e.max_rel is None or e.max_rel < 1e-3 for e in report.entries), str(report)

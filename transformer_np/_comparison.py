@@ -76,8 +76,10 @@ class TensorComparison:
         err_norm, ref_norm: ‖ours − ref‖ and ‖ref‖.
         transposed: our array is the transpose of the framework's (every ``nn.Linear`` weight).
 
-    ``max_rel`` (computed on first use) is the max |ours − ref| / |ref| over the elements where ref ≠ 0, and
-    None when the reference is exactly 0 everywhere: such a tensor is measured by its absolute error.
+    ``max_rel`` (computed on first use) is the max |ours − ref| / |ref| over the elements the relative term of the
+    criterion governs — |ref| ≥ (atol/rtol)·S, the report's ``rel_floor``; below it atol·S is the larger part of
+    the tolerance — and None when no element qualifies (an exactly-zero reference, or one of pure round-off like
+    the key-bias gradient): such a tensor is read by its absolute error, ``max_abs``.
     """
 
     name: str
@@ -94,6 +96,7 @@ class TensorComparison:
     scale: float = 0.0
     norm_scale: float = 0.0
     norm_rel: float = 0.0
+    rel_floor: float = 0.0
     _max_rel: object = field(default=False, repr=False, compare=False)
 
     @property
@@ -105,14 +108,15 @@ class TensorComparison:
     def max_rel(self) -> float | None:
         """max |ours − ref| / |ref| over the elements where ref ≠ 0; None if the reference is exactly 0."""
         if self._max_rel is False:
-            if self.ref_is_zero or self.ref.size == 0:
-                self._max_rel = None
-            else:
-                nz = self.ref != 0
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    rel = np.abs(self.ours[nz] - self.ref[nz]) / np.abs(self.ref[nz])
-                m = float(np.max(rel))
-                self._max_rel = math.inf if math.isnan(m) else m
+            self._max_rel = None
+            if not self.ref_is_zero and self.ref.size and self.kind != "config":
+                a = np.abs(self.ref)
+                nz = (a != 0) & (a >= self.rel_floor)
+                if nz.any():
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        rel = np.abs(self.ours[nz] - self.ref[nz]) / a[nz]
+                    m = float(np.max(rel))
+                    self._max_rel = math.inf if math.isnan(m) else m
         return self._max_rel
 
     def ours_at(self, index: tuple) -> str | None:
@@ -249,6 +253,9 @@ class ComparisonReport:
     def __post_init__(self) -> None:
         if self.norm_rtol is None:
             self.norm_rtol = NORM_TOLERANCES.get(np.dtype(self.dtype), 0.0)
+        for e in self.entries:                       # max_rel over what the relative term governs
+            e.rel_floor = (self.atol / self.rtol) * e.scale if self.rtol > 0 else math.inf
+            e._max_rel = False
 
     def __getitem__(self, name: str) -> TensorComparison:
         """The entry of one tensor: ``report["output"]``, ``report["input"]``, ``report["layers.0.linear1.weight"]``
@@ -337,7 +344,9 @@ class ComparisonReport:
                              f"{norm_rtol * e.norm_scale:.3g} (norm_rtol = {norm_rtol:g}, N = {e.norm_scale:.3g}): "
                              f"norm-relative error {e.norm_rel:.3g}, {nr:.3g} times the tolerance"
                              + (" — a systematic error, no single element out of tolerance" if elem_ok else ""))
-            rel_text = "n/a (the reference is exactly 0)" if e.max_rel is None else f"{e.max_rel:.3g}"
+            rel_text = (("n/a (the reference is exactly 0)" if e.ref_is_zero else
+                         "n/a (every |reference| is below (atol/rtol)*S: read the abs error)")
+                        if e.max_rel is None else f"{e.max_rel:.3g}")
             lines.append(f"  over the whole tensor: max abs error {e.max_abs:.3g}, max rel error "
                          f"{rel_text}, norm-relative error {e.norm_rel:.3g}")
         if len(bad) > 1:
@@ -356,9 +365,12 @@ class ComparisonReport:
             if e.kind == "config":
                 rows.append(f"  {e.label:{w}s} ours = {e.ours.item()!r}, theirs = {e.ref.item()!r}{flag}")
                 continue
-            rel = f"{'ref = 0':>9s}" if e.max_rel is None else f"{e.max_rel:9.2e}"
+            rel = f"{'ref = 0' if e.ref_is_zero else '-':>9s}" if e.max_rel is None else f"{e.max_rel:9.2e}"
             rows.append(f"  {e.label:{w}s} {e.max_abs:9.2e} {rel} {e.norm_rel:9.2e} {e.scale:9.2e}  "
                         f"{e.where}{flag}")
+        if any(e.max_rel is None and not e.ref_is_zero for e in self.entries if e.kind != "config"):
+            rows.append("  max rel '-': every |reference| is below (atol/rtol)*S (round-off, like the key-bias "
+                        "gradient): read the max abs error")
         rows += [f"  note: {n}" for n in self.notes]
         rows += [f"  converted: {c}" for c in self.conversions]
         return "\n".join(rows)
