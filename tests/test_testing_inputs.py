@@ -118,3 +118,67 @@ def test_an_attention_scale_other_than_one_over_root_dk_is_refused():
     bert.encoder.layer[1].attention.self.scaling = 0.3
     with pytest.raises(InputValueError, match=r"module.encoder.layer.1.attention.self.scaling = 0.3.*1/√d_k = 0.5"):
         compare_with_torch(bert, np.ones((2, 5), dtype=int))
+
+
+# ----------------------------------------------------------------------------- input errors, by name
+def _bert(**kw):
+    return transformers.BertModel(transformers.BertConfig(**{**SMALL, **kw})).double().eval()
+
+
+def test_ids_out_of_the_vocabulary_are_a_library_error():
+    ids = np.array([[2, 3, 4], [5, 57, 6]])
+    with pytest.raises(InputValueError, match=r"inputs \(input_ids\) must be token ids in \[0, vocab_size\) = "
+                                              r"\[0, 50\) for BertModel, got 57 at index \(1, 1\)"):
+        compare_with_torch(_bert(), ids)
+    with pytest.raises(InputValueError, match="got -1"):
+        compare_with_torch(_bert(), np.array([[2, -1, 4]]))
+    with pytest.raises(InputValueError, match=r"token_type_ids must be in \[0, type_vocab_size\) = \[0, 2\)"):
+        compare_with_torch(_bert(), np.array([[2, 3, 4]]), token_type_ids=np.array([[0, 1, 2]]))
+    distil = transformers.DistilBertModel(transformers.DistilBertConfig(vocab_size=50, dim=16, n_layers=1, n_heads=4,
+                                                                        hidden_dim=32)).eval()
+    with pytest.raises(InputValueError, match="DistilBertModel has no token-type embedding"):
+        compare_with_torch(distil, np.array([[2, 3, 4]]), token_type_ids=np.zeros((1, 3), dtype=int))
+
+
+def test_a_sequence_past_the_position_table_is_a_library_error():
+    with pytest.raises(InputValueError, match=r"sequences of 13 tokens.*position table has 12 rows.*at most 12"):
+        compare_with_torch(_bert(), np.full((1, 13), 3))
+    roberta = transformers.RobertaModel(transformers.RobertaConfig(**SMALL)).double().eval()     # rows 0, 1: p + 1
+    with pytest.raises(InputValueError, match=r"sequences of 11 tokens.*up to 12.*12 rows.*at most 10 tokens"):
+        compare_with_torch(roberta, np.full((1, 11), 3))
+    assert compare_with_torch(roberta, np.full((1, 10), 3)).ok
+
+
+@pytest.mark.parametrize("module", [torch.nn.Linear(4, 4), torch.nn.TransformerDecoderLayer(16, 4, 32),
+                                    "not a module"], ids=["Linear", "TransformerDecoderLayer", "str"])
+def test_an_unsupported_module_lists_the_torch_modules_and_the_families(module):
+    with pytest.raises(InputTypeError) as info:
+        compare_with_torch(module, x_input((2, 5, 16)))
+    msg = str(info.value)
+    assert msg.startswith("module must be") and "nn.TransformerEncoderLayer, nn.TransformerEncoder, " \
+                                                "nn.MultiheadAttention" in msg and "roberta (RobertaModel)" in msg, msg
+
+
+def test_unsupported_multihead_attention_options_are_named():
+    with pytest.raises(InputValueError, match="kdim = 8"):
+        compare_with_torch(torch.nn.MultiheadAttention(16, 4, kdim=8, vdim=8).eval(), x_input((5, 2, 16)))
+    with pytest.raises(InputValueError, match="add_bias_kv"):
+        compare_with_torch(torch.nn.MultiheadAttention(16, 4, add_bias_kv=True).eval(), x_input((5, 2, 16)))
+
+
+def test_a_gradient_at_padding_rows_is_explained():
+    """HF's nn.Embedding(padding_idx) row gets gradient 0 by definition, ours the true derivative: a grad_output
+    nonzero where a token reads that row is refused with the reason; the default grad_output is 0 there."""
+    model = _bert(pad_token_id=0)
+    ids = np.array([[2, 3, 4, 0, 0], [5, 6, 7, 8, 9]])
+    am = (ids != 0).astype(int)
+    R = np.random.default_rng(0).normal(size=(2, 5, 16))
+    with pytest.raises(InputValueError, match=r"grad_output is nonzero at the padded position \(0, 3\), whose token 0 "
+                                              r"reads the padding row: .*embeddings.word_embeddings \(padding_idx = 0\)"
+                                              r".*true derivative"):
+        compare_with_torch(model, ids, attention_mask=am, grad_output=R)
+    R[0, 3:] = 0
+    assert compare_with_torch(model, ids, attention_mask=am, grad_output=R).ok
+    with pytest.raises(InputValueError, match=r"padding token 0 at position \(0, 1\), which attention_mask does not "
+                                              r"mask out"):
+        compare_with_torch(model, np.array([[2, 0, 4]]))

@@ -202,3 +202,65 @@ def _every_query_keeps_a_key(masks: AttentionMasks, B: int, h: int, n: int) -> N
         raise InputValueError(f"with these masks, query {q} of sequence {b} (head {head}) may attend to no key: "
                               "attention over no key is undefined (torch returns NaN there). With a causal mask, "
                               "pad on the right")
+
+
+# ----------------------------------------------------------------------------- ids
+def check_ids(ids: np.ndarray, config, model: str) -> None:
+    """``input_ids`` within the vocabulary and within the position table, before torch sees them (torch answers
+    with an IndexError, transformers with a RuntimeError about sizes)."""
+    from .io.families import HFEncoderConfig
+    from .io.hf_model import position_ids
+
+    V = config.vocab_size
+    bad = np.argwhere((ids < 0) | (ids >= V))
+    if bad.size:
+        at = tuple(int(i) for i in bad[0])
+        raise InputValueError(f"inputs (input_ids) must be token ids in [0, vocab_size) = [0, {V}) for {model}, got "
+                              f"{int(ids[at])} at index {at} ({len(bad)} ids out of range)")
+    if isinstance(config, HFEncoderConfig):
+        rows, pos = config.n_positions, position_ids(ids, config)
+    else:
+        rows, pos = config.max_len, np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    if pos.size and int(pos.max()) >= rows:
+        longest = rows - (config.offset if isinstance(config, HFEncoderConfig) else 0)
+        raise InputValueError(f"inputs (input_ids) has sequences of {ids.shape[1]} tokens, which need position ids up "
+                              f"to {int(pos.max())}, but {model}'s position table has {rows} rows "
+                              f"(max_position_embeddings): at most {longest} tokens")
+
+
+def check_token_types(tt: np.ndarray, config, B: int, n: int, model: str) -> None:
+    T = config.type_vocab_size
+    if not T:
+        raise InputValueError(f"token_type_ids given, but {model} has no token-type embedding")
+    if tt.shape != (B, n):
+        raise InputValueError(f"token_type_ids must have the shape of input_ids {(B, n)}, got shape {tt.shape}")
+    bad = np.argwhere((tt < 0) | (tt >= T))
+    if bad.size:
+        at = tuple(int(i) for i in bad[0])
+        raise InputValueError(f"token_type_ids must be in [0, type_vocab_size) = [0, {T}) for {model}, got "
+                              f"{int(tt[at])} at index {at}")
+
+
+def padding_index_positions(mod, ids: np.ndarray, config) -> tuple[np.ndarray, list[str]]:
+    """(B, n) True where a token reads an ``nn.Embedding`` row at its ``padding_idx`` (the word table's, and
+    RoBERTa's position table's), and the tables concerned. torch defines the gradient of such a row as 0; ours
+    is the true derivative of the forward, so the two agree only when the upstream gradient is 0 there."""
+    from .io.families import HFEncoderConfig
+    from .io.hf_model import position_ids
+
+    hit = np.zeros(ids.shape, dtype=bool)
+    tables = []
+    for name, m in mod.named_modules():
+        idx = getattr(m, "padding_idx", None)
+        if idx is None or not name.endswith(("word_embeddings", "position_embeddings")):
+            continue
+        if name.endswith("word_embeddings"):
+            where = ids == idx
+        elif isinstance(config, HFEncoderConfig):
+            where = position_ids(ids, config) == idx
+        else:
+            where = np.broadcast_to(np.arange(ids.shape[1]), ids.shape) == idx
+        if where.any():
+            hit |= where
+            tables.append(f"{name} (padding_idx = {idx})")
+    return hit, tables

@@ -208,7 +208,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         is_causal: (torch modules) position i attends to j ≤ i only. Alone, the causal mask is built and given
             to torch with the hint; with ``src_mask``, that mask must be the causal one (torch's hint).
         grad_output: the upstream gradient R of L = ⟨R, output⟩, in the output's shape; default standard
-            normal from ``seed``, zero at padded positions.
+            normal from ``seed``, zero at padded positions. (HF models: torch defines the gradient of an
+            embedding row at its ``padding_idx`` — the padding token's word row, RoBERTa's position row p — as 0;
+            so a padding token that is not masked out, or a given R nonzero at a padded position holding one, is
+            refused, with the reason.)
         dtype: float32 or float64 (NumPy or torch); default the module's (float64 if all its parameters
             are, else float32). Both sides run in it.
         token_type_ids: (B, n) segment ids, for HF models.
@@ -315,20 +318,26 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
 
     # ---- inputs, both layouts
     batch_first = _modules.batch_first(mod, kind)
-    ids_kwargs, ids, tt = {}, None, None
+    ids_kwargs, ids, tt, pad_rows, pad_tables = {}, None, None, None, []
     if kind == "hf_model":
         ids = _inputs.to_numpy(inputs, "inputs")
         if not np.issubdtype(ids.dtype, np.integer) or ids.ndim != 2:
             raise InputTypeError(f"inputs must be input_ids: an integer array (B, n) for {type(module).__name__}, "
                                  f"got {describe(ids)}")
         B, n = ids.shape
+        _inputs.check_ids(ids, config, type(module).__name__)
         masks = _inputs.AttentionMasks(am=_inputs.padding(attention_mask, src_key_padding_mask, B, n))
         ids_kwargs = {"input_ids": torch.from_numpy(ids.astype(np.int64))}
         if masks.am is not None:
             ids_kwargs["attention_mask"] = torch.from_numpy(masks.am)
-        tt = None if token_type_ids is None else _inputs.to_numpy(token_type_ids, "token_type_ids").astype(np.int64)
-        if tt is not None:
+        if token_type_ids is not None:
+            tt = _inputs.to_numpy(token_type_ids, "token_type_ids")
+            if not np.issubdtype(tt.dtype, np.integer):
+                raise InputTypeError(f"token_type_ids must be integers, got {describe(tt)}")
+            tt = tt.astype(np.int64)
+            _inputs.check_token_types(tt, config, B, n, type(module).__name__)
             ids_kwargs["token_type_ids"] = torch.from_numpy(tt)
+        pad_rows, pad_tables = _inputs.padding_index_positions(mod, ids, config)
         x_t, x_ours = None, None
         out_shape = (B, n, config.d_model)
         notes.append(f"attention: transformers' {getattr(mod.config, '_attn_implementation', '?')!r} implementation")
@@ -354,6 +363,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                          "(torch's default CPU backend unless an sdpa_kernel context selects one)")
     am = masks.am
     pad = None if am is None else (am == 0)[:, :, None] if batch_first else (am == 0).T[:, :, None]
+    if kind == "hf_model" and pad_tables:                 # tokens reading a padding_idx row: see the function
+        _check_no_gradient_at_padding_rows(grad_output, pad_rows, pad_tables, ids, am)
     R = _inputs.grad_output(grad_output, out_shape, dt, pad, seed)
     if R.dtype != dt:
         conversions.append(f"grad_output ({R.dtype}) cast to {dt.name}")
@@ -394,6 +405,33 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     _set_scales(entries)
     framework = "transformers" if kind.startswith("hf") else "torch"
     return ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol, conversions)
+
+
+def _check_no_gradient_at_padding_rows(grad_output, pad_rows: np.ndarray, tables: list[str], ids, am) -> None:
+    """torch defines the gradient of an nn.Embedding row at its padding_idx as 0; ours is the true derivative of the
+    forward. They agree only when nothing the loss sees depends on the tokens that read that row: those positions
+    must be masked out (no other position attends to them) and have a zero upstream gradient. Anything else is
+    refused here, with the reason, rather than failing later on that row with no explanation."""
+    why = (f"torch defines the gradient of an nn.Embedding row at padding_idx ({' and '.join(tables)}) as 0, while "
+           "transformer_np returns the true derivative of the forward (see docs/guide/frameworks.md), so that row's "
+           "gradient would differ with neither side wrong")
+    live = np.argwhere(pad_rows & (True if am is None else am == 1))
+    if live.size:
+        b, i = (int(v) for v in live[0])
+        raise InputValueError(f"inputs (input_ids) has the padding token {int(ids[b, i])} at position {(b, i)}, "
+                              f"which attention_mask does not mask out, so the loss depends on it: {why}. Mark it "
+                              "as padding (attention_mask 0 there), or use another token id")
+    if grad_output is None:
+        return                                            # the default grad_output is 0 at masked positions
+    R = _inputs.to_numpy(grad_output, "grad_output")
+    if R.shape[:2] != pad_rows.shape:
+        return                                            # the shape error is grad_output()'s to raise
+    hit = np.argwhere(pad_rows & np.any(R != 0, axis=-1))
+    if hit.size:
+        b, i = (int(v) for v in hit[0])
+        raise InputValueError(f"grad_output is nonzero at the padded position {(b, i)}, whose token "
+                              f"{int(ids[b, i])} reads the padding row: {why}. Give grad_output = 0 at padded "
+                              "positions (the default grad_output is)")
 
 
 def _in_framework_layout(tree: dict, row: tuple[str, bool] | None) -> np.ndarray | None:
