@@ -53,6 +53,19 @@ def _sq_norm(a: np.ndarray) -> float:
     return s
 
 
+def _subtract(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """ours − ref in ref's (C) layout. A 2-D ``ours`` that is a transposed view (an nn.Linear weight: we store Wᵀ)
+    is read tile by tile, so both operands stay in cache: 4× faster than one strided pass at BERT-base's sizes."""
+    if ours.ndim != 2 or ours.flags.c_contiguous or not ref.flags.c_contiguous:
+        return np.subtract(ours, ref)
+    out = np.empty(ref.shape, dtype=np.result_type(ours, ref))
+    rows, cols = ref.shape
+    for i in range(0, rows, 64):                                     # 64 × 256 tiles: 64 KiB of float32 each
+        for j in range(0, cols, 256):
+            np.subtract(ours[i:i + 64, j:j + 256], ref[i:i + 64, j:j + 256], out=out[i:i + 64, j:j + 256])
+    return out
+
+
 # ----------------------------------------------------------------------------- one tensor
 @dataclass
 class TensorComparison:
@@ -86,7 +99,7 @@ class TensorComparison:
     kind: str
     ours_name: str | None
     max_abs: float
-    where: tuple
+    _where: tuple | None
     ours: np.ndarray = field(repr=False)
     ref: np.ndarray = field(repr=False)
     err_norm: float = 0.0
@@ -98,6 +111,14 @@ class TensorComparison:
     norm_rel: float = 0.0
     rel_floor: float = 0.0
     _max_rel: object = field(default=False, repr=False, compare=False)
+
+    @property
+    def where(self) -> tuple:
+        """Index of the max abs error in the framework's tensor (computed on first use; the first NaN if any)."""
+        if self._where is None:
+            ad = np.abs(np.subtract(self.ours, self.ref))
+            self._where = tuple(int(i) for i in np.unravel_index(int(np.argmax(ad)), ad.shape))
+        return self._where
 
     @property
     def ref_is_zero(self) -> bool:
@@ -207,19 +228,20 @@ def _compare(name: str, kind: str, ours, ref, ours_name: str | None = None, tran
         ours, ref = ours.astype(np.float64), ref.astype(np.float64)
     if ours.size == 0:
         return TensorComparison(name, kind, ours_name, 0.0, (), ours, ref, transposed=transposed)
-    ad = np.subtract(ours, ref)
-    np.abs(ad, out=ad)                                                # |ours − ref|, one array
-    k = int(np.argmax(ad))                                            # the first NaN if there is one
-    where = tuple(int(i) for i in np.unravel_index(k, ad.shape))
-    max_abs = float(ad.flat[k])
+    ref_absmax = float(max(np.max(ref), -np.min(ref)))
+    ref_norm = math.sqrt(_sq_norm(ref))
+    if (ours.ctypes.data == ref.ctypes.data and ours.strides == ref.strides) or ours is ref:
+        # the same memory, element for element (ours are views of the module's own weights): equal by construction
+        return TensorComparison(name, kind, ours_name, 0.0, (0,) * ours.ndim, ours, ref, 0.0, ref_norm, ref_absmax,
+                                transposed=transposed)
+    d = _subtract(ours, ref)                                          # ours − ref, one array
+    max_abs = float(max(np.max(d), -np.min(d)))                       # NaN propagates
     if not math.isfinite(max_abs):
         max_abs = err_norm = math.inf
     else:
-        err_norm = math.sqrt(_sq_norm(ad))
-    del ad
-    ref_absmax = float(max(np.max(ref), -np.min(ref)))
-    ref_norm = math.sqrt(_sq_norm(ref))
-    return TensorComparison(name, kind, ours_name, max_abs, where, ours, ref, err_norm, ref_norm, ref_absmax,
+        err_norm = math.sqrt(_sq_norm(d))
+    del d
+    return TensorComparison(name, kind, ours_name, max_abs, None, ours, ref, err_norm, ref_norm, ref_absmax,
                             transposed=transposed)
 
 

@@ -67,9 +67,9 @@ class MHAConfig:
     n_layers: int = 1
 
 
-def from_torch_mha(mha) -> tuple[MHAConfig, dict]:
-    """Our MHA params (``W_Q``, ``b_Q``, …, ``W_O``, ``b_O``: :func:`transformer_np.ops.attention.mha_forward`'s)
-    from a self-attention nn.MultiheadAttention; unsupported options are refused by name."""
+def mha_config(mha) -> MHAConfig:
+    """The config of a self-attention nn.MultiheadAttention; unsupported options are refused by name. Its params
+    are ours under :func:`transformer_np.ops.attention.mha_forward`'s names (``W_Q``, ``b_Q``, …, ``W_O``, ``b_O``)."""
     d = mha.embed_dim
     if not mha._qkv_same_embed_dim:
         raise InputValueError(f"module has kdim = {mha.kdim} / vdim = {mha.vdim} different from embed_dim = {d}: "
@@ -80,15 +80,30 @@ def from_torch_mha(mha) -> tuple[MHAConfig, dict]:
         raise InputValueError("module was built with add_bias_kv=True: unsupported")
     if mha.add_zero_attn:
         raise InputValueError("module was built with add_zero_attn=True: unsupported")
-    W = mha.in_proj_weight.detach().numpy()                                  # (3d, d) = [W_Qᵀ; W_Kᵀ; W_Vᵀ]
-    b = mha.in_proj_bias.detach().numpy()
-    params = {}
-    for j, s in enumerate("QKV"):
-        params["W_" + s] = np.ascontiguousarray(W[j * d:(j + 1) * d].T)     # (d, d)
-        params["b_" + s] = b[j * d:(j + 1) * d].copy()
-    params["W_O"] = np.ascontiguousarray(mha.out_proj.weight.detach().numpy().T)
-    params["b_O"] = mha.out_proj.bias.detach().numpy().copy()
-    return MHAConfig(d, mha.num_heads), params
+    return MHAConfig(d, mha.num_heads)
+
+
+def param_views(mod, names: dict[str, tuple[str, bool]]) -> dict[str, np.ndarray]:
+    """Our params as views of the module's own tensors, through the name table: W = weightᵀ (a transposed view),
+    torch's fused in_proj split into its row blocks. No copy: the comparison reads the module copy's weights
+    themselves, so its weight entries are exact by construction (see :func:`transformer_np._comparison._compare`)."""
+    out = {}
+    for fw, p in mod.named_parameters():
+        row = names.get(fw)
+        if row is None:
+            continue
+        ours, transposed = row
+        a = p.detach().numpy()
+        if "|" in ours:
+            base, _, leaves = ours.rpartition(".")
+            leaves = leaves.split("|")
+            d = a.shape[0] // len(leaves)
+            for j, leaf in enumerate(leaves):
+                block = a[j * d:(j + 1) * d]                                 # (d, d) or (d,)
+                out[f"{base}.{leaf}" if base else leaf] = block.T if transposed else block
+        else:
+            out[ours] = a.T if transposed else a
+    return out
 
 
 _MHA_NAMES = {"in_proj_weight": ("W_Q|W_K|W_V", True), "in_proj_bias": ("b_Q|b_K|b_V", False),

@@ -232,7 +232,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         a :class:`ComparisonReport`; ``report.check()`` raises like :func:`assert_matches_torch`.
     """
     __tracebackhide__ = _hide_assertion                  # pytest: a disagreement's frames are not the user's concern
-    from .io.interop import _require_torch, from_hf, from_torch
+    from .io.interop import _hf_config_of, _require_torch
+    from .io.interop_torch import _torch_config_of
 
     torch = _require_torch()
     user_config = config                                 # yours; `config` becomes the module's below
@@ -278,8 +279,13 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         p.requires_grad_(True)
         p.grad = None
 
-    config, converted = {"torch": from_torch, "mha": _modules.from_torch_mha}.get(kind, from_hf)(mod)
+    if kind == "mha":
+        config = _modules.mha_config(mod)
+    else:
+        config = (_torch_config_of if kind == "torch" else _hf_config_of)(mod)[0]
     _modules.check_attention_scale(mod, config)
+    names = _modules.names_of(kind, config, module, torch)
+    converted = _modules.param_views(mod, names)         # ours, as views of the module copy's own tensors
     if isinstance(params, tuple):
         if len(params) != 2 or user_config is not None:
             raise InputTypeError("params must be a dict of name -> numpy array (ours), or the pair (config, params) "
@@ -377,7 +383,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
 
     # ---- names: the framework's, with ours alongside (views of our arrays in the framework's layout)
-    names = _modules.names_of(kind, config, module, torch)
+    if user_config is not None:
+        names = _modules.names_of(kind, config, module, torch)
     entries = list(cfg_entries)
     named = list(mod.named_parameters())
     for fw, p in named:
