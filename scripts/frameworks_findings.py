@@ -18,7 +18,8 @@ Four measurements, each printed and returned as JSON:
 5. ``tolerances``: :func:`transformer_np.testing.compare_with_torch` at the default tolerances of each dtype on a
    bert-base ``nn.TransformerEncoderLayer`` and a 12-layer bert-base ``BertModel`` (B = 8, n = 128; small shapes with
    ``--quick``): the worst ratio |ours − ref| / (atol·S + rtol·|ref|) over every element of every tensor
-   (≤ 1 passes) and where it is — the margins quoted in docs/guide/testing.md.
+   (≤ 1 passes) and where it is, at the per-layer element-wise defaults (the margins of the defaults, both
+   criteria and every supported case, are measured by scripts/compare_tolerances.py).
 6. ``families``: every supported Hugging Face family (small random configs, every weight randomised, a padded
    batch, eager and SDPA attention, float64) through :func:`compare_with_torch`: the output's and the worst
    gradient's norm-relative error (the key bias excluded: see 3.).

@@ -70,13 +70,13 @@ def test_encoder_in_three_lines(final_norm, norm_first):
     lambda: transformers.ElectraModel(transformers.ElectraConfig(**SMALL, embedding_size=8)),
 ], ids=["BertModel", "DistilBertModel", "RobertaModel", "AlbertModel", "ElectraModel"])
 def test_hf_models_in_three_lines(make):
-    model = make().double()
+    model = make().double().eval()        # transformers builds a model in training mode
     ids = np.random.default_rng(0).integers(2, 50, size=(2, 6))
     assert_matches_torch(model, ids, attention_mask=np.array([[1] * 6, [1, 1, 1, 1, 0, 0]]))
 
 
 def test_hf_layer_in_three_lines():
-    layer = transformers.BertModel(transformers.BertConfig(**SMALL)).double().encoder.layer[1]
+    layer = transformers.BertModel(transformers.BertConfig(**SMALL)).double().eval().encoder.layer[1]
     x = np.random.default_rng(0).normal(size=(2, 6, 16))
     assert_matches_torch(layer, x)
 
@@ -121,7 +121,7 @@ def test_in_proj_perturbation_names_our_split_tensor():
 
 
 def test_our_weight_perturbed_is_named_under_the_framework_name():
-    model = transformers.AlbertModel(transformers.AlbertConfig(**SMALL, embedding_size=8)).double()
+    model = transformers.AlbertModel(transformers.AlbertConfig(**SMALL, embedding_size=8)).double().eval()
     config, params = from_hf(model)
     params = dict(params)
     params["embeddings.project.W"] = params["embeddings.project.W"].copy()
@@ -140,7 +140,7 @@ def test_a_forward_difference_names_the_output_first():
 
 
 def test_a_gradient_difference_names_that_gradient():
-    model = transformers.BertModel(transformers.BertConfig(**SMALL)).double()
+    model = transformers.BertModel(transformers.BertConfig(**SMALL)).double().eval()
     name = "encoder.layer.1.intermediate.dense.bias"
     # a backward-only "bug": adds exactly 0 to the output, and 1e-8·(Σ upstream) to this bias's gradient alone
     model.encoder.layer[1].intermediate.dense.register_forward_hook(
@@ -169,7 +169,7 @@ def test_report_lists_every_tensor_and_can_be_rechecked():
 
 def test_the_key_bias_gradient_is_round_off_and_passes_against_its_weight():
     """∂L/∂b_K = 0 in exact arithmetic; both sides return round-off, which the module-scaled atol accepts."""
-    model = transformers.BertModel(transformers.BertConfig(**SMALL)).double()
+    model = transformers.BertModel(transformers.BertConfig(**SMALL)).double().eval()
     report = assert_matches_torch(model, ids_input())
     kb, kw = report["encoder.layer.0.attention.self.key.bias"], report["encoder.layer.0.attention.self.key.weight"]
     assert np.abs(kb.ref).max() < 1e-12 * np.abs(kw.ref).max()
@@ -180,7 +180,7 @@ def test_the_module_is_not_modified():
     layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.1, batch_first=True)
     before = copy.deepcopy(layer.state_dict())
     layer.train()
-    compare_with_torch(layer, x_input((2, 5, 16)), dtype=np.float64)
+    compare_with_torch(layer, x_input((2, 5, 16)), dtype=np.float64, dropout_off=True)
     assert layer.training and all(p.grad is None for p in layer.parameters())
     assert all(torch.equal(before[k], v) and v.dtype == torch.float32 for k, v in layer.state_dict().items())
 
@@ -200,7 +200,7 @@ def test_bad_arguments_are_named():
         compare_with_torch(layer, x_input((2, 5, 16)), dtype=np.float16)
     with pytest.raises(InputValueError, match="rtol must be a finite number"):
         compare_with_torch(layer, x_input((2, 5, 16)), rtol=float("nan"))
-    bert = transformers.BertForSequenceClassification(transformers.BertConfig(**SMALL))
+    bert = transformers.BertForSequenceClassification(transformers.BertConfig(**SMALL)).eval()
     with pytest.raises(InputValueError, match="module.bert"):
         compare_with_torch(bert, ids_input())
     with pytest.raises(InputTypeError, match="input_ids"):

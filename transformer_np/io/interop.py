@@ -363,6 +363,15 @@ def from_hf(module, dtype=None) -> tuple[EncoderConfig | HFEncoderConfig, dict[s
     given. Unsupported architectures raise :class:`~transformer_np.errors.ModelConfigError` listing
     the supported ones.
     """
+    config, is_model = _hf_config_of(module)
+    prefix = None if is_model else ""
+    params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype), prefix=prefix)
+    return config, params
+
+
+def _hf_config_of(module) -> tuple[EncoderConfig | HFEncoderConfig, bool]:
+    """(the config :func:`from_hf` returns, whether the module is a model rather than a layer), without
+    converting any weight."""
     torch = _require_torch()
     if not isinstance(module, torch.nn.Module):
         raise InputTypeError(f"module must be a transformers model or layer (a torch.nn.Module), "
@@ -370,9 +379,7 @@ def from_hf(module, dtype=None) -> tuple[EncoderConfig | HFEncoderConfig, dict[s
     transformers = _require_transformers()
     if isinstance(module, transformers.PreTrainedModel):
         name = type(module).__name__
-        config = config_from_hf_dict(_hf_config_dict(module.config, f"{name}.config"), source=f"{name}.config")
-        params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype))
-        return config, params
+        return config_from_hf_dict(_hf_config_dict(module.config, f"{name}.config"), source=f"{name}.config"), True
     cfg = _layer_hf_config(module)
     _refuse_bare_layer(module)
     if cfg is None:
@@ -382,9 +389,7 @@ def from_hf(module, dtype=None) -> tuple[EncoderConfig | HFEncoderConfig, dict[s
     fam, spec = read_hf_config(_hf_config_dict(cfg, source), source)
     enc = encoder_config_from_spec(fam, spec).replace(n_layers=1, vocab_size=None, type_vocab_size=0,
                                                       share_layers=False, max_len=2**31 - 1)
-    config = HFEncoderConfig(fam.model_type, enc, bare_layer=True)
-    params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype), prefix="")
-    return config, params
+    return HFEncoderConfig(fam.model_type, enc, bare_layer=True), False
 
 
 def _refuse_bare_layer(module) -> None:

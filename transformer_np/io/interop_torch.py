@@ -290,6 +290,15 @@ def from_torch(module, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]
     activation, a non-LayerNorm or non-affine norm, layers that differ) raise ValueError naming
     the option.
     """
+    config, single = _torch_config_of(module)
+    state = {k: v for k, v in module.state_dict().items()}
+    params = params_from_torch_state_dict(state, config, dtype=_module_dtype(module, dtype), single_layer=single)
+    return config, params
+
+
+def _torch_config_of(module) -> tuple[EncoderConfig, bool]:
+    """(the config :func:`from_torch` returns, whether the module is a bare layer), checked, without converting any
+    weight."""
     torch = _require_torch()
     if isinstance(module, torch.nn.TransformerEncoderLayer):
         layers, norm, single = [module], None, True
@@ -320,9 +329,7 @@ def from_torch(module, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]
                            layer_norm_eps=opts["layer_norm_eps"], dropout=opts["dropout"], vocab_size=None,
                            max_len=2**31 - 1, type_vocab_size=0, positional="none",
                            final_layer_norm=norm is not None, embedding_layer_norm=False)
-    state = {k: v for k, v in module.state_dict().items()}
-    params = params_from_torch_state_dict(state, config, dtype=_module_dtype(module, dtype), single_layer=single)
-    return config, params
+    return config, single
 
 
 def _to_torch_tensors(arrays: dict) -> dict:
