@@ -252,9 +252,9 @@ def padding_index_positions(mod, ids: np.ndarray, config) -> tuple[np.ndarray, l
     tables = []
     for name, m in mod.named_modules():
         idx = getattr(m, "padding_idx", None)
-        if idx is None or not name.endswith(("word_embeddings", "position_embeddings")):
+        if idx is None or not name.endswith(("word_embeddings", "tok_embeddings", "position_embeddings")):
             continue
-        if name.endswith("word_embeddings"):
+        if name.endswith(("word_embeddings", "tok_embeddings")):          # tok_embeddings: ModernBERT's word table
             where = ids == idx
         elif isinstance(config, HFEncoderConfig):
             where = position_ids(ids, config) == idx
