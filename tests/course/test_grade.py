@@ -528,3 +528,11 @@ def softmax_backward(dout, cache):
     assert points(g) == {"q1": 1, "q2": 0}
     (bwd,) = [c for c in g.checks if c.kind == "backward"]
     assert "not_analytic" in bwd.codes and "finite differences" in bwd.feedback, bwd.feedback
+
+
+def test_an_input_changed_in_place_in_the_child_is_seen_by_the_grader(tmp_path):
+    inplace = ("def softmax_forward(x):\n    x -= x.max(axis=-1, keepdims=True)\n    np.exp(x, out=x)\n"
+               "    x /= x.sum(axis=-1, keepdims=True)\n    return x.copy(), {'s': x.copy()}\n")
+    g = grade(tmp_path, SOL + [inplace])
+    (fwd,) = [c for c in g.checks if c.kind == "forward"]
+    assert fwd.codes == ["mutated_input"] and "in place" in fwd.feedback, fwd.feedback

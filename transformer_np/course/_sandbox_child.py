@@ -230,6 +230,27 @@ def decode(tree, blobs: list, resolve=None, depth: int = 0):
     raise WireError(f"an unknown value type {t!r}")
 
 
+def arrays_in(value) -> list:
+    """The arrays in a call's arguments (lists, tuples and dicts walked in order): both sides number them alike, so
+    the child can say which input the student's code changed in place."""
+    import numpy as np
+
+    found: list = []
+
+    def walk(v) -> None:
+        if isinstance(v, np.ndarray):
+            found.append(v)
+        elif type(v) in (list, tuple):
+            for x in v:
+                walk(x)
+        elif type(v) is dict:
+            for x in v.values():
+                walk(x)
+
+    walk(value)
+    return found
+
+
 def pack(header: dict, value=None, keep=None) -> bytes:
     """One payload: ``header`` (a dict) with ``value`` encoded under the key "value"."""
     blobs: list = []
@@ -576,35 +597,19 @@ def _main(config: dict) -> None:
         fn = namespace.get(name)
         if not callable(fn):
             return {"ok": False, "error": {"type": "NameError", "message": f"{name} is not defined", "where": ""}}, None
-        pristine = [(i, a.copy()) for i, a in _arrays_in([args, kwargs])]
+        pristine = [(i, a.copy()) for i, a in enumerate(arrays_in([args, kwargs]))]
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 result = fn(*args, **kwargs)
         except BaseException as e:     # the student's function may raise anything; it is reported, not obeyed
             return {"ok": False, "error": error_of(e)}, None
-        arrays = dict(_arrays_in([args, kwargs]))
+        arrays = dict(enumerate(arrays_in([args, kwargs])))
         mutated = {str(i): arrays[i] for i, before in pristine
                    if arrays[i].shape != before.shape or not np.array_equal(arrays[i], before, equal_nan=True)}
         if role == "forward" and type(result) is tuple and len(result) == 2:
             return {"ok": True}, [result[0], keep(result[1]), mutated]
         return {"ok": True}, [result, None, mutated]
-
-    def _arrays_in(value):
-        """(index, array) of the arrays in the arguments, numbered in a fixed walk order."""
-        found = []
-
-        def walk(v):
-            if isinstance(v, np.ndarray):
-                found.append(v)
-            elif type(v) in (list, tuple):
-                for x in v:
-                    walk(x)
-            elif type(v) is dict:
-                for x in v.values():
-                    walk(x)
-        walk(value)
-        return list(enumerate(found))
 
     os.chdir(work)
     sys.addaudithook(hook)

@@ -338,7 +338,7 @@ class Sandbox:
         sandbox = self
 
         def proxy(*args: Any, **kwargs: Any) -> Any:
-            originals = _arrays_in([list(args), kwargs])
+            originals = wire.arrays_in([list(args), kwargs])
             reply, value = sandbox._request({"op": "call", "name": name, "role": role}, [list(args), kwargs],
                                             f"calling {name}")
             if not reply.get("ok"):
@@ -367,7 +367,7 @@ class Sandbox:
         args, kwargs = value
         module, fn_name = name.rsplit(".", 1)
         fn = getattr(importlib.import_module(module), fn_name)
-        size = sum(a.size for a in _arrays_in([args, kwargs]))
+        size = sum(a.size for a in wire.arrays_in([args, kwargs]))
         if size > HANDOUT_LIMIT:
             self._reply_error("ValueError", f"{fn_name} was given {size:,} array elements; when grading, a handed-out "
                               f"function takes at most {HANDOUT_LIMIT:,}")
@@ -418,24 +418,6 @@ class _UnknownHandle:
 
     def __init__(self, id: int):
         self.id = id
-
-
-def _arrays_in(value: Any) -> list[np.ndarray]:
-    """The arrays in the call's arguments, in the walk order the child numbers them."""
-    found: list[np.ndarray] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, np.ndarray):
-            found.append(v)
-        elif type(v) in (list, tuple):
-            for x in v:
-                walk(x)
-        elif type(v) is dict:
-            for x in v.values():
-                walk(x)
-
-    walk(value)
-    return found
 
 
 def _remove_tree(path: str) -> None:
