@@ -536,3 +536,14 @@ def test_an_input_changed_in_place_in_the_child_is_seen_by_the_grader(tmp_path):
     g = grade(tmp_path, SOL + [inplace])
     (fwd,) = [c for c in g.checks if c.kind == "forward"]
     assert fwd.codes == ["mutated_input"] and "in place" in fwd.feedback, fwd.feedback
+
+
+def test_a_file_name_that_is_not_utf8_gets_its_row_escaped(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = os.fsdecode(b"caf\xe9.ipynb")                     # Latin-1 bytes: not UTF-8
+    notebook(tmp_path / name, SOL)
+    assert _cli("grade", "01_softmax", ".", "--csv", "-", "--seed", "1") == 0
+    out = capsys.readouterr().out
+    assert "caf\\udce9.ipynb" in out and ",3,3," in out
+    assert _cli("grade", "01_softmax", ".", "--seed", "1") == 0
+    assert "caf\\udce9.ipynb: 3/3" in capsys.readouterr().out

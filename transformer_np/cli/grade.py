@@ -56,13 +56,20 @@ def terminal_text(text: str, newlines: bool = True) -> str:
     table = dict(_CONTROL)
     if not newlines:
         table[0x0A] = "\\n"
-    return str(text).translate(table)
+    return _no_surrogates(str(text)).translate(table)
+
+
+def _no_surrogates(text: str) -> str:
+    """A file name that is not UTF-8 (its bytes decoded with surrogate escapes) shown with those bytes escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def csv_cell(value: object) -> object:
     """A CSV cell a spreadsheet will not execute: text beginning with = + - @, TAB or CR gets a leading '."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
+    if isinstance(value, str):
+        value = _no_surrogates(value)
+        if value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+            return "'" + value
     return value
 
 
