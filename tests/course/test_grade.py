@@ -547,3 +547,16 @@ def test_a_file_name_that_is_not_utf8_gets_its_row_escaped(tmp_path, capsys, mon
     assert "caf\\udce9.ipynb" in out and ",3,3," in out
     assert _cli("grade", "01_softmax", ".", "--seed", "1") == 0
     assert "caf\\udce9.ipynb: 3/3" in capsys.readouterr().out
+
+
+def test_a_cell_too_deep_to_parse_costs_nothing_and_breaks_nothing(tmp_path):
+    deep = "x = " + "+".join(["1"] * 200_000) + "\n"           # the parser gives up (RecursionError or MemoryError)
+    g = grade(tmp_path, SOL + [deep])
+    assert g.score == 3 and g.error is None
+
+
+def test_the_similarity_report_survives_a_cell_too_deep_to_parse():
+    from transformer_np.course.similarity import function_sources
+
+    deep = "def softmax_forward(x):\n    return " + "+".join(["x"] * 200_000) + "\n"
+    assert isinstance(function_sources([deep], ["softmax_forward"]), dict)

@@ -176,13 +176,21 @@ def read_code_cells(path: str | os.PathLike) -> tuple[list[tuple[int, str]], lis
     return cells, notes
 
 
+def _parse(src: str) -> ast.Module | None:
+    """The syntax tree of a cell, or None: a cell that does not parse, or is too deep or large to (a chain of a
+    million ``+``), is the child's to report, never a failure of the grader."""
+    try:
+        return ast.parse(src)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def _defining_cells(cells: Sequence[tuple[int, str]], name: str) -> list[int]:
     """The cells whose top level binds ``name`` (a def, an assignment, an import)."""
     found = []
     for i, src in cells:
-        try:
-            tree = ast.parse(src)
-        except SyntaxError:
+        tree = _parse(src)
+        if tree is None:
             if f"def {name}" in src:
                 found.append(i)
             continue
@@ -277,10 +285,8 @@ def _import_hint(run: _Run, feedback: str) -> str:
     """A line naming a failed import when the check failed on a name that import would have bound."""
     for i, err in run.errors.items():
         if err.get("type") in ("ModuleNotFoundError", "ImportError"):
-            src = dict(run.cells).get(i, "")
-            try:
-                tree = ast.parse(src)
-            except SyntaxError:
+            tree = _parse(dict(run.cells).get(i, ""))
+            if tree is None:
                 continue
             for node in ast.walk(tree):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -373,7 +379,12 @@ def grade_submissions(exercise: str, submissions: Iterable[str | os.PathLike], *
     done, lock = [0], threading.Lock()
 
     def one(path: Path) -> SubmissionGrade:
-        g = grade_notebook(path, exercise, seed=seed, limits=limits)
+        try:
+            g = grade_notebook(path, exercise, seed=seed, limits=limits)
+        except Exception as e:    # a bug of the grader's on one submission: that row says so, the class goes on
+            g = SubmissionGrade(str(path), exercise, 0.0, float(sum(POINTS[exercise].values())), seed=seed,
+                                error=f"the grader failed on this submission ({type(e).__name__}: {e}); "
+                                      f"please report it", flags=["grader_error"])
         if progress is not None:
             with lock:
                 done[0] += 1

@@ -113,7 +113,7 @@ def _parse(cell: str) -> ast.Module | None:
              for line in cell.splitlines()]
     try:
         return ast.parse("\n".join(lines))
-    except (SyntaxError, ValueError):               # ValueError: a NUL byte in the source
+    except (SyntaxError, ValueError, RecursionError, MemoryError):   # ValueError: a NUL byte; too deep or large
         return None
 
 
@@ -156,7 +156,7 @@ def _canonical(source: str) -> str:
     source = textwrap.dedent(source)
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source
     for node in ast.walk(tree):
         if isinstance(node, ast.arg):
