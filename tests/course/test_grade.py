@@ -215,7 +215,7 @@ def test_a_class_run_goes_on_after_a_broken_submission(tmp_path):
     assert points(grades[0]) == {"q1": 1, "q2": 0}            # the top-level loop is skipped, the answers graded
     assert any("cell 1 was skipped" in n for n in grades[0].notes)
     assert grades[1].score == 3
-    assert grades[2].score == 0 and grades[2].flags == ["unreadable"] and "not JSON" in grades[2].error
+    assert grades[2].score == 0 and grades[2].flags == ["unreadable"] and "not valid JSON" in grades[2].error
     assert loop.exists() and good.exists()
 
 
@@ -560,3 +560,11 @@ def test_the_similarity_report_survives_a_cell_too_deep_to_parse():
 
     deep = "def softmax_forward(x):\n    return " + "+".join(["x"] * 200_000) + "\n"
     assert isinstance(function_sources([deep], ["softmax_forward"]), dict)
+
+
+@pytest.mark.parametrize("content", [b"[" * 100_000, b"{\"cells\": 1}", b"\x00\x01binary", b"\xff\xfe not utf-8"])
+def test_a_file_that_is_not_a_notebook_gets_an_error_row(content, tmp_path):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_bytes(content)
+    g = grade_notebook(bad, "01_softmax", seed=SEED, limits=FAST)
+    assert g.score == 0 and g.flags == ["unreadable"] and "bad.ipynb" in g.error, g.error

@@ -29,7 +29,6 @@ source into the notebook is the student's code as far as a machine can tell: the
 from __future__ import annotations
 
 import ast
-import json
 import os
 import secrets
 import stat
@@ -140,13 +139,12 @@ def read_code_cells(path: str | os.PathLike) -> tuple[list[tuple[int, str]], lis
     """(cells, notes): the notebook's code cells as (index among code cells, source) with magics and shell lines
     removed, and notes saying what was removed. Raises :class:`InputValueError` naming the file when it is not a
     readable notebook."""
+    from ..io.jsonfile import loads_strict
+
     path = Path(path)
-    try:
-        nb = json.loads(_read_bounded(path).decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InputValueError(f"{str(path)!r} is not UTF-8 text (a notebook is JSON)") from None
-    except json.JSONDecodeError as e:
-        raise InputValueError(f"{str(path)!r} is not a notebook: not JSON ({e.msg}, line {e.lineno})") from None
+    # the project's JSON reader: depth and size bounded before parsing (a notebook of 10^5 nested brackets is an
+    # error row, not a RecursionError), control bytes and duplicate keys refused
+    nb = loads_strict(_read_bounded(path), f"{str(path)!r} (a notebook is JSON)", error=InputValueError)
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise InputValueError(f"{str(path)!r} is not a notebook: no list of cells (nbformat 4)")
     cells, removed = [], []
