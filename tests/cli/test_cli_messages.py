@@ -205,8 +205,10 @@ def test_a_closed_pipe_ends_the_command_quietly(argv):
     r, w = os.pipe()
     os.close(r)                                   # no reader: every write to the pipe fails with EPIPE
     try:
+        # one BLAS thread said up front: without threadpoolctl (the NumPy-only lane) gradflow would otherwise warn
+        # that it cannot limit the threads itself, a true line on stderr that has nothing to do with the pipe
         proc = subprocess.run([sys.executable, "-m", "transformer_np", *argv], stdout=w, stderr=subprocess.PIPE,
-                              text=True, env=_cli_env(), timeout=300)
+                              text=True, env=dict(_cli_env(), OPENBLAS_NUM_THREADS="1"), timeout=300)
     finally:
         os.close(w)
     assert proc.returncode in (0, 141) and proc.stderr == "", (proc.returncode, proc.stderr)   # --help: argparse's 0
