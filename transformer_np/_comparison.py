@@ -82,17 +82,17 @@ class TensorComparison:
             norm-wise criterion bounds (0 if both are 0, inf if the module's reference is 0 and ours is not).
             A tensor that is zero in exact arithmetic (the key bias's gradient) is measured against its
             module (the key weight's gradient), so its round-off reads as round-off.
-        where: index of the max abs error in the framework's tensor (() for scalars).
         ours, ref: the two arrays, in the framework's layout and in the dtype both sides ran in.
         scale: S of the element-wise criterion, the largest |ref| in this tensor's module.
         norm_scale: N of the norm-wise criterion.
         err_norm, ref_norm: ‖ours − ref‖ and ‖ref‖.
         transposed: our array is the transpose of the framework's (every ``nn.Linear`` weight).
 
-    ``max_rel`` (computed on first use) is the max |ours − ref| / |ref| over the elements the relative term of the
-    criterion governs — |ref| ≥ (atol/rtol)·S, the report's ``rel_floor``; below it atol·S is the larger part of
-    the tolerance — and None when no element qualifies (an exactly-zero reference, or one of pure round-off like
-    the key-bias gradient): such a tensor is read by its absolute error, ``max_abs``.
+    ``where`` (a property, computed on first use) is the index of the max abs error in the framework's tensor (()
+    for scalars). ``max_rel`` (computed on first use) is the max |ours − ref| / |ref| over the elements the relative
+    term of the criterion governs — |ref| ≥ (atol/rtol)·S, the report's ``rel_floor``; below it atol·S is the larger
+    part of the tolerance — and None when no element qualifies (an exactly-zero reference, or one of pure round-off
+    like the key-bias gradient): such a tensor is read by its absolute error, ``max_abs``.
     """
 
     name: str

@@ -42,6 +42,7 @@ from typing import Any
 
 from ..errors import InputValueError
 from ._exercise_specs import EXERCISES
+from ._source import parse_untrusted
 from .grading import POINTS, grade_backward, grade_forward, graded_checks
 from .sandbox import Limits, Sandbox, SandboxGone
 
@@ -174,20 +175,11 @@ def read_code_cells(path: str | os.PathLike) -> tuple[list[tuple[int, str]], lis
     return cells, notes
 
 
-def _parse(src: str) -> ast.Module | None:
-    """The syntax tree of a cell, or None: a cell that does not parse, or is too deep or large to (a chain of a
-    million ``+``), is the child's to report, never a failure of the grader."""
-    try:
-        return ast.parse(src)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
 def _defining_cells(cells: Sequence[tuple[int, str]], name: str) -> list[int]:
     """The cells whose top level binds ``name`` (a def, an assignment, an import)."""
     found = []
     for i, src in cells:
-        tree = _parse(src)
+        tree = parse_untrusted(src)
         if tree is None:
             if f"def {name}" in src:
                 found.append(i)
@@ -283,7 +275,7 @@ def _import_hint(run: _Run, feedback: str) -> str:
     """A line naming a failed import when the check failed on a name that import would have bound."""
     for i, err in run.errors.items():
         if err.get("type") in ("ModuleNotFoundError", "ImportError"):
-            tree = _parse(dict(run.cells).get(i, ""))
+            tree = parse_untrusted(dict(run.cells).get(i, ""))
             if tree is None:
                 continue
             for node in ast.walk(tree):

@@ -39,6 +39,7 @@ from itertools import combinations
 
 from ..errors import InputTypeError, InputValueError
 from ._exercise_specs import EXERCISES
+from ._source import parse_untrusted
 from .grading import CHECKS
 
 __all__ = ["SimilarPair", "function_sources", "normalised_tokens", "similarity", "library_functions",
@@ -111,10 +112,7 @@ def _parse(cell: str) -> ast.Module | None:
     still does not parse."""
     lines = [line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip()[:1] in ("%", "!") else line
              for line in cell.splitlines()]
-    try:
-        return ast.parse("\n".join(lines))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):   # ValueError: a NUL byte; too deep or large
-        return None
+    return parse_untrusted("\n".join(lines))      # None: a syntax error, a NUL byte, too deep to parse safely
 
 
 def function_sources(cells: list[str], names: Iterable[str]) -> dict[str, str]:
@@ -154,16 +152,18 @@ def _canonical(source: str) -> str:
     """``source`` re-printed from its syntax tree without type hints (parentheses, quotes, line breaks and
     spacing made canonical); as it is when it does not parse."""
     source = textwrap.dedent(source)
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parse_untrusted(source)
+    if tree is None:
         return source
     for node in ast.walk(tree):
         if isinstance(node, ast.arg):
             node.annotation = None
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             node.returns = None
-    return ast.unparse(tree)
+    try:
+        return ast.unparse(tree)
+    except (RecursionError, MemoryError):          # a tree deeper than the recursion limit: compare it as written
+        return source
 
 
 def _raw_tokens(source: str) -> list[tokenize.TokenInfo]:
