@@ -578,3 +578,25 @@ def test_a_file_that_is_not_a_notebook_gets_an_error_row(content, tmp_path):
     bad.write_bytes(content)
     g = grade_notebook(bad, "01_softmax", seed=SEED, limits=FAST)
     assert g.score == 0 and g.flags == ["unreadable"] and "bad.ipynb" in g.error, g.error
+
+
+def test_forged_replies_from_the_students_code_cost_that_check_only(tmp_path):
+    """The student's code can write to the reply pipe itself (its number is in the child's arguments): whatever it
+    writes is read as data, bounded, and a frame that breaks the format ends that check only."""
+    forge = """
+import os, sys, json, struct
+def softmax_forward(x):
+    fd = json.loads(sys.argv[1])["rep_fd"]
+    head = json.dumps({"op": "reply", "ok": False, "error": ["not", "a", "dict"], "value": {"t": "none"},
+                       "blobs": []}).encode()
+    payload = struct.pack(">I", len(head)) + head
+    os.write(fd, struct.pack(">Q", len(payload)) + payload)
+    deep = ("[" * 100000 + "]" * 100000).encode()
+    payload = struct.pack(">I", len(deep)) + deep
+    os.write(fd, struct.pack(">Q", len(payload)) + payload)
+    return x, None
+"""
+    g = grade(tmp_path, SOL + [forge])
+    assert points(g)["q1"] == 0 and g.error is None
+    assert points(g)["q2"] == 0                              # the backward needs this forward
+    assert all(c.feedback for c in g.checks)

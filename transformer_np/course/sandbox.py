@@ -298,8 +298,8 @@ class Sandbox:
         except EOFError:
             self._die(f"the process running the notebook ended while {doing} (a memory limit of "
                       f"{self.limits.memory_mb} MB, os._exit or a crash)")
-        except (wire.WireError, KeyError, TypeError, ValueError) as e:
-            self._die(f"the process sent a malformed reply while {doing}: {e}")
+        except (wire.WireError, KeyError, TypeError, ValueError, AttributeError, RecursionError, MemoryError) as e:
+            self._die(f"the process sent a malformed reply while {doing}: {type(e).__name__}")
         raise AssertionError("unreachable")
 
     def _resolve(self, handle: wire.Handle) -> Any:
@@ -325,7 +325,7 @@ class Sandbox:
     def run_cell(self, index: int, source: str) -> dict:
         """Run one code cell; {"ok": True} or {"ok": False, "error": {"type", "message", "where"}}."""
         reply, _ = self._request({"op": "cell", "index": index}, source, f"running cell {index}")
-        return {"ok": bool(reply.get("ok")), "error": reply.get("error")}
+        return {"ok": reply.get("ok") is True, "error": _error_of(reply.get("error"))}
 
     def lookup(self, names: Iterable[str]) -> dict[str, str]:
         """{name: "function" | "missing" | a type name} of names in the notebook's namespace."""
@@ -341,10 +341,9 @@ class Sandbox:
             originals = wire.arrays_in([list(args), kwargs])
             reply, value = sandbox._request({"op": "call", "name": name, "role": role}, [list(args), kwargs],
                                             f"calling {name}")
-            if not reply.get("ok"):
-                err = reply.get("error") or {}
-                raise StudentError(str(err.get("type", "Exception"))[:80], str(err.get("message", ""))[:500],
-                                   str(err.get("where", ""))[:600])
+            if reply.get("ok") is not True:
+                err = _error_of(reply.get("error"))
+                raise StudentError(err["type"], err["message"], err["where"])
             if not (isinstance(value, list) and len(value) == 3 and isinstance(value[2], dict)):
                 sandbox._die(f"the process sent a malformed reply while calling {name}")
             result, cache, mutated = value
@@ -404,6 +403,13 @@ class Sandbox:
 
     def _reply_error(self, type_name: str, message: str) -> None:
         self._send({"op": "reply", "ok": False, "error": {"type": type_name, "message": message[:500]}})
+
+
+def _error_of(err: Any) -> dict[str, str]:
+    """The child's account of an exception as three bounded strings, whatever it sent."""
+    err = err if isinstance(err, dict) else {}
+    return {"type": str(err.get("type", "Exception"))[:80], "message": str(err.get("message", ""))[:500],
+            "where": str(err.get("where", ""))[:600]}
 
 
 class _HandoutCache:
