@@ -190,6 +190,7 @@ def test_task_model_reads_its_base_model():
     model = build(seed=44, cls=transformers.ModernBertForMaskedLM)
     config, params = from_hf(model)
     _, inner = from_hf(model.model)
+    # exact: both conversions copy the same tensors, no arithmetic
     assert set(params) == set(inner) and all(np.array_equal(params[k], inner[k]) for k in params)
 
 

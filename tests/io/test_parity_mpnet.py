@@ -180,7 +180,7 @@ def test_all_mpnet_base_v2_layout_runs_from_a_folder(tmp_path):
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path))(SENTENCES, padding=True, truncation=True,
                                                                        max_length=60, return_tensors="np")
     assert np.array_equal(ours_tok["input_ids"], hf_tok["input_ids"])           # exact: integer ids
-    assert np.array_equal(ours_tok["attention_mask"], hf_tok["attention_mask"])
+    assert np.array_equal(ours_tok["attention_mask"], hf_tok["attention_mask"])   # exact: 0/1 integers
     assert ours_tok["input_ids"][0, 0] == VOCAB.index("<s>") and VOCAB.index("</s>") in ours_tok["input_ids"][0]
     ref = transformers.AutoModel.from_pretrained(str(tmp_path), dtype=torch.float64).eval()
     H = m.forward(ours_tok, dtype=np.float64)

@@ -46,7 +46,7 @@ def test_rotation_is_hfs_bit_for_bit_in_float32(rng):
                                            torch.tensor(S)[None])
     # exact: x·C + rot(x)·S, the same IEEE float32 products and sum in the same order
     assert np.array_equal(rotary_forward(q, C, S)[0], ref_q.numpy())
-    assert np.array_equal(rotary_forward(k, C, S)[0], ref_k.numpy())
+    assert np.array_equal(rotary_forward(k, C, S)[0], ref_k.numpy())     # exact: as for q above
 
 
 @pytest.mark.parametrize("local_attention", [2, 4, 7, 100])

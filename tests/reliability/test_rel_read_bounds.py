@@ -243,4 +243,4 @@ def test_the_loaded_model_is_unchanged(tiny_folder):
     # the new reading path gives the same arrays as the file's bytes (exact: no arithmetic on them)
     m = load_pretrained(tiny_folder)
     raw = loads_safetensors((tiny_folder / "model.safetensors").read_bytes())
-    assert np.array_equal(m.params["embeddings.word"], raw["embeddings.word_embeddings.weight"])
+    assert np.array_equal(m.params["embeddings.word"], raw["embeddings.word_embeddings.weight"])   # exact: a copy
