@@ -25,7 +25,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-import numpy as np  # noqa: E402
 from hostile import GIB, header_shapes, make_special, special_kinds, write_long_vocab, write_st  # noqa: E402
 from hostile import write_st_sparse as write_st_sparse  # noqa: E402
 
@@ -49,34 +48,11 @@ print(json.dumps({{"exit": code, "stderr": err.getvalue(), "cpu": cpu, "rss_mb":
 
 
 def tiny_folder(root: Path) -> Path:
-    from transformer_np.io.interop import hf_dict_from_config, hf_state_dict_from_params
-    from transformer_np.io.safetensors import save_safetensors
-    from transformer_np.model.config import EncoderConfig
-    from transformer_np.model.params import init_params
+    """The reliability tests' tiny BERT folder (tests/reliability/conftest.py), at ``root/tiny``."""
     sys.path.insert(0, str(REPO / "tests" / "reliability"))
-    from conftest import TINY_VOCAB, _tiny_tokenizer_json
+    from conftest import write_tiny_folder
 
-    folder = root / "tiny"
-    folder.mkdir(parents=True)
-    cfg = EncoderConfig(n_layers=2, d_model=16, n_heads=2, d_ff=32, vocab_size=len(TINY_VOCAB), max_len=32,
-                        type_vocab_size=2, norm_position="post", final_layer_norm=False)
-    params = init_params(cfg, seed=0, dtype=np.float32)
-    params["pooler.W"] = np.zeros((16, 16), np.float32)
-    params["pooler.b"] = np.zeros(16, np.float32)
-    save_safetensors(folder / "model.safetensors", hf_state_dict_from_params(params, cfg))
-    (folder / "config.json").write_text(json.dumps({"model_type": "bert", **hf_dict_from_config(cfg)}))
-    vocab = {t: i for i, t in enumerate(TINY_VOCAB)}
-    (folder / "tokenizer.json").write_text(json.dumps(_tiny_tokenizer_json(vocab)))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "model_max_length": 32}))
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({
-        "word_embedding_dimension": 16, "pooling_mode_mean_tokens": True}))
-    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 24}))
-    return folder
+    return write_tiny_folder(root / "tiny")
 
 
 def snapshot(folder: Path) -> dict:

@@ -127,15 +127,20 @@ def _tiny_tokenizer_json(vocab: dict) -> dict:
 
 @pytest.fixture
 def tiny_folder(tmp_path):
-    """A random 2-layer BERT folder written with NumPy only: config.json, model.safetensors,
-    tokenizer.json, tokenizer_config.json, modules.json, 1_Pooling/config.json, sentence_bert_config.json."""
+    """A random 2-layer BERT folder written with NumPy only (:func:`write_tiny_folder`)."""
+    return write_tiny_folder(tmp_path / "tiny")
+
+
+def write_tiny_folder(folder):
+    """A random 2-layer BERT folder written with NumPy only, at ``folder`` (made): config.json, model.safetensors,
+    tokenizer.json, tokenizer_config.json, modules.json, 1_Pooling/config.json, sentence_bert_config.json.
+    (scripts/hostile_set.py builds its set on the same folder.)"""
     from transformer_np.io.interop import hf_dict_from_config, hf_state_dict_from_params
     from transformer_np.io.safetensors import save_safetensors
     from transformer_np.model.config import EncoderConfig
     from transformer_np.model.params import init_params
 
-    folder = tmp_path / "tiny"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     cfg = EncoderConfig(n_layers=2, d_model=16, n_heads=2, d_ff=32, vocab_size=len(TINY_VOCAB), max_len=32,
                         type_vocab_size=2, norm_position="post", final_layer_norm=False)
     params = init_params(cfg, seed=0, dtype=np.float32)
