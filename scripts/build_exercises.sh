@@ -4,7 +4,7 @@
 #   bash scripts/build_exercises.sh [-o OUT_DIR] [--no-run-tests] [--no-wheel] [NAME ...]
 #
 # For each solution notebook exercises/NAME.ipynb (the only source; NAME like 01_softmax, default: all)
-# this stages a copy with the points of transformer_np/course/grading.py's POINTS written into its
+# this stages a copy with the points of transformer_np/grader/grading.py's POINTS written into its
 # questions, and runs `otter assign` on it, which writes
 #   OUT_DIR/NAME/student/NAME.ipynb      the hand-out: solutions replaced by `...`, public checks kept,
 #                                        hidden checks removed
@@ -62,7 +62,7 @@ for name in "${names[@]}"; do
     rm -rf "${out:?}/$name" "$stage/$name"
     mkdir -p "$out/$name" "$stage/$name"
     [[ -n "$whl" ]] && cp -r "$stage/wheels" "$stage/$name/wheels"
-    python -m transformer_np.course.grading stage "exercises/$name.ipynb" "$stage/$name/$name.ipynb" $whl
+    python -m transformer_np.grader.grading stage "exercises/$name.ipynb" "$stage/$name/$name.ipynb" $whl
     echo "== $name -> $out/$name"
     (cd "$stage/$name" && otter assign "${assign_opts[@]}" "$name.ipynb" "$out/$name")
 done

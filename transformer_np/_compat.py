@@ -33,6 +33,13 @@ MOVED = {
     "figures": "course.figures",
     "bench": "perf.bench",
     "memory": "perf.memory",
+    # the exercise grader left course/ for its own package (issue 43)
+    **{f"course.{old}": f"grader.{new}" for old, new in (
+        ("sandbox", "sandbox"), ("grade", "grade"), ("grading", "grading"), ("exercises", "exercises"),
+        ("feedback", "feedback"), ("similarity", "similarity"), ("_calling", "calling"), ("_diagnosis", "diagnosis"),
+        ("_exercise_base", "exercise_base"), ("_exercise_specs", "specs"), ("_specs_blocks", "specs_blocks"),
+        ("_specs_ops", "specs_ops"), ("_hidden_cases", "hidden_cases"), ("_source", "source"),
+        ("_sandbox_child", "child"))},
 }
 
 

@@ -111,8 +111,8 @@ def _write_csv(path: str, rows: list[list]) -> None:
 
 
 def _similarity(exercise: str, grades: list) -> list:
-    from ..course.grade import read_code_cells
-    from ..course.similarity import function_sources, graded_functions, similarity_report
+    from ..grader.grade import read_code_cells
+    from ..grader.similarity import function_sources, graded_functions, similarity_report
 
     names = graded_functions(exercise)
     subs = {}
@@ -165,9 +165,9 @@ def run(args: argparse.Namespace) -> int:
     _validate(args)
     import secrets
 
-    from ..course.grade import grade_submissions
-    from ..course.grading import POINTS
-    from ..course.sandbox import Limits
+    from ..grader.grade import grade_submissions
+    from ..grader.grading import POINTS
+    from ..grader.sandbox import Limits
     from ._progress import Progress
 
     if args.exercise not in POINTS:
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     seed = secrets.randbits(32) if args.seed is None else args.seed
     limits = Limits(call_timeout=args.timeout, submission_timeout=args.submission_timeout, memory_mb=args.memory_mb,
                     cpu_seconds=int(args.submission_timeout) + 30)
-    from ..course.grade import submission_paths
+    from ..grader.grade import submission_paths
 
     paths = submission_paths(args.submissions)
     print(f"grading {args.exercise}: {len(paths)} submission{'s' if len(paths) != 1 else ''}, hidden cases from seed "

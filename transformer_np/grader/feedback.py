@@ -4,7 +4,7 @@ A :class:`Problem` is one thing wrong with a student's function (an output, a ma
 the diagnosis in words, the fix); a :class:`Feedback` gathers a failed case's problems and renders
 them as the text a student reads, at the level :func:`feedback_level` reads from the environment
 (``TRANSFORMER_NP_FEEDBACK``). ``_Stop`` carries a problem that ends the check of a case. The checks
-that produce them are in :mod:`transformer_np.course.exercises`, which re-exports these names.
+that produce them are in :mod:`transformer_np.grader.exercises`, which re-exports these names.
 """
 
 from __future__ import annotations

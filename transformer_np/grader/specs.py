@@ -1,7 +1,7 @@
 r"""The course's assignments as data: cases, how a student's function is called, the library's answer,
 and the *known mistakes* that explain a wrong answer (each recomputed with the library's ops).
 
-Used by :mod:`transformer_np.course.exercises`; the names of :data:`EXERCISES` are what the notebooks'
+Used by :mod:`transformer_np.grader.exercises`; the names of :data:`EXERCISES` are what the notebooks'
 test cells pass to ``check_forward`` / ``check_backward``.
 
 Conventions shared by every exercise:
@@ -16,9 +16,9 @@ Conventions shared by every exercise:
 
 from __future__ import annotations
 
-from ._exercise_base import Case, Exercise, Mistake, copy_inputs
-from ._specs_blocks import FFN, GELU, MHA, layer_exercise
-from ._specs_ops import ATTENTION, LAYERNORM, SOFTMAX
+from .exercise_base import Case, Exercise, Mistake, copy_inputs
+from .specs_blocks import FFN, GELU, MHA, layer_exercise
+from .specs_ops import ATTENTION, LAYERNORM, SOFTMAX
 
 __all__ = ["EXERCISES", "Case", "Exercise", "Mistake", "copy_inputs"]
 

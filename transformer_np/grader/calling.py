@@ -16,7 +16,7 @@ While a student's function runs (:func:`_student_call`):
 
 The grade of record (``transformer-np grade``) calls the student's functions through proxies that run
 them in another process; an exception there arrives as an ``Exception`` whose ``student_type`` (the
-original class name) and ``student_where`` (the line, formatted as :func:`._diagnosis._where` does) are
+original class name) and ``student_where`` (the line, formatted as :func:`.diagnosis._where` does) are
 used here, so it reads exactly like a local one.
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from ._diagnosis import _kind, _where
-from ._exercise_base import Exercise
+from .diagnosis import _kind, _where
+from .exercise_base import Exercise
 from .feedback import Feedback, Problem, _Stop
 
 __all__ = ["STUDENT_EXCEPTIONS", "grader_state", "printed_note", "student_type", "with_grader_state"]

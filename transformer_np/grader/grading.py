@@ -1,7 +1,7 @@
 r"""Grading the course exercises: hidden cases drawn at grading time, and the one table of points.
 
 The assignments in ``exercises/`` have, per question, a **public** check (``check_forward`` /
-``check_backward`` of :mod:`transformer_np.course.exercises`: fixed cases the student sees and loops on,
+``check_backward`` of :mod:`transformer_np.grader.exercises`: fixed cases the student sees and loops on,
 worth 0 points) and a **hidden** check that carries the question's points (an otter hidden test: it is
 not in the student's notebook). The hidden checks call :func:`grade_forward` / :func:`grade_backward`,
 which run the same checks on the public cases *and* on cases drawn at grading time from a seed
@@ -20,7 +20,7 @@ Under otter these checks run in the student's own kernel, next to the student's 
 formative (code in the notebook can change it, e.g. by calling the library or patching this module).
 The grade of record is ``transformer-np grade``: the student's cells run in a separate process where
 this library cannot be imported, and the grader calls the student's functions through proxies, with the
-same :func:`~transformer_np.course.exercises.run_forward` / ``run_backward`` checks and
+same :func:`~transformer_np.grader.exercises.run_forward` / ``run_backward`` checks and
 :func:`graded_checks`' points.
 
 :data:`POINTS` is the one table of points: ``scripts/build_exercises.sh`` writes it into each
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputValueError
-from ._hidden_cases import hidden_cases
 from .exercises import Feedback, _exercise, run_backward, run_forward
+from .hidden_cases import hidden_cases
 
 __all__ = ["CHECKS", "POINTS", "SEED_ENV", "GradedCheck", "grade_backward", "grade_forward", "graded_checks",
            "grading_seed", "points_table", "stage_notebook"]
@@ -74,7 +74,7 @@ POINTS: dict[str, dict[str, int]] = {
 class GradedCheck:
     """One hidden, point-carrying check of an assignment: question ``question`` ("q1") grades the
     ``kind`` ("forward" or "backward") of the exercise ``exercise`` (a name of
-    :data:`~transformer_np.course.exercises.EXERCISE_NAMES`, e.g. "encoder_layer_post") for ``points``."""
+    :data:`~transformer_np.grader.exercises.EXERCISE_NAMES`, e.g. "encoder_layer_post") for ``points``."""
 
     question: str
     kind: str
@@ -242,7 +242,7 @@ def stage_notebook(src: Path, dst: Path, wheel: str | None = None) -> None:
     notebook whose questions or hidden checks differ from :data:`POINTS` / :data:`CHECKS`."""
     name = src.stem
     if name not in POINTS:
-        raise InputValueError(f"no points for {name!r} in transformer_np.course.grading.POINTS "
+        raise InputValueError(f"no points for {name!r} in transformer_np.grader.grading.POINTS "
                               f"(known: {', '.join(POINTS)})")
     graded = graded_checks(name)
     nb = json.loads(src.read_text(encoding="utf-8"))
@@ -274,10 +274,10 @@ def stage_notebook(src: Path, dst: Path, wheel: str | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m transformer_np.course.grading stage SRC DST [WHEEL]`` (used by scripts/build_exercises.sh)."""
+    """``python -m transformer_np.grader.grading stage SRC DST [WHEEL]`` (used by scripts/build_exercises.sh)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (3, 4) or args[0] != "stage":
-        print("usage: python -m transformer_np.course.grading stage SRC.ipynb DST.ipynb [WHEEL_FILE_NAME]",
+        print("usage: python -m transformer_np.grader.grading stage SRC.ipynb DST.ipynb [WHEEL_FILE_NAME]",
               file=sys.stderr)
         return 2
     try:

@@ -17,8 +17,8 @@ from ..model.gradcheck import random_params
 from ..model.params import sub_params
 from ..ops.attention import MHA_PARAM_NAMES
 from ..ops.masks import mask_value
-from ._exercise_base import Case
-from ._specs_blocks import _layer_config
+from .exercise_base import Case
+from .specs_blocks import _layer_config
 
 __all__ = ["hidden_cases"]
 

@@ -14,7 +14,7 @@ escapes as an exception: a ``NotImplementedError``, an unfilled body (``...`` re
 crash (a ``KeyboardInterrupt`` or ``SystemExit`` too), a wrong return type or shape all become
 feedback. What the student's functions print is captured, not shown (a failed check says how much),
 and the checks' own arithmetic ignores the notebook's ``np.seterr`` and warnings filters
-(:mod:`._calling`).
+(:mod:`.calling`).
 
 These checks run in the student's own Python process (the notebook's kernel, or otter's): they are
 the student's feedback loop and the formative score, and code in the notebook can change what they
@@ -75,9 +75,9 @@ import numpy as np
 from ..errors import InputValueError
 from ..model.gradcheck import TOLERANCE as GRADCHECK_TOLERANCE
 from ..model.gradcheck import check_op, rel_error
-from ._calling import STUDENT_EXCEPTIONS, _as_array, _call, _out_and_cache, _student_call, _unpack, student_type
-from ._calling import with_grader_state as _with_grader_state
-from ._diagnosis import (
+from .calling import STUDENT_EXCEPTIONS, _as_array, _call, _out_and_cache, _student_call, _unpack, student_type
+from .calling import with_grader_state as _with_grader_state
+from .diagnosis import (
     MATCH,
     TOLERANCE,
     _generic,
@@ -89,11 +89,11 @@ from ._diagnosis import (
     _where,
     _where_wrong,
 )
-from ._exercise_specs import EXERCISES, Case, Exercise, Mistake
-from ._exercise_specs import copy_inputs as _copy
 from .feedback import _MAX_LINES as _MAX_LINES  # re-exported: importable from here as before the split
 from .feedback import FEEDBACK_ENV, Feedback, Problem, _Stop, feedback_level
 from .feedback import _summarise as _summarise  # re-exported, as _MAX_LINES
+from .specs import EXERCISES, Case, Exercise, Mistake
+from .specs import copy_inputs as _copy
 
 __all__ = ["BACKWARD_TOLERANCE", "EXERCISE_NAMES", "FEEDBACK_ENV", "FOLLOW_LIMIT", "MATCH", "TOLERANCE", "Feedback",
            "Problem", "check_backward", "check_forward", "feedback_level", "run_backward", "run_forward"]
@@ -103,7 +103,7 @@ FOLLOW_LIMIT = 0.5  # a wrong forward within this relative error of the op (or a
 # agree with the library's to BACKWARD_TOLERANCE (tensor-level relative error, the floor being the op's largest
 # gradient entry, as in _compare). Measured over 40 seeds of the public + hidden cases of every exercise
 # (6 for the encoder layers): the solution notebooks' backwards, the library's, the honest ones of
-# tests/course/test_grading.py, softmax through its full Jacobian and LayerNorm as a staged chain rule agree to
+# tests/grader/test_grading.py, softmax through its full Jacobian and LayerNorm as a staged chain rule agree to
 # at most 7.1e-16; LayerNorm with var = E[x²] − E[x]² (cancellation on rows with a small spread) to 8.4e-14.
 # A backward made of central differences of the student's own forward, at the step h (1e-3 … 1e-7) best for
 # each check, misses by at least 8.4e-12 over a check's cases (gelu; 2.6e-11 … 4.0e-10 for the others).

@@ -28,11 +28,11 @@ import numpy as np
 import pytest
 
 from transformer_np.course import grade_notebook, grade_submissions
-from transformer_np.course._exercise_specs import EXERCISES
-from transformer_np.course._hidden_cases import hidden_cases
-from transformer_np.course.grading import POINTS
-from transformer_np.course.sandbox import Limits, Sandbox, SandboxGone
 from transformer_np.errors import InputValueError
+from transformer_np.grader.grading import POINTS
+from transformer_np.grader.hidden_cases import hidden_cases
+from transformer_np.grader.sandbox import Limits, Sandbox, SandboxGone
+from transformer_np.grader.specs import EXERCISES
 
 REPO = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = sorted(POINTS)
@@ -102,7 +102,7 @@ def test_the_child_cannot_import_the_project_or_a_framework(tmp_path):
 # ----------------------------------------------------------------------------- cheats earn nothing
 EMPTY = student_cells("01_softmax")
 TAMPERING = {
-    "grading module": "import transformer_np.course.grading as g\ng.grade_forward = g.grade_backward = "
+    "grading module": "import transformer_np.grader.grading as g\ng.grade_forward = g.grade_backward = "
                       "lambda *a, **k: None",
     "numpy": "import numpy as np\nnp.max = np.abs = lambda *a, **k: 0.0\nnp.allclose = lambda *a, **k: True",
     "display hook": "import sys\nsys.displayhook = lambda value: None",
@@ -369,7 +369,7 @@ def test_a_dead_child_raises_sandbox_gone_not_an_exception_the_checks_would_swal
 
 
 def test_the_wire_refuses_what_is_not_numbers():
-    from transformer_np.course import _sandbox_child as wire
+    from transformer_np.grader import wire
 
     obj = np.array([object()], dtype=object)
     tree = wire.encode(obj, [])
@@ -481,13 +481,13 @@ SOFTMAX_VARIANTS = {
 def test_the_notebooks_own_checks_and_grade_give_the_same_verdicts(variant, tmp_path):
     """otter's hidden checks (grade_forward / grade_backward in the student's process) and the grade of record
     agree on honest and slipped work: same pass/fail and the same problem codes, for the same seed."""
-    from transformer_np.course.grading import grade_backward, grade_forward
+    from transformer_np.grader.grading import grade_backward, grade_forward
 
     cells = SOL + [SOFTMAX_VARIANTS[variant]]
     g = grade(tmp_path, cells)
     namespace: dict = {}
     for src in cells:
-        if "transformer_np.course.grading" not in src:
+        if "transformer_np.grader.grading" not in src:
             exec(compile(src, "<cell>", "exec"), namespace)
     fwd, bwd = namespace["softmax_forward"], namespace["softmax_backward"]
     local = {"forward": grade_forward("softmax", fwd, seed=SEED), "backward": grade_backward("softmax", fwd, bwd,
@@ -560,8 +560,8 @@ def test_the_similarity_report_survives_a_cell_too_deep_to_parse(n):
     """200,000 ``+`` in one expression crash Python 3.10's ast.parse (a segmentation fault, not an exception): the
     grader never hands it such a cell. Fewer parse, or raise RecursionError (3.11: 5,000), or parse and are deeper
     than ast.unparse's recursion (900): each is handled."""
-    from transformer_np.course._source import parse_untrusted
-    from transformer_np.course.similarity import function_sources, normalised_tokens
+    from transformer_np.grader.similarity import function_sources, normalised_tokens
+    from transformer_np.grader.source import parse_untrusted
 
     deep = "def softmax_forward(x):\n    return " + "+".join(["x"] * n) + "\n"
     if n > 20_000:

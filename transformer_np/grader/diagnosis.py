@@ -1,6 +1,6 @@
 """How a wrong output is described to a student, whatever the op: its shape against the expected one, a
 constant factor named by the sizes, the sign, a transpose, a near miss, where the values go wrong; and the
-line of the student's code an exception came from. Used by :mod:`transformer_np.course.exercises`."""
+line of the student's code an exception came from. Used by :mod:`transformer_np.grader.exercises`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..model.gradcheck import rel_error
-from ._exercise_base import Case, Exercise
+from .exercise_base import Case, Exercise
 
 TOLERANCE = 1e-8   # agreement with the library (tensor-level relative error; float64 round-off is ~1e-15)
 MATCH = 1e-6       # a diagnosis must reproduce the student's numbers to this relative error

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from helpers import KERNEL_DID_NOT_START, execute_notebook, retry_kernel_start
-from transformer_np.course.grading import POINTS
+from transformer_np.grader.grading import POINTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.notebooks]
 
@@ -140,7 +140,7 @@ def test_grade_gives_the_built_solutions_full_marks_and_the_student_notebooks_ze
     cells, whose imports fail in the grader's child process and cost nothing) and the handed-out notebook
     (otter's init, check and export cells run as no-ops)."""
     from transformer_np.course import grade_notebook
-    from transformer_np.course.sandbox import Limits
+    from transformer_np.grader.sandbox import Limits
 
     limits = Limits(call_timeout=30, submission_timeout=600)
     good = grade_notebook(built / name / "autograder" / f"{name}.ipynb", name, limits=limits)

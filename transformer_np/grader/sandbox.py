@@ -1,6 +1,6 @@
 r"""The grader's side of a submission's process: start it, send it cells and calls, keep it on a short lead.
 
-A :class:`Sandbox` is one child process (:mod:`transformer_np.course._sandbox_child`) that runs one student's
+A :class:`Sandbox` is one child process (:mod:`transformer_np.grader.child`) that runs one student's
 notebook. The grader
 
 * starts it as ``python -I -S -B`` with ``sys.path`` = the standard library and a folder holding NumPy alone,
@@ -10,7 +10,7 @@ notebook. The grader
   time, file size, open files; no core dumps);
 * sends it the cells one at a time, then calls of the student's functions (:meth:`Sandbox.function` returns a
   proxy callable), with arguments and results as ``.npy`` bytes inside framed messages (no pickle: see the
-  child's module for the format and the checks on every array received);
+  wire module, :mod:`transformer_np.grader.wire`, for the format and the checks on every array received);
 * serves, during a call, the student's calls of the functions the notebook hands out (``Exercise.allowed``):
   the library's function runs here, on the arrays received, and its cache stays here behind a numbered handle;
 * waits for every reply with a deadline — per call (``Limits.call_timeout``) and per submission
@@ -46,11 +46,12 @@ from typing import Any
 
 import numpy as np
 
-from . import _sandbox_child as wire
+from . import child as _child_program
+from . import wire
 
 __all__ = ["Limits", "Sandbox", "SandboxGone", "StudentError"]
 
-_CHILD = Path(wire.__file__).resolve()
+_CHILD = Path(_child_program.__file__).resolve()
 _PASS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL")   # the machine's, never set by us
 _MAX_HANDOUT_CACHES = 50_000
 REPLY_LIMIT = 32 << 20          # bytes of one message from the child: far above any exercise's arrays
@@ -82,7 +83,7 @@ class SandboxGone(BaseException):
 class StudentError(Exception):
     """An exception raised by the student's code in the child, as the checks report a local one:
     ``student_type`` (its class name), ``student_where`` (the student's line, formatted as
-    :func:`transformer_np.course._diagnosis._where` does) and the message."""
+    :func:`transformer_np.grader.diagnosis._where` does) and the message."""
 
     def __init__(self, student_type: str, message: str, student_where: str = ""):
         super().__init__(message)

@@ -19,9 +19,9 @@ import pytest
 from test_exercises import ARGS, LIBRARY, _pack
 from test_grading import HONEST, SEED, softmax_global_fwd
 
-from transformer_np.course._exercise_specs import EXERCISES, copy_inputs
 from transformer_np.course.exercises import BACKWARD_TOLERANCE, EXERCISE_NAMES, TOLERANCE, check_backward
-from transformer_np.course.grading import grade_backward
+from transformer_np.grader.grading import grade_backward
+from transformer_np.grader.specs import EXERCISES, copy_inputs
 from transformer_np.model.gradcheck import TOLERANCE as GRADCHECK_TOLERANCE
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 r"""The building blocks of the exercises' specifications: a case, a known mistake, an exercise, and the
-small NumPy helpers the mistakes are recomputed with (see :mod:`transformer_np.course._exercise_specs`)."""
+small NumPy helpers the mistakes are recomputed with (see :mod:`transformer_np.grader.specs`)."""
 
 from __future__ import annotations
 

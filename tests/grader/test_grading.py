@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transformer_np.course._exercise_specs import EXERCISES, copy_inputs
-from transformer_np.course._hidden_cases import hidden_cases
 from transformer_np.course.exercises import EXERCISE_NAMES, FEEDBACK_ENV, Feedback, check_backward, check_forward
-from transformer_np.course.grading import (
+from transformer_np.errors import InputValueError
+from transformer_np.grader.grading import (
     CHECKS,
     POINTS,
     SEED_ENV,
@@ -31,7 +30,8 @@ from transformer_np.course.grading import (
     points_table,
     stage_notebook,
 )
-from transformer_np.errors import InputValueError
+from transformer_np.grader.hidden_cases import hidden_cases
+from transformer_np.grader.specs import EXERCISES, copy_inputs
 from transformer_np.model.params import sub_params
 from transformer_np.ops.attention import attention_backward, attention_forward
 from transformer_np.ops.attention import mha_backward as mha_backward_given  # exercise 6 hands these out
@@ -519,7 +519,7 @@ def test_one_table_of_points(tmp_path):
             cfg = next(s for s in cells if s.startswith("# BEGIN QUESTION") and f"name: {q}\n" in s + "\n")
             listed = json.loads(re.search(r"^points: (.*)$", cfg, flags=re.M).group(1))
             assert len(listed) == 2 * n and listed.count(0) == n and sum(listed) == pts, (name, q, listed)
-            # (which cell carries which points: tests/course/test_points_by_name.py)
+            # (which cell carries which points: tests/grader/test_points_by_name.py)
     page = (REPO / "docs" / "guide" / "instructors.md").read_text()
     assert points_table() in page, "docs/guide/instructors.md must show grading.points_table()"
     assert "every question is worth 1 point" not in page.lower()
@@ -533,7 +533,7 @@ def test_staging_refuses_an_unknown_notebook(tmp_path):
 
 
 def test_the_staging_command_reports_bad_arguments_in_one_line(tmp_path, capsys):
-    from transformer_np.course.grading import main
+    from transformer_np.grader.grading import main
 
     assert main(["stage"]) == 2 and "usage:" in capsys.readouterr().err
     assert main(["stage", str(tmp_path / "missing.ipynb"), str(tmp_path / "out.ipynb")]) == 2
@@ -545,7 +545,7 @@ def test_the_staging_command_reports_bad_arguments_in_one_line(tmp_path, capsys)
 def test_the_staging_command_writes_the_notebook_and_the_zips_requirements(tmp_path):
     """Staging reads otter's version (the zip pins it): otter-grader must be installed, so not the fast lane."""
     pytest.importorskip("otter")
-    from transformer_np.course.grading import main
+    from transformer_np.grader.grading import main
 
     assert main(["stage", str(REPO / "exercises" / "01_softmax.ipynb"), str(tmp_path / "01_softmax.ipynb"),
                  "transformer_np-0.0.0-py3-none-any.whl"]) == 0

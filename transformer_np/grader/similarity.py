@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from ..errors import InputTypeError, InputValueError
-from ._exercise_specs import EXERCISES
-from ._source import parse_untrusted
 from .grading import CHECKS
+from .source import parse_untrusted
+from .specs import EXERCISES
 
 __all__ = ["SimilarPair", "function_sources", "normalised_tokens", "similarity", "library_functions",
            "graded_functions", "body_size", "similarity_report", "DEFAULT_THRESHOLD", "MIN_TOKENS", "K"]
@@ -53,7 +53,7 @@ K = 6
 #: ``out, cache = None, None`` and ``return out, cache`` 15; the one-liner ``return dout * cache["dgelu"]``
 #: (gelu_backward's solution) 7. The shortest graded solution compared, softmax_backward's, has 33.
 MIN_TOKENS = 20
-#: Measured by tests/course/test_similarity.py on its corpus (K = 6; run as a script, it prints these ranges):
+#: Measured by tests/grader/test_similarity.py on its corpus (K = 6; run as a script, it prints these ranges):
 #:   copies of the notebooks' solutions against them — renamed, comments changed, reformatted (all 1.00: the
 #:   normalisation undoes them), independent lines reordered 0.72 … 0.94, code moved into a helper 0.72 … 0.96 —
 #:   and the library's kernels pasted with renamed variables against the library 0.81 … 1.00;
@@ -247,7 +247,7 @@ def _check_exercise(exercise) -> None:
 
 def graded_functions(exercise: str) -> list[str]:
     """The names of the functions a student writes for ``exercise`` (e.g. ``["softmax_forward",
-    "softmax_backward"]``), from :data:`~transformer_np.course.grading.CHECKS` and the exercises' specs."""
+    "softmax_backward"]``), from :data:`~transformer_np.grader.grading.CHECKS` and the exercises' specs."""
     _check_exercise(exercise)
     return list(dict.fromkeys(getattr(EXERCISES[ex], kind) for kind, names in CHECKS[exercise].values()
                               for ex in names))

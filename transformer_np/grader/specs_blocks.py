@@ -1,5 +1,5 @@
 """The exercises on blocks: multi-head attention, GELU, the position-wise FFN and the encoder layer (their
-cases, reference, known mistakes; see :mod:`transformer_np.course._exercise_specs`)."""
+cases, reference, known mistakes; see :mod:`transformer_np.grader.specs`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ..ops.feedforward import FFN_PARAM_NAMES, ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.linear import linear_backward
 from ..ops.masks import mask_value
-from ._exercise_base import (
+from .exercise_base import (
     Case,
     Exercise,
     Mistake,

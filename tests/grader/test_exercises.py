@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 
 from helpers import execute_notebook
-from transformer_np.course._exercise_specs import EXERCISES, copy_inputs
 from transformer_np.course.exercises import EXERCISE_NAMES, Feedback, check_backward, check_forward
 from transformer_np.errors import InputValueError
+from transformer_np.grader.specs import EXERCISES, copy_inputs
 from transformer_np.model.config import EncoderConfig
 from transformer_np.model.encoder import encoder_layer_backward, encoder_layer_forward
 from transformer_np.ops.activations import activation_backward, activation_forward

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from test_grading import HONEST, SEED, softmax_bwd, softmax_fwd
 
-from transformer_np.course._exercise_specs import EXERCISES
 from transformer_np.course.exercises import EXERCISE_NAMES, Feedback, check_backward, check_forward, run_forward
-from transformer_np.course.grading import grade_backward, grade_forward
+from transformer_np.grader.grading import grade_backward, grade_forward
+from transformer_np.grader.specs import EXERCISES
 
 
 # ============================================================================= prints

@@ -6,12 +6,12 @@ For each submission:
 1. the notebook is read as data (a regular file of at most 20 MB, JSON, nbformat 4) — never executed here;
    its code cells are taken in order; IPython magics and shell lines (``%pip …``, ``!ls``, ``%%time`` cells) are
    not run, and the report says so;
-2. a child process (:class:`~transformer_np.course.sandbox.Sandbox`) runs the cells one by one. It cannot import
+2. a child process (:class:`~transformer_np.grader.sandbox.Sandbox`) runs the cells one by one. It cannot import
    this project or any framework: only NumPy, ``math``, the standard library and the functions the notebook
-   hands out (run by the grader, see :mod:`~transformer_np.course.sandbox`). A cell that raises, prints, writes
+   hands out (run by the grader, see :mod:`~transformer_np.grader.sandbox`). A cell that raises, prints, writes
    in its own folder or calls ``exit()`` costs nothing by itself; a cell that hangs or kills its process is
    skipped and the others run again in a fresh process;
-3. every point-carrying check of the assignment (:func:`~transformer_np.course.grading.graded_checks`: the
+3. every point-carrying check of the assignment (:func:`~transformer_np.grader.grading.graded_checks`: the
    points attach to named checks, not to positions) runs *in the grader*: the grader draws the hidden cases
    from its own fresh seed, sends the inputs, receives the student's outputs as numbers, and computes the
    reference and the comparison itself — the same checks as the notebook's own (``grade_forward`` /
@@ -21,9 +21,9 @@ For each submission:
    cause; the next check starts a fresh process if the last one died.
 
 What this does **not** guarantee: the child is a process with an audit hook and resource limits, not a
-container — see :mod:`~transformer_np.course._sandbox_child` for what it refuses. Code copied from the library's
+container — see :mod:`~transformer_np.grader.child` for what it refuses. Code copied from the library's
 source into the notebook is the student's code as far as a machine can tell: the similarity report
-(``--similarity``, :mod:`~transformer_np.course.similarity`) flags it for the instructor; it never changes a mark.
+(``--similarity``, :mod:`~transformer_np.grader.similarity`) flags it for the instructor; it never changes a mark.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputValueError
-from ._exercise_specs import EXERCISES
-from ._source import parse_untrusted
 from .grading import POINTS, grade_backward, grade_forward, graded_checks
 from .sandbox import Limits, Sandbox, SandboxGone
+from .source import parse_untrusted
+from .specs import EXERCISES
 
 __all__ = ["CheckGrade", "SubmissionGrade", "grade_notebook", "grade_submissions", "submission_paths",
            "read_code_cells"]

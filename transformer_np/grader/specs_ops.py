@@ -1,5 +1,5 @@
 """The exercises on single ops: softmax, LayerNorm, scaled dot-product attention (their cases, reference,
-known mistakes; see :mod:`transformer_np.course._exercise_specs`)."""
+known mistakes; see :mod:`transformer_np.grader.specs`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..ops.attention import (
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.masks import mask_value
 from ..ops.softmax import softmax_backward, softmax_forward
-from ._exercise_base import (
+from .exercise_base import (
     Case,
     Exercise,
     Mistake,

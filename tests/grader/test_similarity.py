@@ -4,7 +4,7 @@ The corpus: (1) the solution functions of exercises/*.ipynb; (2) copies of them 
 changed, reformatted, independent lines reordered, code moved into a helper — and the library's own source pasted
 with renamed variables; (3) honest formulations written differently (loops, einsum, np.var, logsumexp, a tape…).
 DEFAULT_THRESHOLD must flag every copy against its source and no honest pair (against the solutions, the library
-or each other). ``PYTHONPATH=. python tests/course/test_similarity.py`` prints the measured ranges.
+or each other). ``PYTHONPATH=. python tests/grader/test_similarity.py`` prints the measured ranges.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from transformer_np.course import similarity as sim
-from transformer_np.course._exercise_specs import EXERCISES
-from transformer_np.course.grading import CHECKS
-from transformer_np.course.similarity import (
+from transformer_np.errors import InputValueError
+from transformer_np.grader.grading import CHECKS
+from transformer_np.grader.similarity import (
     DEFAULT_THRESHOLD,
     MIN_TOKENS,
     SimilarPair,
@@ -34,7 +34,7 @@ from transformer_np.course.similarity import (
     similarity,
     similarity_report,
 )
-from transformer_np.errors import InputValueError
+from transformer_np.grader.specs import EXERCISES
 
 REPO = Path(__file__).resolve().parents[2]
 
