@@ -242,24 +242,16 @@ class Report:
         for (layer, part), steps in sections.items():
             L += ["", f"LAYER {layer} — {part}"]
             answered = [s for s in steps if m.verdict[s.key] != "missing"]
-            unanswered_questions = [s for s in steps if m.verdict[s.key] == "missing"
-                                    and by_key[s.key]["out_of"] is not None]
-            if answered or unanswered_questions:
-                w = max([len(s.name) for s in answered + unanswered_questions] + [len("quantity")]) + 2
+            if answered:
+                w = max([len(s.name) for s in answered] + [len("quantity")]) + 2
                 L.append(f"  {'quantity'.ljust(w)}{'verdict':9s}{'error':>10s}{'tolerance':>11s}{'marks':>9s}")
-                for s in answered + unanswered_questions:
+                for s in answered:
                     v = m.verdict[s.key]
                     marks = self._marks_cell(by_key[s.key])
-                    if v == "missing":
-                        L.append(f"  {s.name.ljust(w)}{'missing':9s}{'':10s}{'':11s}{marks:>9s}")
-                        continue
                     err, tol = _shown_error(m, s.key)
                     L.append(f"  {s.name.ljust(w)}{(v.upper() if v == 'wrong' else v):9s}"
                              f"{err:10.{dec + 1}f}{tol:11.{dec + 1}f}{marks:>9s}")
-            missing = [s.name for s in steps if m.verdict[s.key] == "missing" and s not in unanswered_questions]
-            if missing:
-                L += textwrap.wrap("not answered: " + ", ".join(missing), 110, initial_indent="  ",
-                                   subsequent_indent="    ")
+            L += self._blank_line([s for s in steps if m.verdict[s.key] == "missing"], by_key)
             for s in steps:
                 v = m.verdict[s.key]
                 if v != "missing" and (full or v != "correct"):
@@ -287,6 +279,21 @@ class Report:
                 + (f"; {blank} step{'s' if blank != 1 else ''} still blank" if blank else "")
                 + ("; error carried forward: a step that follows from your own earlier answers earns its marks"
                    if c["follows"] else ""))
+
+    @staticmethod
+    def _blank_line(blank: list, by_key: dict) -> list[str]:
+        """The steps of a section still blank, in one wrapped line: the marks they would earn (each step's own
+        when it is not 1; "not marked" for a step the scheme gives 0)."""
+        if not blank:
+            return []
+        worth = [by_key[s.key]["out_of"] for s in blank]
+        total = sum(o for o in worth if o is not None)
+
+        def name(s, o):
+            return s.name + ("" if o == 1 else " (not marked)" if o is None else f" ({_fmt_mark(o)})")
+        head = f"still blank, 0 of {_fmt_mark(total)} mark{'s' if total != 1 else ''}: " if total else "not answered: "
+        return textwrap.wrap(head + ", ".join(name(s, o) for s, o in zip(blank, worth)), 110, initial_indent="  ",
+                             subsequent_indent="    ")
 
     @staticmethod
     def _marks_cell(step: dict) -> str:
