@@ -358,7 +358,7 @@ def _as_rows(a: np.ndarray, name: str) -> np.ndarray:
     return a
 
 
-def _markdown(raw: dict, with_answers: bool) -> str:
+def _markdown(raw: dict, with_answers: bool, marks: dict | None = None) -> str:
     ws, steps, v = _values(raw)
     dec = ws.decimals
     s = raw["setup"]
@@ -404,7 +404,9 @@ def _markdown(raw: dict, with_answers: bool) -> str:
     for i, st in enumerate(steps, 1):
         shape = quantity_shape(st.name, ws.n, ws.d_model, ws.d_ff)
         rows, cols = _labels(ws, st.name, shape)
-        L += [f"### {i}. Layer {st.layer}: `{st.name}` = {st.formula}", ""]
+        worth = "" if marks is None else marks.get(f"layer{st.layer}", {}).get(st.name)
+        worth = "" if worth in ("", None) else f" ({worth:g} mark{'s' if worth != 1 else ''})"
+        L += [f"### {i}. Layer {st.layer}: `{st.name}` = {st.formula}{worth}", ""]
         vals = _as_rows(_round(v[st.key], dec), st.name) if with_answers else np.zeros((len(rows), len(cols)))
         L += _md_table(vals, rows, cols, dec if with_answers else None)
         L.append("")
@@ -420,14 +422,16 @@ def _dec_exact(a) -> int:
     return 6
 
 
-def student_markdown(raw: dict) -> str:
-    """The problem and a blank table per step, in Markdown."""
-    return _markdown(raw, with_answers=False)
+def student_markdown(raw: dict, marks: dict | None = None) -> str:
+    """The problem and a blank table per step, in Markdown (``marks``: a full scheme, :func:`mark_scheme`, whose
+    marks each step's heading then shows)."""
+    return _markdown(raw, with_answers=False, marks=marks)
 
 
-def key_markdown(raw: dict) -> str:
-    """The problem and every step's answer (rounded to the sheet's decimals), in Markdown."""
-    return _markdown(raw, with_answers=True)
+def key_markdown(raw: dict, marks: dict | None = None) -> str:
+    """The problem and every step's answer (rounded to the sheet's decimals), in Markdown (``marks``: as
+    :func:`student_markdown`)."""
+    return _markdown(raw, with_answers=True, marks=marks)
 
 
 def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: bool = False,
@@ -469,7 +473,9 @@ def sheet_texts(raw: dict, student: str | None = None, marks: dict | None = None
     """The four texts of a problem: its TOML (for the student to fill in), the student sheet (Markdown), the key
     (Markdown) and the key as TOML, marked as a key by its ``[key]`` table (``student``: the roster id). The key
     TOML carries the full mark scheme (:func:`mark_scheme` of ``marks``, one mark per step when None); the
-    student's TOML carries it too when ``marks`` is given."""
+    student's TOML and both Markdown sheets (each step's marks in its heading) carry it too when ``marks`` is
+    given."""
     scheme = mark_scheme(raw, marks, marks_source)
-    return [to_toml(raw, marks=scheme if marks is not None else None), student_markdown(raw), key_markdown(raw),
+    shown = scheme if marks is not None else None
+    return [to_toml(raw, marks=shown), student_markdown(raw, shown), key_markdown(raw, shown),
             to_toml(raw, answers=answer_key(raw), key=student if student is not None else True, marks=scheme)]
