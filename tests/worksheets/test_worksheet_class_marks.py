@@ -101,7 +101,7 @@ def test_the_class_keys_carry_the_full_mark_scheme_and_marks_weights_count(tmp_p
     total = sum(want.values())
     sheet = (tmp_path / "c" / "students" / "ada.md").read_text(encoding="utf-8")      # the student sees the weights
     assert "`attention_weights_head1` = softmax of each row of scores_head1 (3 marks)" in sheet
-    assert sheet.count(" (5 marks)\n") == 1 and sheet.count(" (2 marks)\n") == len(names) - 3
+    assert sheet.count(" (5 marks)\n") == 1 and sheet.count(" (2 marks)\n") == len(names) - 2
     ring = KeyRing(str(tmp_path / "c" / "keys"))
     sub, _ = class_sim.student(_sheet(tmp_path / "c", "ada"), "keep_the_digits")
     assert mark(ring, sub, "ada.toml").marks == {"awarded": total, "available": total, "blank": 0}
