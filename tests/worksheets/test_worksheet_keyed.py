@@ -229,7 +229,8 @@ def test_a_class_of_30_honest_students(tmp_path, capsys):
     (subs / "zz.toml").write_text((out / "keys" / "s007_key.toml").read_text(encoding="utf-8"), encoding="utf-8")
     code, text, err = _run(capsys, "check", "--key", out / "keys", subs, "--csv", "-")
     rows = _rows(text)
-    assert code == 0 and err == ""
+    # stderr: nothing but progress lines (shown once marking takes over 2 s, as on a loaded machine)
+    assert code == 0 and all(line.startswith("check [") for line in err.splitlines()), err
     assert [r["student"] for r in rows] == ids                     # upload_00 … upload_29 are s000 … s029
     for r in rows:
         assert r["wrong"] == "0" and r["follows"] == "0" and r["flags"] == "" and r["total"] == r["out_of"]
