@@ -7,8 +7,12 @@ deviation, the variance, √(σ² + ε), every x̂ of a LayerNorm; Q Kᵀ before
 √d_k itself; every exponential and the row sum of a softmax; Φ, φ, tanh; every term of a sum of
 gradients; the row sum ⟨dA, A⟩; γ ⊙ dy and the two means of the LayerNorm backward). Variants of
 honest work: rounding halves away from zero or to even; the softmax with or without the row maximum
-subtracted. ``plant`` replaces one named quantity by a mistake (a function of the student's values
-so far); everything after is done right from the student's own numbers.
+subtracted; ``keep=None`` (the default: every number carried as rounded to the sheet's decimals), ``keep=k``
+(every number carried and every sub-step rounded to k > D places, each answer written rounded to D) or
+``keep="all"`` (keep the digits, round only what is written: the student computes in full precision, writes
+each answer rounded to D, and carries the unrounded values forward). ``plant`` replaces one named quantity by a
+mistake (a function of the student's values so far, as carried); everything after is done right from the
+student's own numbers.
 """
 
 from __future__ import annotations
@@ -25,26 +29,33 @@ def _erf(x):
 
 
 class Student:
-    def __init__(self, raw: dict, half_even: bool = False, subtract_max: bool = True, plant=None):
+    def __init__(self, raw: dict, half_even: bool = False, subtract_max: bool = True, plant=None, keep=None):
         self.ws = load_worksheet({k: v for k, v in raw.items() if k != "answers"})
         self.D = self.ws.decimals
+        self.keep = self.D if keep is None else keep          # the decimals carried ("all": no rounding)
         self.half_even, self.subtract_max = half_even, subtract_max
         self.plant = plant or {}
         self.v: dict = {}          # (layer, name) -> value the student carries
+        self.w: dict = {}          # (layer, name) -> value the student writes (rounded to D)
         self.ln: dict = {}         # (layer, which) -> (xhat, sd) of the forward LayerNorms
 
-    def R(self, x):
+    def _round(self, x, k):
         x = np.asarray(x, dtype=float)
         if self.half_even:
-            return np.round(x, self.D) + 0.0
-        f = 10.0 ** self.D
+            return np.round(x, k) + 0.0
+        f = 10.0 ** k
         return np.sign(x) * np.floor(np.abs(x) * f + 0.5) / f + 0.0
+
+    def R(self, x):
+        """A number as the student carries it (a sub-step, or a quantity not written)."""
+        return np.asarray(x, dtype=float) + 0.0 if self.keep == "all" else self._round(x, self.keep)
 
     def put(self, l, name, value):
         key = (l, name)
         if key in self.plant:
             value = self.plant[key](self.v)
-        self.v[key] = self.R(value)
+        self.w[key] = self._round(value, self.D)
+        self.v[key] = self.w[key] if self.keep == self.D else self.R(value)
         return self.v[key]
 
     # ------------------------------------------------------------------ forward
@@ -220,8 +231,8 @@ class Student:
     def answers(self, written=None) -> dict:
         """The [answers] tables: every quantity the student computed, or those in ``written``."""
         out: dict = {}
-        for (l, name), val in self.v.items():
-            if name == "input" or (written is not None and (l, name) not in written):
+        for (l, name), val in self.w.items():
+            if written is not None and (l, name) not in written:
                 continue
             out.setdefault(f"layer{l}", {})[name] = np.asarray(val).tolist()
         return out

@@ -50,7 +50,8 @@ def _example_with(extra: str) -> str:
 # ----------------------------------------------------------------------------- marks
 def test_marks_are_awarded_with_error_carried_forward(tmp_path):
     """The article's sheet: scores correct, attention_weights wrong, attention_output and residual follow,
-    layer_norm_mean wrong. Follows earns its marks, wrong earns none; the total is their sum."""
+    layer_norm_mean wrong. Follows earns its marks, wrong earns none; the total is out of the whole sheet (issue
+    44): every step of both layers counts, named ones at their marks, the others at the default."""
     path = _write(tmp_path, "marked.toml", _example_with(
         "\n[marks]\nattention_weights = 2\nresidual = 3\ndefault = 1\n[marks.layer1]\nlayer_norm_mean = 4\n"))
     r = check(path)
@@ -63,34 +64,59 @@ def test_marks_are_awarded_with_error_carried_forward(tmp_path):
     assert by_name["attention_output"]["verdict"] == "follows" and by_name["attention_output"]["marks"] == 1
     assert by_name["attention_weights"]["verdict"] == "wrong" and by_name["attention_weights"]["marks"] == 0
     awarded = sum(s["marks"] for s in by_name.values())
-    # [marks].name applies in every layer: layer 2's attention_weights (2) and residual (3) are questions too,
-    # unanswered here, so they earn 0 of their 5 marks
-    layer2 = {s["name"]: s for s in r.steps if s["layer"] == 2 and s["out_of"] is not None}
-    assert {n: (s["marks"], s["out_of"]) for n, s in layer2.items()} == {"attention_weights": (0, 2),
-                                                                         "residual": (0, 3)}
-    available = sum(mark.values()) + 5
-    assert r.marks == {"awarded": awarded, "available": available}
+    # [marks].name applies in every layer (layer 2's attention_weights 2, residual 3), [marks.layer1] only in
+    # layer 1 (layer 2's layer_norm_mean is at the default), and every step left blank earns 0 of its marks
+    blank = [s for s in r.steps if s["verdict"] == "missing"]
+    assert all(s["marks"] == 0 for s in blank)
+    layer2 = {s["name"]: s["out_of"] for s in r.steps if s["layer"] == 2}
+    assert layer2["attention_weights"] == 2 and layer2["residual"] == 3 and layer2["layer_norm_mean"] == 1
+    available = sum(mark.values()) + sum(s["out_of"] for s in blank)
+    assert available == sum(mark.values()) + len(blank) + (2 - 1) + (3 - 1)
+    assert r.marks == {"awarded": awarded, "available": available, "blank": len(blank)}
     text = str(r)
     assert f"MARKS: {awarded} / {available}" in text and "error carried forward" in text
+    assert f"{len(blank)} steps still blank" in text
     assert "0/2" in text and "3/3" in text
 
 
 def test_a_question_left_unanswered_counts_in_the_total(tmp_path):
-    """[marks] names the questions: one the student skipped earns 0 of its marks and shows as missing."""
+    """[marks] weights a step: one the student skipped earns 0 of its marks and shows as missing; every other
+    step counts at the default (1), answered or not."""
     path = _write(tmp_path, "skip.toml", _example_with("\n[marks.layer2]\nH = 5\n"))
     r = check(path)
     h2 = next(s for s in r.steps if (s["layer"], s["name"]) == (2, "H"))
     assert h2["verdict"] == "missing" and (h2["marks"], h2["out_of"]) == (0, 5)
+    assert r.marks["available"] == len(r.steps) - 1 + 5
     answered = [s for s in r.steps if s["verdict"] != "missing"]
-    assert r.marks["available"] == len(answered) + 5
     assert r.marks["awarded"] == sum(s["verdict"] in ("correct", "follows") for s in answered)
 
 
-def test_without_a_mark_scheme_each_answer_is_worth_one():
+def test_default_zero_marks_only_the_named_steps(tmp_path):
+    """[marks] default = 0 with two named steps: only those two are marked (out of 2 + 3), the rest carry no
+    marks (out_of None)."""
+    path = _write(tmp_path, "two.toml", _example_with("\n[marks]\ndefault = 0\nscores = 2\n[marks.layer2]\nH = 3\n"))
+    r = check(path)
+    marked = {(s["layer"], s["name"]): s["out_of"] for s in r.steps if s["out_of"] is not None}
+    assert marked == {(1, "scores"): 2, (2, "scores"): 2, (2, "H"): 3}
+    assert r.marks["available"] == 7
+
+
+def test_without_a_mark_scheme_each_step_is_worth_one():
+    """No [marks] table: 1 mark per step of the whole sheet; the blank ones earn 0 and are counted."""
     raw, _ = sh.student(sh.problem(seed=2), written={(1, "Q"), (1, "scores"), (1, "H")})
     r = check(raw)
-    assert r.marks == {"awarded": 3, "available": 3}
-    assert [s["out_of"] for s in r.steps if s["verdict"] == "missing"] == [None] * (len(r.steps) - 3)
+    n = len(r.steps)
+    assert r.marks == {"awarded": 3, "available": n, "blank": n - 3}
+    assert [s["out_of"] for s in r.steps] == [1] * n
+    assert f"MARKS: 3 / {n} (no [marks] table: 1 mark per step); {n - 3} steps still blank" in str(r)
+
+
+def test_a_blank_sheet_is_out_of_the_whole_sheet():
+    """A blank sheet checked on its own: 0 out of every step, every step still blank (never "0 / 0")."""
+    r = check(sh.problem(seed=2))
+    n = len(r.steps)
+    assert n > 0 and r.marks == {"awarded": 0, "available": n, "blank": n}
+    assert f"MARKS: 0 / {n}" in str(r) and f"{n} steps still blank" in str(r)
 
 
 @pytest.mark.parametrize("marks,words", [
@@ -188,7 +214,8 @@ def test_gradebook_of_a_class(tmp_path, capsys):
     assert by["a_article.toml"]["diagnosis"] == article.first_mistake["diagnosis"]
     assert by["c, with comma.toml"]["diagnosis"] == by["a_article.toml"]["diagnosis"]     # quoted, not split
     assert by["b_key.toml"]["wrong"] == "0" and by["b_key.toml"]["first_mistake"] == ""
-    assert by["d_blank.toml"]["total"] == "0" and by["d_blank.toml"]["out_of"] == "0"
+    blank = check(str(folder / "d_blank.toml"))                   # a blank sheet is out of its whole sheet
+    assert by["d_blank.toml"]["total"] == "0" and by["d_blank.toml"]["out_of"] == str(len(blank.steps)) != "0"
     assert by["e_broken.toml"]["total"] == "" and "not valid TOML" in by["e_broken.toml"]["error"]
     assert "Most common first mistakes:" in out
     assert f"2 × layer 1 attention_weights — {article.first_mistake['diagnosis']}" in out

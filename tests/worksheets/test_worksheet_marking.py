@@ -146,12 +146,14 @@ def test_json_contract(capsys):
     # diagnosis; "key", "student" and "altered" appear only when marked against a key (test_worksheet_keyed)
     assert list(d) == ["steps", "first_mistake", "marks", "counts", "problem_id", "flags"]
     for s in d["steps"]:
+        # issue 44 added "from_yours" at the end (the value from the student's own earlier answers)
         assert list(s) == ["layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of",
-                           "diagnosis"]
+                           "diagnosis", "from_yours"]
         assert (s["diagnosis"] is not None) <= (s["verdict"] == "wrong")
         assert s["verdict"] in ("correct", "follows", "wrong", "missing")
         assert (s["given"] is None) == (s["verdict"] == "missing") == (s["max_abs_error"] is None)
     assert list(d["first_mistake"]) == ["layer", "name", "diagnosis", "explanation"]
+    assert list(d["marks"]) == ["awarded", "available", "blank"]
     assert d["first_mistake"]["name"] == "residual" and d["first_mistake"]["diagnosis"] == "no_residual"
     assert json.loads(json.dumps(d)) == d
     names = [(s["layer"], s["name"]) for s in d["steps"]]

@@ -179,7 +179,10 @@ def test_answers_keyed_by_token_and_the_marks_table_survive_a_save(tmp_path, cap
     want = want.replace("\n\n[marks]", f"\nscores = [\n{lines}\n]\n\n[marks]", 1)
     assert after == want
     cli = _check_json(path, capsys)
-    assert cli["marks"] == {"awarded": 2, "available": 2} and sh.projection(res["report"]) == sh.projection(cli)
+    # out of the whole sheet (issue 44): scores 2, every other step 1 (the default)
+    n_steps = len(cli["steps"])
+    assert cli["marks"] == {"awarded": 2, "available": n_steps + 1, "blank": n_steps - 1}
+    assert sh.projection(res["report"]) == sh.projection(cli)
 
 
 def _unchanged(path, before: bytes, mtime: int) -> None:

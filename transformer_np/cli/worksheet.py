@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--name", default=None,
                    help="file name stem, a name not a path (default worksheet_seed<SEED>)")
     p.add_argument("--force", action="store_true", help="overwrite existing files (never through a symbolic link)")
+    _marks_option(p)
     c = sub.add_parser("class", help="one problem per student of a roster, with keys from a secret seed",
                        description="Write one problem per student of a roster: student sheets in DIR/students/, "
                                    "keys in DIR/keys/ (mark with 'check --key DIR/keys'). The seeds come from a "
@@ -46,10 +47,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the instructor's secret (made if absent; default DIR/class_secret.txt): keep it, and "
                         "keys/, away from the students")
     _options(c, seed_help="another set of problems from the same secret, e.g. a second assignment (default 0)")
+    _marks_option(c)
     c.add_argument("--force", action="store_true", help="overwrite existing files (never through a symbolic link)")
     from . import worksheet_serve  # worksheet serve SHEET: the local page (worksheet_serve.py)
 
     worksheet_serve.add_parser(sub)
+
+
+def _marks_option(p) -> None:
+    p.add_argument("--marks", default=None, metavar="FILE",
+                   help="a TOML mark scheme: step = marks (every layer), default = marks, [layer2] step = marks; "
+                        "written in full into each key (default: 1 mark per step)")
+
+
+def _marks(args):
+    if args.marks is None:
+        return None
+    from ..worksheets.generate import read_marks_file
+
+    return read_marks_file(args.marks)
 
 
 def _options(p, seed_help: str) -> None:
@@ -77,10 +93,12 @@ def run(args) -> int:
         return _class(args)
     from ..worksheets.generate import new_worksheet, write_worksheet
 
+    marks = _marks(args)
     raw = new_worksheet(tokens=args.tokens, d_model=args.d_model, heads=args.heads, norm=args.norm,
                         backward=args.backward, seed=args.seed, layers=args.layers, d_ff=args.d_ff,
                         activation=args.activation, decimals=args.decimals)
-    for path in write_worksheet(raw, args.out, args.name, force=args.force):
+    for path in write_worksheet(raw, args.out, args.name, force=args.force, marks=marks,
+                                marks_source=f"--marks: {args.marks}"):
         print(printable(path))
     return 0
 
@@ -89,7 +107,8 @@ def _class(args) -> int:
     from ..worksheets.classroom import class_worksheets
 
     done = class_worksheets(args.roster, args.out, secret_file=args.secret_file, force=args.force,
-                            assignment=args.seed, tokens=args.tokens, d_model=args.d_model, heads=args.heads,
+                            assignment=args.seed, marks=_marks(args), marks_source=f"--marks: {args.marks}",
+                            tokens=args.tokens, d_model=args.d_model, heads=args.heads,
                             norm=args.norm, backward=args.backward, layers=args.layers, d_ff=args.d_ff,
                             activation=args.activation, decimals=args.decimals)
     n = len(done["students"])

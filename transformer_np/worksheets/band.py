@@ -230,8 +230,8 @@ class hand:
 
     @staticmethod
     def layernorm_grad(gamma, eps, which):
-        def f(rd, x, dy):
-            mu, _, sd = _stats(rd, x, eps)
+        def f(rd, x, mu, var, dy):          # μ, σ² as the student has them (rounded in the chain)
+            sd = rd(np.sqrt(_floor_var(var, x, mu) + eps))
             xh = _xhat(rd, x, mu, sd)
             if which == 1:
                 return (dy * xh).sum(-2)
@@ -265,10 +265,14 @@ def sample_chain(steps, inputs: dict, decimals: int, reference: dict, fixed: dic
     """σ of every step (per entry): the steps worked by hand ``samples`` times with honest rounding.
 
     ``reference``: the exact value of every step (the deviation is measured from it); ``fixed``:
-    ``{key: Answer}`` whose given entries are used as written (no rounding of their own: the
-    follow-through chain, where the student's answers are the inputs). ``upto``: stop after this key.
+    ``{key: Answer}`` whose given entries are the student's written numbers (the follow-through chain, where
+    the student's answers are the inputs): each is the rounding to D places of what the student had, so in
+    every sample it is off by an independent uniform error in [−u, u] — the band that honest rounding of the
+    written inputs warrants, whether the student carried the rounded numbers or kept more digits.
+    ``upto``: stop after this key.
     """
     rd = Rounder(decimals)
+    kept = np.random.default_rng(_SEED + 2)
     vals = {k: np.broadcast_to(v, (samples,) + np.shape(v)) for k, v in inputs.items()}
     sigma: dict = {}
     with np.errstate(all="ignore"):
@@ -279,7 +283,8 @@ def sample_chain(steps, inputs: dict, decimals: int, reference: dict, fixed: dic
             v = rd(v)
             a = None if fixed is None else fixed.get(s.key)
             if a is not None:
-                v = np.where(a.mask, a.value, v)
+                written = a.value + kept.uniform(-rd.u, rd.u, size=(samples,) + np.shape(a.value))
+                v = np.where(a.mask, written, v)
             vals[s.key] = v
             if upto is not None and s.key == upto:
                 break

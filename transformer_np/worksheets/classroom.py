@@ -16,9 +16,10 @@ Files written — all of them or none (:func:`~transformer_np._files.write_all_o
 
 * ``DIR/students/<id>.toml`` (the problem to fill in) and ``DIR/students/<id>.md`` (the student sheet): hand
   these out;
-* ``DIR/keys/<id>_key.toml`` (the key: problem, answers, a ``[key]`` table naming the student) and
-  ``DIR/keys/<id>_key.md``: keep these. ``check --key DIR/keys SUBMISSIONS`` marks each submission against its
-  own key and gives each row the student's id.
+* ``DIR/keys/<id>_key.toml`` (the key: problem, answers, the full mark scheme ``[marks]`` — one mark per step,
+  or the weights of ``--marks FILE`` — and a ``[key]`` table naming the student) and ``DIR/keys/<id>_key.md``:
+  keep these. Marks are out of the whole sheet: a step left blank earns 0 of its marks. ``check --key DIR/keys
+  SUBMISSIONS`` marks each submission against its own key and gives each row the student's id.
 """
 
 from __future__ import annotations
@@ -143,12 +144,15 @@ def _problem(secret: bytes, student: str, options: dict, assignment: int, taken:
 
 
 def class_worksheets(roster: str, out: str, secret_file: str | None = None, force: bool = False,
-                     assignment: int = 0, **options) -> dict:
+                     assignment: int = 0, marks: dict | None = None, marks_source: str = "--marks",
+                     **options) -> dict:
     """Write one problem per student of ``roster`` into ``out/students`` and its key into ``out/keys`` (see the
     module docstring); ``secret_file`` defaults to ``out/class_secret.txt`` and is made when absent.
     ``assignment`` (``--seed``) picks another set of problems; ``options`` are :func:`.generate.new_worksheet`'s
     (tokens, d_model, heads, norm, backward, layers, d_ff, activation, decimals). Existing files are not
-    replaced unless ``force``. Returns ``{"students": [ids], "secret": path, "secret_made": bool, "files":
+    replaced unless ``force``. ``marks``: a ``[marks]`` table of weights (``--marks FILE``,
+    :func:`.generate.read_marks_file`; ``marks_source`` names it in errors), written in full into every key (and
+    every student's TOML). Returns ``{"students": [ids], "secret": path, "secret_made": bool, "files":
     [paths]}``."""
     from .._files import confined_path, write_all_or_none
     from .generate import sheet_texts
@@ -188,7 +192,7 @@ def class_worksheets(roster: str, out: str, secret_file: str | None = None, forc
         files = []
         for sid, targets in plan:
             raw = _problem(secret, sid, options, assignment, taken)
-            files += list(zip(targets, sheet_texts(raw, student=sid)))
+            files += list(zip(targets, sheet_texts(raw, student=sid, marks=marks, marks_source=marks_source)))
         written = write_all_or_none(files, error=InputValueError)
     except BaseException:
         if made and secret is not None:

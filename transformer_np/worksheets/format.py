@@ -34,7 +34,7 @@ An optional ``[marks]`` table is the mark scheme (see :meth:`Worksheet.mark_of`)
 
     [marks]
     attention_weights = 2      # this quantity, in every layer that has it
-    default = 1                # any other quantity (default 1)
+    default = 1                # any other quantity (default 1; 0: only the named ones are marked)
     [marks.layer2]
     H = 3                      # layer 2's H only
 
@@ -124,10 +124,10 @@ class Worksheet:
         return self.mark_names.get(key[1], self.mark_default)
 
     def questions(self, keys) -> list[tuple[int, str]]:
-        """The quantities (of ``keys``, the sheet's steps in order) that are marked: those answered and those the
-        mark scheme names with marks > 0 (a question left unanswered earns 0 of its marks)."""
-        named = {k for k in keys if k in self.marks or k[1] in self.mark_names}
-        return [k for k in keys if (k in self.answers or k in named) and self.mark_of(k) > 0]
+        """The quantities (of ``keys``, the sheet's steps in order) that are marked: every step of the sheet whose
+        marks (:meth:`mark_of`) are > 0, answered or not — the total is out of the whole sheet, and a step left
+        blank earns 0 of its marks."""
+        return [k for k in keys if self.mark_of(k) > 0]
 
     @property
     def n(self) -> int:

@@ -25,6 +25,11 @@ The files written: ``<stem>.toml`` (the problem, with an empty ``[answers.layer1
 student), ``<stem>_student.md`` (the problem and a blank table per step), ``<stem>_key.md`` (every
 step's answer) and ``<stem>_key.toml`` (the problem with the key as answers: ``check`` marks it all
 ``correct``).
+
+Every key carries the full mark scheme, a ``[marks]`` table naming every step of the sheet with its marks
+(:func:`mark_scheme`: one mark per step, or the weights of a ``--marks FILE``, :func:`read_marks_file`), so
+that marks are out of the whole sheet whatever the student answered; with ``--marks`` the student's TOML carries
+the same table (its own check then agrees with the key's).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from .steps import DH_KEY, H0_KEY, build_steps, evaluate
 from .tomlio import toml_value
 
 __all__ = ["WORDS", "new_worksheet", "answer_key", "to_toml", "student_markdown", "key_markdown",
-           "write_worksheet", "sheet_texts"]
+           "write_worksheet", "sheet_texts", "mark_scheme", "read_marks_file"]
 
 WORDS = ("the", "cat", "sat", "on", "a", "mat", "dog", "ran", "big", "red", "sun", "sky", "bird", "sang",
          "fish", "swam", "old", "tree", "grew", "tall")
@@ -207,11 +212,13 @@ def _title(s: dict) -> str:
     return f"problem {s['problem_id']}" if "problem_id" in s else "seed 0"
 
 
-def to_toml(raw: dict, answers: dict | None = None, template: bool = True, key: bool | str = False) -> str:
+def to_toml(raw: dict, answers: dict | None = None, template: bool = True, key: bool | str = False,
+            marks: dict | None = None) -> str:
     """The worksheet ``raw`` as TOML text; ``answers`` (from :func:`answer_key`) are written with the sheet's
     decimals; otherwise (``template``) an empty ``[answers.layer1]`` lists every name as a comment. ``key``: the
     sheet is an answer key, marked by a ``[key]`` table (never graded as a submission; a string is the student
-    id it is for)."""
+    id it is for). ``marks``: a mark scheme (:func:`mark_scheme`) written as ``[marks]`` before the answers
+    (else ``raw["marks"]`` when there is one)."""
     s = raw["setup"]
     dec = s.get("decimals", 2)
     what = "An answer key" if key else "A worksheet"
@@ -229,6 +236,9 @@ def to_toml(raw: dict, answers: dict | None = None, template: bool = True, key: 
             if k in raw[f"layer{l}"]:
                 v = raw[f"layer{l}"][k]
                 out.append(f"{k} = " + ('"identity"' if _is_identity(v) else toml_value(v)))
+    marks = raw.get("marks") if marks is None else marks
+    if marks:
+        out += _marks_toml(marks)
     if answers is not None:
         for layer, table in answers.items():
             out += ["", f"[answers.{layer}]"]
@@ -244,6 +254,76 @@ def to_toml(raw: dict, answers: dict | None = None, template: bool = True, key: 
                     shape = quantity_shape(st.name, ws.n, ws.d_model, ws.d_ff)
                     out.append(f"# {st.name} = ...   # shape {shape}: {st.formula}")
     return "\n".join(out) + "\n"
+
+
+def _marks_toml(marks: dict) -> list[str]:
+    """The lines of a ``[marks]`` table (``name = marks``, ``default``) and its ``[marks.layerℓ]`` tables."""
+    top = [f"{k} = {toml_value(v)}" for k, v in marks.items() if not isinstance(v, dict)]
+    out = ["", "[marks]"] + top
+    for layer, table in marks.items():
+        if isinstance(table, dict):
+            out += ["", f"[marks.{layer}]"] + [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    return out
+
+
+def _whole(x: float):
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def mark_scheme(raw: dict, marks: dict | None = None, source: str = "--marks") -> dict:
+    """The full mark scheme of problem ``raw``: ``{"default": d, "layer1": {step: marks, …}, …}`` naming every
+    step of the sheet, from ``marks`` (a ``[marks]`` table: ``name = marks`` in every layer, ``default``,
+    ``layerℓ = {name = marks}``; see :mod:`.format`) or one mark per step when None. A bad table is refused
+    naming ``source`` and the key (:class:`~transformer_np.errors.InputValueError`), and so is a scheme that
+    gives the sheet no marks at all."""
+    from ..errors import WorksheetError
+    from .format import parse_worksheet
+
+    problem = {k: v for k, v in raw.items() if k not in ("answers", "marks", "key")}
+    if marks is not None:
+        if not isinstance(marks, dict):
+            raise InputValueError(f"{source}: a mark scheme must be a table of step = marks, got "
+                                  f"{type(marks).__name__}")
+        problem["marks"] = marks
+    try:
+        ws = parse_worksheet(problem, source)
+    except WorksheetError as e:
+        raise InputValueError(f"{source}: {str(e).removeprefix(source + ': ')}") from None
+    scheme: dict = {"default": _whole(ws.mark_default)}
+    total = 0.0
+    for st in build_steps(ws):
+        w = ws.mark_of(st.key)
+        scheme.setdefault(f"layer{st.layer}", {})[st.name] = _whole(w)
+        total += w
+    if total <= 0:
+        raise InputValueError(f"{source}: the mark scheme gives every step of the sheet 0 marks; give at least "
+                              f"one step a mark > 0")
+    return scheme
+
+
+def read_marks_file(path: str) -> dict:
+    """The mark scheme in the TOML file ``path`` (``worksheet new/class --marks FILE``): the contents of a
+    ``[marks]`` table — ``step = marks`` (every layer), ``default = marks``, ``[layerℓ]`` tables of ``step =
+    marks`` — or a file with one ``[marks]`` table holding them. Unreadable files are refused naming
+    ``--marks`` (:class:`~transformer_np.errors.InputValueError`); the names are checked against the problem by
+    :func:`mark_scheme`."""
+    from ..errors import WorksheetError
+    from .tomlio import read_toml
+
+    if not os.path.lexists(path):
+        raise InputValueError(f"--marks: {path}: no such file")
+    try:
+        table = read_toml(path)
+    except WorksheetError as e:
+        raise InputValueError(f"--marks: {e}") from None
+    except OSError as e:
+        raise InputValueError(f"--marks: {path}: cannot read it: {e.strerror or e}") from None
+    if set(table) == {"marks"} and isinstance(table["marks"], dict):
+        table = table["marks"]
+    if not table:
+        raise InputValueError(f"--marks: {path} is empty; expected step = marks lines (e.g. attention_weights = 2, "
+                              f"default = 1)")
+    return table
 
 
 def _md_table(values, rows, cols, dec: int | None) -> list[str]:
@@ -278,7 +358,7 @@ def _as_rows(a: np.ndarray, name: str) -> np.ndarray:
     return a
 
 
-def _markdown(raw: dict, with_answers: bool) -> str:
+def _markdown(raw: dict, with_answers: bool, marks: dict | None = None) -> str:
     ws, steps, v = _values(raw)
     dec = ws.decimals
     s = raw["setup"]
@@ -324,7 +404,9 @@ def _markdown(raw: dict, with_answers: bool) -> str:
     for i, st in enumerate(steps, 1):
         shape = quantity_shape(st.name, ws.n, ws.d_model, ws.d_ff)
         rows, cols = _labels(ws, st.name, shape)
-        L += [f"### {i}. Layer {st.layer}: `{st.name}` = {st.formula}", ""]
+        worth = "" if marks is None else marks.get(f"layer{st.layer}", {}).get(st.name)
+        worth = "" if worth in ("", None) else f" ({worth:g} mark{'s' if worth != 1 else ''})"
+        L += [f"### {i}. Layer {st.layer}: `{st.name}` = {st.formula}{worth}", ""]
         vals = _as_rows(_round(v[st.key], dec), st.name) if with_answers else np.zeros((len(rows), len(cols)))
         L += _md_table(vals, rows, cols, dec if with_answers else None)
         L.append("")
@@ -340,17 +422,20 @@ def _dec_exact(a) -> int:
     return 6
 
 
-def student_markdown(raw: dict) -> str:
-    """The problem and a blank table per step, in Markdown."""
-    return _markdown(raw, with_answers=False)
+def student_markdown(raw: dict, marks: dict | None = None) -> str:
+    """The problem and a blank table per step, in Markdown (``marks``: a full scheme, :func:`mark_scheme`, whose
+    marks each step's heading then shows)."""
+    return _markdown(raw, with_answers=False, marks=marks)
 
 
-def key_markdown(raw: dict) -> str:
-    """The problem and every step's answer (rounded to the sheet's decimals), in Markdown."""
-    return _markdown(raw, with_answers=True)
+def key_markdown(raw: dict, marks: dict | None = None) -> str:
+    """The problem and every step's answer (rounded to the sheet's decimals), in Markdown (``marks``: as
+    :func:`student_markdown`)."""
+    return _markdown(raw, with_answers=True, marks=marks)
 
 
-def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: bool = False) -> list[str]:
+def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: bool = False,
+                    marks: dict | None = None, marks_source: str = "--marks") -> list[str]:
     """Write ``<stem>.toml``, ``<stem>_student.md``, ``<stem>_key.md`` and ``<stem>_key.toml`` into ``out``.
 
     ``stem`` defaults to ``worksheet_seed<seed>``; it is a file name, not a path (no folder, no ``..``), and a
@@ -359,7 +444,9 @@ def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: b
     (:func:`~transformer_np._files.write_all_or_none`: all four are written to temporary siblings first, then
     renamed). The key TOML carries a ``[key]`` table, so ``check`` never grades it as a submission. Returns the
     four paths. The error messages name ``out``, ``stem`` and ``force`` by the ``worksheet new`` flags they come
-    from: ``--out``, ``--name``, ``--force``.
+    from: ``--out``, ``--name``, ``--force``. ``marks``: a ``[marks]`` table of weights (``--marks FILE``, as
+    read by :func:`read_marks_file`; ``marks_source`` names it in errors): the key carries the full scheme
+    (:func:`mark_scheme`), and so does the student's TOML when it is given.
     """
     from .._files import confined_path, write_all_or_none
 
@@ -373,7 +460,7 @@ def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: b
         existing = [t for t in targets if os.path.lexists(t)]
         if existing:
             raise InputValueError(f"{existing[0]} already exists (use --force to overwrite)")
-    texts = sheet_texts(raw)
+    texts = sheet_texts(raw, marks=marks, marks_source=marks_source)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:         # a file on the way, no permission, an empty path: one line, not a raw [Errno …]
@@ -381,8 +468,14 @@ def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: b
     return [os.fspath(p) for p in write_all_or_none(list(zip(targets, texts)), error=InputValueError)]
 
 
-def sheet_texts(raw: dict, student: str | None = None) -> list[str]:
+def sheet_texts(raw: dict, student: str | None = None, marks: dict | None = None,
+                marks_source: str = "--marks") -> list[str]:
     """The four texts of a problem: its TOML (for the student to fill in), the student sheet (Markdown), the key
-    (Markdown) and the key as TOML, marked as a key by its ``[key]`` table (``student``: the roster id)."""
-    return [to_toml(raw), student_markdown(raw), key_markdown(raw),
-            to_toml(raw, answers=answer_key(raw), key=student if student is not None else True)]
+    (Markdown) and the key as TOML, marked as a key by its ``[key]`` table (``student``: the roster id). The key
+    TOML carries the full mark scheme (:func:`mark_scheme` of ``marks``, one mark per step when None); the
+    student's TOML and both Markdown sheets (each step's marks in its heading) carry it too when ``marks`` is
+    given."""
+    scheme = mark_scheme(raw, marks, marks_source)
+    shown = scheme if marks is not None else None
+    return [to_toml(raw, marks=shown), student_markdown(raw, shown), key_markdown(raw, shown),
+            to_toml(raw, answers=answer_key(raw), key=student if student is not None else True, marks=scheme)]

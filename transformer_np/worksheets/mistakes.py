@@ -21,7 +21,6 @@ import math
 import numpy as np
 
 from ..ops.erf import _erf
-from ..ops.layernorm import layernorm_forward
 
 __all__ = ["linear", "linear_dx", "softmax_jacobian", "ln_stats_constant", "activation_derivative"]
 
@@ -53,26 +52,26 @@ def softmax_jacobian(aname: str, daname: str):
             (lambda a, g: g + 0.0, f"{daname} passed on unchanged, as if the softmax had no derivative")]
 
 
-def _ln_parts(x, gamma, eps):
-    d = x.shape[-1]
-    xhat = layernorm_forward(x, np.ones(d), np.zeros(d), eps)[0]
-    rstd = 1.0 / np.sqrt(np.var(x, axis=-1, keepdims=True) + eps)
-    return xhat, rstd
+def _ln_parts(x, mean, var, eps):
+    """x̂ and 1/σ from the statistics the student has (a negative σ² counts as 0)."""
+    rstd = 1.0 / np.sqrt(np.maximum(var, 0.0) + eps)[..., None]
+    return (x - mean[..., None]) * rstd, rstd
 
 
 def ln_stats_constant(gamma, eps):
-    """LayerNorm-backward mistakes, as functions (x, dy) -> dx."""
-    def both(x, dy):
-        _, rstd = _ln_parts(x, gamma, eps)
+    """LayerNorm-backward mistakes, as functions (x, mean, var, dy) -> dx (the forward's statistics as the
+    student has them)."""
+    def both(x, mean, var, dy):
+        _, rstd = _ln_parts(x, mean, var, eps)
         return gamma * dy * rstd
 
-    def mean_only(x, dy):           # the variance's dependence kept, the mean's dropped
-        xhat, rstd = _ln_parts(x, gamma, eps)
+    def mean_only(x, mean, var, dy):           # the variance's dependence kept, the mean's dropped
+        xhat, rstd = _ln_parts(x, mean, var, eps)
         g = gamma * dy
         return rstd * (g - xhat * (g * xhat).mean(-1, keepdims=True))
 
-    def var_only(x, dy):            # the mean's dependence kept, the variance's dropped
-        _, rstd = _ln_parts(x, gamma, eps)
+    def var_only(x, mean, var, dy):            # the mean's dependence kept, the variance's dropped
+        _, rstd = _ln_parts(x, mean, var, eps)
         g = gamma * dy
         return rstd * (g - g.mean(-1, keepdims=True))
 

@@ -52,6 +52,31 @@ def _shown_error(m: Marking, key) -> tuple[float, float]:
     return found
 
 
+def _from_yours(m: Marking, key) -> np.ndarray:
+    """The value of step ``key`` recomputed from the student's own earlier answers (the reference a forced
+    verdict was decided with, when there is one)."""
+    return np.asarray(m.saved[key][0] if key in m.saved else m.own[key], dtype=float)
+
+
+def _after_slip(m: Marking) -> set:
+    """The steps that rest on an earlier mistake: an input not ``correct`` (wrong, follows, or itself resting on
+    one), a mistake carried in an unwritten step, or a number of the sheet the student copied differently."""
+    data = {k: v for k, v in (m.student_inputs or {}).items()}
+    bad = set(m.hidden)
+    if data:
+        ws = m.worksheet
+        sheet = {(0, "H0"): ws.H0, (0, "dH"): ws.dH}
+        bad |= {k for k, v in data.items() if sheet.get(k) is not None and not np.array_equal(v, sheet[k])}
+    out = set()
+    for s in (m.student_steps or m.steps):
+        if any(k in bad for k in s.inputs):
+            out.add(s.key)
+            bad.add(s.key)
+        if m.verdict.get(s.key) in ("wrong", "follows"):
+            bad.add(s.key)
+    return out
+
+
 def _fmt_mark(x) -> str:
     return "-" if x is None else f"{_mark(x):g}"
 
@@ -60,9 +85,9 @@ class Report:
     """What ``check`` found. ``to_dict()`` is the JSON contract::
 
         {"steps": [{"layer", "name", "verdict", "given", "expected", "max_abs_error", "marks", "out_of",
-                    "diagnosis"}, …],
+                    "diagnosis", "from_yours"}, …],
          "first_mistake": {"layer", "name", "diagnosis", "explanation"} or None,
-         "marks": {"awarded", "available"},
+         "marks": {"awarded", "available", "blank"},
          "counts": {"correct", "follows", "wrong", "missing"},
          "problem_id": str or None, "flags": ["problem_altered"] or [],
          # marked against a key (check --key) only:
@@ -72,9 +97,13 @@ class Report:
     rows) or None; ``expected`` the correct value (full precision, nested lists) of an answered step —
     None for a step not answered unless ``to_dict(answers=True)`` (an instructor's key);
     ``max_abs_error`` the largest |given − expected| over the given entries (None when missing).
-    ``marks`` / ``out_of``: the marks awarded and available for a marked quantity (None for one that is
-    not: see :meth:`~.format.Worksheet.questions`), with error carried forward — ``correct`` and
-    ``follows`` earn the quantity's marks, ``wrong`` and an unanswered question none.
+    ``marks`` / ``out_of``: the marks awarded and available for a marked quantity (None for one the mark
+    scheme gives 0: see :meth:`~.format.Worksheet.questions`), with error carried forward — ``correct`` and
+    ``follows`` earn the quantity's marks, ``wrong`` and a step left blank none. ``from_yours``: the value
+    recomputed from the student's own earlier answers (nested lists) for a step that ``follows`` and for a
+    ``wrong`` step after an earlier mistake (None otherwise), beside ``expected``, the true one.
+    ``marks``: ``awarded`` and ``available`` (out of the whole sheet: every step the sheet holds counts), and
+    ``blank``, how many marked steps are still blank.
     ``str(report)`` is the text report (see :meth:`format`).
     """
 
@@ -90,7 +119,9 @@ class Report:
         self.steps = []
         ws = self.worksheet
         questions = set(ws.questions([s.key for s in m.steps]))
+        self.after_slip = _after_slip(m)
         awarded = available = 0.0
+        blank = 0
         for s in m.steps:
             a = m.given(s.key)
             v = m.verdict[s.key]
@@ -98,13 +129,16 @@ class Report:
             got = None if out_of is None else (out_of if v in ("correct", "follows") else 0.0)
             if out_of is not None:
                 awarded, available = awarded + got, available + out_of
+                blank += a is None
+            mine = _from_yours(m, s.key) if v == "follows" or (v == "wrong" and s.key in self.after_slip) \
+                else None
             code = "trivialised" if s.key in m.trivial else \
                 m.diagnoses[s.key]["diagnosis"] if v == "wrong" and s.key in m.diagnoses else None
             self.steps.append({"layer": s.layer, "name": s.name, "verdict": v,
                                "given": None if a is None else a.raw, "expected": m.truth[s.key].tolist(),
                                "max_abs_error": m.error[s.key], "marks": _mark(got), "out_of": _mark(out_of),
-                               "diagnosis": code})
-        self.marks = {"awarded": _mark(awarded), "available": _mark(available)}
+                               "diagnosis": code, "from_yours": None if mine is None else mine.tolist()})
+        self.marks = {"awarded": _mark(awarded), "available": _mark(available), "blank": blank}
         first = next((s for s in m.steps if m.verdict[s.key] == "wrong"), None)
         self.first_mistake = None
         self._at = None
@@ -199,7 +233,7 @@ class Report:
                                "scheme differs from the key's in " + ", ".join(self.altered) + "; it was marked "
                                "against the key's.", 110, subsequent_indent="  ")
         if self.answered == 0 and not answers:
-            return "\n".join(L + [""] + self._no_answers())
+            return "\n".join(L + [""] + self._no_answers() + ["", self._marks_line(c)])
         L.append(f"{c['correct']} correct, {c['follows']} follows, {c['wrong']} wrong, {c['missing']} not answered.")
         by_key = {(st["layer"], st["name"]): st for st in self.steps}
         sections: dict[tuple[int, str], list] = {}
@@ -208,24 +242,16 @@ class Report:
         for (layer, part), steps in sections.items():
             L += ["", f"LAYER {layer} — {part}"]
             answered = [s for s in steps if m.verdict[s.key] != "missing"]
-            unanswered_questions = [s for s in steps if m.verdict[s.key] == "missing"
-                                    and by_key[s.key]["out_of"] is not None]
-            if answered or unanswered_questions:
-                w = max([len(s.name) for s in answered + unanswered_questions] + [len("quantity")]) + 2
+            if answered:
+                w = max([len(s.name) for s in answered] + [len("quantity")]) + 2
                 L.append(f"  {'quantity'.ljust(w)}{'verdict':9s}{'error':>10s}{'tolerance':>11s}{'marks':>9s}")
-                for s in answered + unanswered_questions:
+                for s in answered:
                     v = m.verdict[s.key]
                     marks = self._marks_cell(by_key[s.key])
-                    if v == "missing":
-                        L.append(f"  {s.name.ljust(w)}{'missing':9s}{'':10s}{'':11s}{marks:>9s}")
-                        continue
                     err, tol = _shown_error(m, s.key)
                     L.append(f"  {s.name.ljust(w)}{(v.upper() if v == 'wrong' else v):9s}"
                              f"{err:10.{dec + 1}f}{tol:11.{dec + 1}f}{marks:>9s}")
-            missing = [s.name for s in steps if m.verdict[s.key] == "missing" and s not in unanswered_questions]
-            if missing:
-                L += textwrap.wrap("not answered: " + ", ".join(missing), 110, initial_indent="  ",
-                                   subsequent_indent="    ")
+            L += self._blank_line([s for s in steps if m.verdict[s.key] == "missing"], by_key)
             for s in steps:
                 v = m.verdict[s.key]
                 if v != "missing" and (full or v != "correct"):
@@ -233,10 +259,7 @@ class Report:
                 elif answers and v == "missing":
                     L += [""] + self._detail(s)
         L.append("")
-        L += textwrap.wrap(f"MARKS: {_fmt_mark(self.marks['awarded'])} / {_fmt_mark(self.marks['available'])}"
-                           + ("" if ws.has_marks else " (no [marks] table: 1 mark per answered quantity)")
-                           + ("; error carried forward: a step that follows from your own earlier answers earns its "
-                              "marks" if c["follows"] else ""), 110, subsequent_indent="  ")
+        L += textwrap.wrap(self._marks_line(c), 110, subsequent_indent="  ")
         if self.answered == 0:
             L.append("No answers given: the correct values above are the answer key.")
         elif self.first_mistake is None:
@@ -246,6 +269,31 @@ class Report:
             L.append(f"FIRST MISTAKE: layer {fm['layer']}, {fm['name']} — {fm['diagnosis']}")
             L += textwrap.wrap(fm["explanation"], 110, initial_indent="  ", subsequent_indent="  ")
         return "\n".join(L)
+
+    def _marks_line(self, c: dict) -> str:
+        """MARKS: awarded / available (out of the whole sheet), how many marked steps are still blank, and the
+        rule of error carried forward when it was used."""
+        blank = self.marks["blank"]
+        return (f"MARKS: {_fmt_mark(self.marks['awarded'])} / {_fmt_mark(self.marks['available'])}"
+                + ("" if self.worksheet.has_marks else " (no [marks] table: 1 mark per step)")
+                + (f"; {blank} step{'s' if blank != 1 else ''} still blank" if blank else "")
+                + ("; error carried forward: a step that follows from your own earlier answers earns its marks"
+                   if c["follows"] else ""))
+
+    @staticmethod
+    def _blank_line(blank: list, by_key: dict) -> list[str]:
+        """The steps of a section still blank, in one wrapped line: the marks they would earn (each step's own
+        when it is not 1; "not marked" for a step the scheme gives 0)."""
+        if not blank:
+            return []
+        worth = [by_key[s.key]["out_of"] for s in blank]
+        total = sum(o for o in worth if o is not None)
+
+        def name(s, o):
+            return s.name + ("" if o == 1 else " (not marked)" if o is None else f" ({_fmt_mark(o)})")
+        head = f"still blank, 0 of {_fmt_mark(total)} mark{'s' if total != 1 else ''}: " if total else "not answered: "
+        return textwrap.wrap(head + ", ".join(name(s, o) for s, o in zip(blank, worth)), 110, initial_indent="  ",
+                             subsequent_indent="    ")
 
     @staticmethod
     def _marks_cell(step: dict) -> str:
@@ -272,8 +320,10 @@ class Report:
         ws, m = self.worksheet, self.marking
         dec = ws.decimals
         v = m.verdict[s.key]
-        note = {"correct": "correct", "follows": "follows from your earlier answers", "wrong": "WRONG",
+        note = {"correct": "correct", "follows": "follows from your answers", "wrong": "WRONG",
                 "missing": "answer key"}[v]
+        if v == "wrong" and s.key in self.after_slip and s.key not in m.trivial:
+            note = "WRONG, also from your own earlier answers"
         out = [f"  {s.name} = {s.formula}   ({note})"]
         if s.key in m.trivial:
             out += textwrap.wrap(f"no follow-through (trivialised): {m.trivial[s.key]}, and with the correct numbers "
@@ -283,7 +333,8 @@ class Report:
         per_token = is_per_token(s.name)
         T = np.atleast_2d(truth.reshape(truth.shape[0], -1) if per_token else truth)
         G = None if a is None else np.atleast_2d(a.value.reshape(T.shape))
-        O = None if v != "follows" else np.atleast_2d(m.own[s.key].reshape(T.shape))
+        mine = _from_yours(m, s.key) if v == "follows" or (v == "wrong" and s.key in self.after_slip) else None
+        O = None if mine is None else np.atleast_2d(mine.reshape(T.shape))
         if per_token:
             labels = list(ws.tokens)
         else:

@@ -148,10 +148,28 @@ def _layernorm_direct(gamma, beta, eps):
 
 
 def _layernorm_grad(gamma, beta, eps, which: int):
-    """dx (0), dγ (1) or dβ (2) of LN at x, given dy."""
-    def f(x, dy):
-        return layernorm_backward(dy, layernorm_forward(x, gamma, beta, eps)[1])[which]
+    """dx (0), dγ (1) or dβ (2) of LN at x, given the statistics μ, σ² of the forward and dy.
+
+    With x's own statistics (the truth, or a student who did not write them) this is the library's
+    ``layernorm_backward``; with other ones — a student's wrong mean or variance, carried into σ = √(σ² + ε)
+    and x̂ = (x − μ)/σ — the same backward, dx = (g − mean(g) − x̂ · mean(g x̂))/σ with g = γ dy, dγ = Σ dy x̂,
+    dβ = Σ dy, worked with the student's μ and σ², so that a backward done consistently after a wrong
+    statistic ``follows``.
+    """
+    def f(x, mean, var, dy):
+        if _own_stats(x, mean, var):
+            return layernorm_backward(dy, layernorm_forward(x, gamma, beta, eps)[1])[which]
+        return _ln_backward_with(x, mean, var, dy, gamma, eps)[which]
     return f
+
+
+def _ln_backward_with(x, mean, var, dy, gamma, eps):
+    """(dx, dγ, dβ) of LayerNorm with the given μ and σ² (a negative σ² counts as 0)."""
+    sd = np.sqrt(np.maximum(var, 0.0) + eps)[..., None]               # (n, 1)
+    xh = (x - mean[..., None]) / sd                                    # (n, d)
+    g = gamma * dy
+    dx = (g - g.mean(-1, keepdims=True) - xh * (g * xh).mean(-1, keepdims=True)) / sd
+    return dx, (dy * xh).sum(-2), dy.sum(-2)
 
 
 def _activation(act):
@@ -344,25 +362,29 @@ class _LayerBuilder:
         self.add(name, (src,), _copy, formula, local="element", hand=hand.copy())
 
     def ln_grads(self, x, xname, dy, which: str, names=("d_residual", "d_gamma1", "d_beta1"), skip=None):
-        """dx, dγ, dβ of LayerNorm ``which`` at ``x`` given ``dy``; ``skip``: a gradient added to dx (Pre-LN)."""
+        """dx, dγ, dβ of LayerNorm ``which`` at ``x`` given ``dy``, with the statistics of the forward (the
+        student's own mean and variance); ``skip``: a gradient added to dx (Pre-LN)."""
         p, eps = self.p, self.ws.eps
         g, b = p[f"gamma{which}"], p[f"beta{which}"]
+        prefix = "layer_norm" if which == "1" else "layer_norm2"
+        stats = (f"{prefix}_mean", f"{prefix}_var")
         lnx = _layernorm_grad(g, b, eps, 0)
         const = mk.ln_stats_constant(g, eps)
         if skip is None:
-            ms = [("ln_stats_constant", (x, dy), f, det) for f, det in const]
-            self.add_any(names[0], (x, dy), lnx, f"LayerNorm backward of {dy} at {xname}", ms, local="row",
+            ms = [("ln_stats_constant", (x, *stats, dy), f, det) for f, det in const]
+            self.add_any(names[0], (x, *stats, dy), lnx, f"LayerNorm backward of {dy} at {xname}", ms, local="row",
                          hand=hand.layernorm_grad(g, eps, 0))
         else:
-            ms = [("ln_stats_constant", (skip, x, dy), lambda r, x_, g_, f=f: r + f(x_, g_), det) for f, det in const]
-            ms.append(("no_residual", (x, dy), lnx,
+            ms = [("ln_stats_constant", (skip, x, *stats, dy), lambda r, *a, f=f: r + f(*a), det)
+                  for f, det in const]
+            ms.append(("no_residual", (x, *stats, dy), lnx,
                        f"the LayerNorm backward alone, without the skip path's {skip}"))
-            self.add_any(names[0], (skip, x, dy), lambda r, x_, g_: r + lnx(x_, g_),
+            self.add_any(names[0], (skip, x, *stats, dy), lambda r, *a: r + lnx(*a),
                          f"{skip} + LayerNorm backward of {dy} at {xname}", ms, local="row",
                          hand=hand.plus(hand.layernorm_grad(g, eps, 0)))
         for n, w in ((names[1], 1), (names[2], 2)):
             if n is not None:
-                self.add(n, (x, dy), _layernorm_grad(g, b, eps, w),
+                self.add(n, (x, *stats, dy), _layernorm_grad(g, b, eps, w),
                          f"column sums of {dy} * LN-normalised {xname}" if w == 1 else f"column sums of {dy}",
                          hand=hand.layernorm_grad(g, eps, w))
 

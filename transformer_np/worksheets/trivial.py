@@ -7,7 +7,8 @@ context of zeros — each "right from their own numbers", and each no work at al
 student's chain, where the true value is not (beyond the band of honest rounding):
 
 * **all zeros**;
-* **a constant row** (every entry of some row equal, within the rounding of the last place);
+* **constant rows** (every entry of each row equal, within the rounding of the last place — a uniform attention
+  matrix, every row of a product alike);
 * **the identity** (a square input equal to I);
 
 or when the step's own-chain value is **the same for any input**: moving one of its inputs (in every entry, by
@@ -15,7 +16,9 @@ a small random amount) leaves the student's value unchanged where it moves the t
 negative numbers, a gradient multiplied by zeros).
 
 The limit: an earlier error that makes the later work easier in some other way — numbers that are merely
-rounder, smaller or fewer — still earns follow-through; only these degenerate inputs are caught.
+rounder, smaller or fewer — still earns follow-through; only these degenerate inputs are caught. One constant
+row among others is not degenerate (issue 44): an honest slip often leaves one (a softmax down the columns, a
+ReLU row of zeros), and the other rows are still real work.
 """
 
 from __future__ import annotations
@@ -44,9 +47,8 @@ def _degenerate(m: Marking, key: Key, x: np.ndarray, t: np.ndarray) -> str | Non
     if x.ndim == 2 and x.shape[1] > 1:
         flat_x = np.ptp(x, axis=1) <= 2 * u
         flat_t = np.ptp(t, axis=1) <= 2 * band.max(axis=1)
-        rows = np.flatnonzero(flat_x & ~flat_t)
-        if rows.size:
-            return f"row {int(rows[0]) + 1} of your {name} is constant"
+        if flat_x.all() and not flat_t.all():
+            return f"every row of your {name} is constant"
     if x.ndim == 2 and x.shape[0] == x.shape[1] > 1:
         eye = np.eye(x.shape[0])
         if np.all(np.abs(x - eye) <= u) and np.any(np.abs(t - eye) > band):
