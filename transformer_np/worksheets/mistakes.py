@@ -1,4 +1,4 @@
-r"""Common mistakes as formulas, for the diagnosis (:mod:`.diagnosis`) to try at a step.
+r"""Common mistakes as formulas, for the diagnosis (:mod:`~transformer_np.worksheets.diagnosis`) to try at a step.
 
 Each builder returns ``(code, function, detail)`` triples; the function takes the step's inputs
 (2-D arrays of one sequence, as in :mod:`.steps`) and computes what a student making that mistake
