@@ -24,6 +24,9 @@ class Case:
     static: dict[str, Any] = field(default_factory=dict)
     dims: dict[str, int] = field(default_factory=dict)   # sizes that may explain a scale error
     gradcheck: bool = False                              # the case of the finite-difference check
+    # values chosen to overflow a naive formula (softmax's large scores): a forward wrong on such a case, in any
+    # way (NaN, inf, zeros, lost digits), costs the forward only — the backward is not graded on these cases
+    extreme: bool = False
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,10 @@ differences of the student's *own* forward (``gradcheck``). When the forward is 
 the op (a named slip, or within ``FOLLOW_LIMIT`` of it), the backward is checked against central
 differences of that forward on every case instead (at the gradient check's tolerance) — error carried
 forward — and a forward that is not the op at all gives ``forward_first``. A forward that returns
-NaN/inf on some cases only is followed on the others (the skipped cases are named): an overflow costs
-the forward only. The hidden, graded checks (:mod:`.grading`) run all this on
+NaN/inf on some cases only is followed on the others (the skipped cases are named); one that is wrong in any
+way on a case of values chosen to overflow a naive formula (``Case.extreme``: softmax's large scores) is
+followed without every such case, whatever form its overflow takes on a given draw: an overflow costs
+the forward only, on every seed. The hidden, graded checks (:mod:`.grading`) run all this on
 more cases drawn at grading time.
 """
 
@@ -174,11 +176,12 @@ def run_backward(ex: Exercise, forward: Callable, backward: Callable, cases: lis
                         [Problem(ex.backward, "not_callable", "define it with def, then run its cell")])
     fwd = run_forward(ex, forward, cases, hidden)
     notes: list[str] = []
-    if fwd is not None and fwd.codes[:1] == ["nonfinite"]:
-        finite = [c for c in cases if not _nonfinite_forward(ex, forward, c)]
-        if finite:                         # a forward that overflows on some cases costs the forward only
-            notes.append(_skipped_note(ex, [c for c in cases if not any(c is f for f in finite)], len(finite)))
-            cases = finite
+    if fwd is not None:
+        skipped = _overflowed(ex, forward, cases)
+        if skipped and len(skipped) < len(cases):    # a forward that overflows costs the forward only
+            kept = [c for c in cases if not any(c is s for s in skipped)]
+            notes.append(_skipped_note(ex, skipped, len(kept)))
+            cases = kept
             fwd = run_forward(ex, forward, cases, hidden)
     low = fwd is not None and fwd.codes[:1] == ["float32"]
     if fwd is not None and not low:
@@ -229,11 +232,22 @@ def _nonfinite_forward(ex: Exercise, forward: Callable, case: Case) -> bool:
     return not bool(np.all(np.isfinite(out)))
 
 
+def _overflowed(ex: Exercise, forward: Callable, cases: list[Case]) -> list[Case]:
+    """The cases the backward is not graded on because the student's forward overflows there: every case where
+    it returns NaN/inf, and — when it is wrong on any case of values chosen to overflow a naive formula
+    (``Case.extreme``), whatever form the overflow takes (NaN, inf, a row of zeros, digits lost to subnormal
+    numbers) — every such case. So the verdict on the backward does not depend on how a given draw of the
+    hidden cases makes the forward overflow."""
+    extreme = any(_forward_case(ex, forward, c) for c in cases if c.extreme)
+    return [c for c in cases if (c.extreme and extreme) or _nonfinite_forward(ex, forward, c)]
+
+
 def _skipped_note(ex: Exercise, skipped: list[Case], kept: int) -> str:
     labels = "; ".join(f'"{c.label}"' for c in skipped)
-    return (f"(the backward is checked on the {kept} case{'s' if kept != 1 else ''} where your {ex.forward} is "
-            f"finite; skipped, because your {ex.forward} gives NaN/inf there (that costs the forward only): "
-            f"{labels})")
+    extreme = " or is wrong on values chosen to overflow a naive formula" if any(c.extreme for c in skipped) else ""
+    return (f"(the backward is checked on the {kept} case{'s' if kept != 1 else ''} where your {ex.forward} does "
+            f"not overflow; skipped, because your {ex.forward} gives NaN/inf there{extreme} (that costs the forward "
+            f"only): {labels})")
 
 
 def _recognisable(ex: Exercise, forward: Callable, cases: list[Case], problem: Problem) -> bool:
