@@ -63,6 +63,10 @@ class Exercise:
     answers: tuple[str, ...] = ()         # the reference's expressions: never in a student's feedback
     allowed: tuple[str, ...] = ()         # library functions the notebook hands the student (dotted names)
     extra_shapes: Callable[[Case], dict] = lambda case: {}
+    # 0: the finite-difference check samples up to 24 coordinates per tensor (check_op); n > 0: it checks each
+    # tensor along n random unit directions instead (2n calls of the forward per tensor, whatever its size) —
+    # for the encoder layers, whose 17 tensors cost ~460 calls per case coordinate by coordinate
+    gradcheck_directions: int = 0
 
     def forward_mistakes_for(self, case: Case) -> list[tuple[Mistake, np.ndarray | None]]:
         return [(m, _attempt(m.compute, copy_inputs(case.arrays), dict(case.static)))
