@@ -12,9 +12,9 @@ Without ``--json`` a line per submission (score, each question) and the feedback
 printed; progress goes to stderr. ``--csv FILE`` writes one row per submission (file, score, out_of, each
 question, each question's one-line cause of a lost mark ``<q>_why``, flags, seed, sandbox, error: see
 :mod:`transformer_np.grader.gradebook`) with every cell a spreadsheet would read as a formula escaped;
-``--csv -`` writes it to standard output. ``--similarity`` compares each graded function with the library's own source and with every
-other submission in the run, and lists the pairs above the threshold: flagged for the instructor, never
-penalised.
+``--csv -`` writes it to standard output. ``--similarity`` compares each graded function with the library's own
+source and with every other submission in the run, and lists the pairs above the threshold: flagged for the
+instructor, never penalised.
 """
 
 from __future__ import annotations

@@ -53,9 +53,12 @@ value must have the documented structure (``wrong_count``, ``missing_gradient``,
 ``TOLERANCE``), as a finite-difference backward is, gets ``not_analytic`` — and diagnosed as above
 (known mistakes: the diagonal-only softmax Jacobian, LayerNorm's missing mean terms, a skipped
 residual path, …; generic: scale, sign, transposition, another gradient's values
-``swapped_gradients``). Then the finite-difference gradient check of
-:func:`transformer_np.model.gradcheck.check_op` runs the student's backward against central
-differences of the student's *own* forward (``gradcheck``). When the forward is wrong but recognisably
+``swapped_gradients``). A backward that evaluates a function of the notebook at complex inputs (a
+complex-step derivative, exact to rounding) is ``not_analytic`` too. When a gradient is wrong, the
+finite-difference gradient check of :func:`transformer_np.model.gradcheck.check_op` runs the student's
+backward against central differences of the student's *own* forward and says whether they agree
+(``gradcheck``); a backward that agrees with the library on every case is not checked again (central
+differences could only confirm it). When the forward is wrong but recognisably
 the op (a named slip, or within ``FOLLOW_LIMIT`` of it), the backward is checked against central
 differences of that forward on every case instead (at the gradient check's tolerance) — error carried
 forward — and a forward that is not the op at all gives ``forward_first``. A forward that returns

@@ -7,11 +7,12 @@ r"""The gradebook of ``transformer-np grade``: one row per submission, saying wh
 ``<q>_why`` is the one-line cause of a question's lost marks (empty when the question earned its points): the
 first problem of each failed check (``out: leaves out the residual around attention``), named by its check
 when a question has several (exercise 6's Post-LN and Pre-LN), or why the function could not be called, or
-why the file could not be graded. ``seed`` is the seed the row's hidden cases were drawn from (a regrade with
-``--seed`` reproduces the row); ``sandbox`` is ``kernel`` when the kernel boundary held and ``unsandboxed``
-under ``--no-sandbox`` (formative grades); ``error`` says what was wrong with a file that could not be graded
-at all (not a notebook, too large, not JSON, …). The text output and ``--json`` carry the same (``--json``:
-``questions[q]["why"]``, ``seed``, ``sandbox``, ``error`` of each submission).
+``not graded: … (see error)`` for a file that could not be graded. ``seed`` is the seed the row's hidden
+cases were drawn from (a regrade with ``--seed`` reproduces the row); ``sandbox`` is ``kernel`` when the
+kernel boundary held and ``unsandboxed`` under ``--no-sandbox`` (formative grades); ``error`` says what was
+wrong with a file that could not be graded at all (not JSON, not a notebook, too large, not a regular file).
+The text output and ``--json`` carry the same (``--json``: ``questions[q]["why"]``, ``seed``, ``sandbox``,
+``error`` of each submission).
 
 Values here are plain text; the command escapes each cell for spreadsheets when it writes the file
 (``transformer_np.cli.grade.csv_cell``).
@@ -48,7 +49,8 @@ def question_why(grade: Any) -> dict[str, str]:
     :class:`~transformer_np.grader.grade.SubmissionGrade`, in question order."""
     per = grade.questions()
     if grade.error is not None:
-        return {q: one_line(f"not graded: {grade.error}") for q in per}
+        what = "the grader failed on it" if "grader_error" in grade.flags else "the file could not be read"
+        return {q: f"not graded: {what} (see error)" for q in per}
     out: dict[str, str] = {}
     for q in per:
         checks = [c for c in grade.checks if c.question == q]
