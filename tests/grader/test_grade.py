@@ -406,7 +406,8 @@ def test_the_command_writes_a_gradebook_a_spreadsheet_cannot_execute(tmp_path, c
     import csv
 
     rows = list(csv.reader(out.read_text(encoding="utf-8").splitlines()))
-    assert rows[0] == ["file", "score", "out_of", "q1", "q2", "flags"]
+    assert rows[0] == ["file", "score", "out_of", "q1", "q2", "q1_why", "q2_why", "flags", "seed", "sandbox",
+                       "error"]
     assert [r[:5] for r in rows[1:]] == [["'=HYPERLINK(1).ipynb", "3", "3", "1", "2"],
                                          ["'@bob.ipynb", "0", "3", "0", "0"], ["carol.ipynb", "3", "3", "1", "2"]]
     text = capsys.readouterr().out

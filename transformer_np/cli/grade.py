@@ -10,10 +10,11 @@ timeout or a wrong output costs that check only; the run goes on with the next s
 
 Without ``--json`` a line per submission (score, each question) and the feedback of each failed check are
 printed; progress goes to stderr. ``--csv FILE`` writes one row per submission (file, score, out_of, each
-question, flags) with every cell a spreadsheet would read as a formula escaped; ``--csv -`` writes it to
-standard output. ``--similarity`` compares each graded function with the library's own source and with every
-other submission in the run, and lists the pairs above the threshold: flagged for the instructor, never
-penalised.
+question, each question's one-line cause of a lost mark ``<q>_why``, flags, seed, sandbox, error: see
+:mod:`transformer_np.grader.gradebook`) with every cell a spreadsheet would read as a formula escaped;
+``--csv -`` writes it to standard output. ``--similarity`` compares each graded function with the library's own
+source and with every other submission in the run, and lists the pairs above the threshold: flagged for the
+instructor, never penalised.
 """
 
 from __future__ import annotations
@@ -88,15 +89,6 @@ def _validate(args: argparse.Namespace) -> None:
         raise ValueError("--csv - and --json both write to standard output; choose one")
 
 
-def _rows(grades: list, questions: list[str]) -> list[list]:
-    rows = [["file", "score", "out_of"] + questions + ["flags"]]
-    for g in grades:
-        per = g.questions()
-        cells = [f"{per[q][0]:g}" if q in per else "" for q in questions]
-        rows.append([g.file, f"{g.score:g}", f"{g.out_of:g}"] + cells + [";".join(g.flags)])
-    return rows
-
-
 def _write_csv(path: str, rows: list[list]) -> None:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -137,7 +129,11 @@ def _print_text(grades: list, pairs: list | None, seed: int) -> None:
             out.write(f"{name}: 0/{g.out_of:g}  could not be graded: {terminal_text(g.error, False)}\n")
             continue
         per = "  ".join(f"{q} {e:g}/{o:g}" for q, (e, o) in g.questions().items())
-        out.write(f"{name}: {g.score:g}/{g.out_of:g}  {per}\n")
+        marked = "" if g.sandbox == "kernel" else f"  [{g.sandbox}]"
+        out.write(f"{name}: {g.score:g}/{g.out_of:g}  {per}{marked}\n")
+        for q, why in g.why().items():
+            if why:
+                out.write(f"    {q} why: {terminal_text(why, False)}\n")
         for c in g.checks:
             if c.feedback:
                 for line in terminal_text(c.feedback).splitlines():
@@ -151,8 +147,9 @@ def _print_text(grades: list, pairs: list | None, seed: int) -> None:
         scores = [g.score for g in grades]
         out_of = grades[0].out_of
         full = sum(s == out_of for s in scores)
+        boxes = ", ".join(sorted({g.sandbox for g in grades}))
         out.write(f"{len(grades)} submission{'s' if len(grades) != 1 else ''}: mean {sum(scores) / len(scores):.2f}"
-                  f"/{out_of:g}, {full} with full marks (hidden cases drawn with seed {seed})\n")
+                  f"/{out_of:g}, {full} with full marks (hidden cases drawn with seed {seed}; sandbox: {boxes})\n")
     if pairs is not None:
         if not pairs:
             out.write("similarity: no pair above the threshold\n")
@@ -188,7 +185,9 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
     pairs = _similarity(args.exercise, grades) if args.similarity else None
     if args.csv:
-        _write_csv(args.csv, _rows(grades, list(POINTS[args.exercise])))
+        from ..grader.gradebook import csv_rows
+
+        _write_csv(args.csv, csv_rows(grades, list(POINTS[args.exercise])))
     if args.json:
         doc = {"exercise": args.exercise, "seed": seed, "submissions": [g.to_dict() for g in grades]}
         if pairs is not None:

@@ -191,6 +191,64 @@ def _call(ex: Exercise, function_name: str, fn: Callable, *args: Any) -> Any:
         _raise_stop(function_name, e)
 
 
+def _library_roots() -> tuple[str, ...]:
+    """Where code that is not the student's lives: NumPy, this package, the standard library and installed
+    packages (a student's function is defined in a notebook cell, a script or a test file)."""
+    import os
+    import sysconfig
+
+    import transformer_np
+
+    paths = sysconfig.get_paths()
+    roots = [os.path.dirname(np.__file__), os.path.dirname(transformer_np.__file__)]
+    roots += [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)]
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_student_file(filename: str, roots: tuple[str, ...]) -> bool:
+    import os
+
+    if filename.startswith(("<frozen", "<__array_function__")):     # the import system; NumPy < 1.25's dispatch
+        return False
+    return not (os.path.realpath(filename) + os.sep).startswith(roots) if not filename.startswith("<") else True
+
+
+def _is_complex(value: Any) -> bool:
+    return type(value) is complex or (issubclass(type(value), (np.ndarray, np.generic)) and np.iscomplexobj(value))
+
+
+def _call_backward(ex: Exercise, function_name: str, fn: Callable, *args: Any) -> tuple[Any, str | None]:
+    """:func:`_call` for a backward, and the name of a student function it evaluated at complex inputs (a
+    complex-step derivative: numerical, refused like finite differences), or None. In this process a trace
+    function looks at the arguments of every student function the backward calls (returning None: no line
+    events); through a grade-of-record proxy the child does the same and the proxy reports it
+    (``fn.complex_step``)."""
+    found: list[str] = []
+    roots = _library_roots()
+    code = getattr(fn, "__code__", None)
+    local = code is not None and _is_student_file(code.co_filename, roots)
+
+    def probe(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and not found and _is_student_file(frame.f_code.co_filename, roots):
+            for v in frame.f_locals.values():
+                if any(_is_complex(w) for w in (v if type(v) in (tuple, list) else (v,))):
+                    found.append(frame.f_code.co_name)
+                    return None
+        return None
+
+    before = sys.gettrace()
+    if local:
+        sys.settrace(probe)
+    try:
+        result = _call(ex, function_name, fn, *args)
+    finally:
+        if local:
+            sys.settrace(before)
+    remote = getattr(fn, "complex_step", None)
+    return result, (found[0] if found else remote if isinstance(remote, str) else None)
+
+
 def student_type(e: BaseException) -> str:
     """The class name of a student's exception: ``e.student_type`` when it came from another process
     (a grade-of-record proxy), else its own."""

@@ -322,10 +322,28 @@ def _main(config: dict) -> None:
         if not callable(fn):
             return {"ok": False, "error": {"type": "NameError", "message": f"{name} is not defined", "where": ""}}, None
         pristine = [(i, a.copy()) for i, a in enumerate(wire.arrays_in([args, kwargs]))]
+        complex_in: list[str] = []     # cell functions the backward called with complex arguments (complex step)
+
+        def probe(frame, event, arg):  # on each call only (returns None: no line events), during a backward
+            if event == "call" and not complex_in and frame.f_code.co_filename.startswith("<cell "):
+                for v in frame.f_locals.values():
+                    for w in (v if type(v) in (tuple, list) else (v,)):
+                        if type(w) is complex or (issubclass(type(w), (np.ndarray, np.generic))
+                                                  and np.iscomplexobj(w)):
+                            complex_in.append(frame.f_code.co_name)
+                            return None
+            return None
+
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
-                result = fn(*args, **kwargs)
+                if role == "backward":
+                    sys.settrace(probe)
+                try:
+                    result = fn(*args, **kwargs)
+                finally:
+                    if role == "backward":
+                        sys.settrace(None)
         except BaseException as e:     # the student's function may raise anything; it is reported, not obeyed
             return {"ok": False, "error": error_of(e)}, None
         arrays = dict(enumerate(wire.arrays_in([args, kwargs])))
@@ -333,7 +351,7 @@ def _main(config: dict) -> None:
                    if arrays[i].shape != before.shape or not np.array_equal(arrays[i], before, equal_nan=True)}
         if role == "forward" and type(result) is tuple and len(result) == 2:
             return {"ok": True}, [result[0], keep(result[1]), mutated]
-        return {"ok": True}, [result, None, mutated]
+        return ({"ok": True, "complex_step": complex_in[0]} if complex_in else {"ok": True}), [result, None, mutated]
 
     os.chdir(work)
     sys.addaudithook(hook)

@@ -94,6 +94,13 @@ def _not_analytic(tolerance: float) -> str:
             f"estimated from the forward.")
 
 
+def _complex_step(function: str) -> str:
+    """A backward that evaluated a function of the notebook at complex inputs: a complex-step derivative."""
+    return (f"evaluates {function} at complex inputs — a complex-step derivative: numerical, even though it is "
+            f"exact to rounding, so it counts as finite differences do. The backward must be derived — the "
+            f"chain rule through your forward's steps — not estimated from the forward.")
+
+
 def _named_shapes(ex: Exercise, case: Case, label: str) -> dict[str, tuple]:
     names = {f"the input {k}": np.shape(v) for k, v in case.arrays.items()}
     names.update(ex.named_shapes(case))

@@ -24,6 +24,9 @@ class Case:
     static: dict[str, Any] = field(default_factory=dict)
     dims: dict[str, int] = field(default_factory=dict)   # sizes that may explain a scale error
     gradcheck: bool = False                              # the case of the finite-difference check
+    # values chosen to overflow a naive formula (softmax's large scores): a forward wrong on such a case, in any
+    # way (NaN, inf, zeros, lost digits), costs the forward only — the backward is not graded on these cases
+    extreme: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,10 @@ class Exercise:
     answers: tuple[str, ...] = ()         # the reference's expressions: never in a student's feedback
     allowed: tuple[str, ...] = ()         # library functions the notebook hands the student (dotted names)
     extra_shapes: Callable[[Case], dict] = lambda case: {}
+    # 0: the finite-difference check samples up to 24 coordinates per tensor (check_op); n > 0: it checks each
+    # tensor along n random unit directions instead (2n calls of the forward per tensor, whatever its size) —
+    # for the encoder layers, whose 17 tensors cost ~460 calls per case coordinate by coordinate
+    gradcheck_directions: int = 0
 
     def forward_mistakes_for(self, case: Case) -> list[tuple[Mistake, np.ndarray | None]]:
         return [(m, _attempt(m.compute, copy_inputs(case.arrays), dict(case.static)))

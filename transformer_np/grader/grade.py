@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputValueError
+from .gradebook import feedback_why, one_line, question_why
 from .grading import POINTS, grade_backward, grade_forward, graded_checks
 from .sandbox import Limits, Sandbox, SandboxGone
 from .source import parse_untrusted
@@ -64,6 +65,7 @@ class CheckGrade:
     earned: float                 # what the submission earned (0 or points)
     feedback: str = ""            # empty when it passed
     codes: list[str] = field(default_factory=list)
+    why: str = ""                 # the cause of the lost mark in one line (the gradebook's <q>_why); "" if passed
 
 
 @dataclass
@@ -78,8 +80,9 @@ class SubmissionGrade:
     notes: list[str] = field(default_factory=list)       # cell errors, skipped magics, restarts
     flags: list[str] = field(default_factory=list)       # e.g. "unreadable", "similar:<other>"
     output: str = ""                                     # what the student's code printed (truncated)
-    seed: int | None = None
-    error: str | None = None                             # the file could not be graded at all
+    seed: int | None = None                              # the hidden cases' seed (None: not drawn)
+    error: str | None = None                             # the file could not be graded at all: what was wrong
+    sandbox: str = "kernel"                              # "kernel": the kernel boundary held; "unsandboxed"
 
     def questions(self) -> dict[str, tuple[float, float]]:
         """{question: (earned, out of)}, in order."""
@@ -92,9 +95,17 @@ class SubmissionGrade:
                 out[q] = (0.0, float(pts))
         return out
 
+    def why(self) -> dict[str, str]:
+        """{question: the one-line cause of its lost marks ("" when full)}, in order: each failed check's
+        :attr:`CheckGrade.why` (named by its exercise when the question has several checks), or the reason
+        the file could not be graded."""
+        return question_why(self)
+
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["questions"] = {q: {"earned": e, "out_of": o} for q, (e, o) in self.questions().items()}
+        why = self.why()
+        d["questions"] = {q: {"earned": e, "out_of": o, "why": why.get(q, "")}
+                          for q, (e, o) in self.questions().items()}
         return d
 
 
@@ -298,6 +309,7 @@ def _check(run: _Run, check: Any, seed: int) -> CheckGrade:
         if missing:
             result.feedback = _not_defined(run, missing[0], kinds.get(missing[0], "missing"))
             result.codes = ["not_callable"]
+            result.why = one_line(result.feedback)
             return result
         forward = sandbox.function(ex.forward, "forward")
         if check.kind == "forward":
@@ -307,12 +319,14 @@ def _check(run: _Run, check: Any, seed: int) -> CheckGrade:
     except SandboxGone as gone:
         result.feedback = f"{ex.forward if check.kind == 'forward' else ex.backward}: {gone.reason}"
         result.codes = ["timeout" if "longer than" in gone.reason or "time limit" in gone.reason else "crashed"]
+        result.why = one_line(result.feedback)
         return result
     if fb is None:
         result.earned = result.points
         return result
     result.feedback = fb.text + _import_hint(run, fb.text)
     result.codes = list(fb.codes)
+    result.why = feedback_why(fb)
     return result
 
 

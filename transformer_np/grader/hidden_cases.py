@@ -8,6 +8,7 @@ n ≠ d, several heads, a batch larger than one, masks that hide a random number
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -42,7 +43,8 @@ def _softmax(rng: np.random.Generator) -> list[Case]:
     B, h, n2 = int(rng.integers(2, 4)), int(rng.integers(2, 4)), int(rng.integers(3, 8))
     big = rng.standard_normal((3, n)) + rng.choice([-1, 1], size=(3, 1)) * rng.uniform(500, 1000, (3, 1))
     return [Case(f"x of shape {_shape((r, n))}", {"x": 2 * rng.standard_normal((r, n))}, dims={"n": n}),
-            Case(f"large scores, x of shape {_shape((3, n))}", {"x": big}, dims={"n": n}),
+            Case(f"large scores, x of shape {_shape((3, n))}", {"x": big}, dims={"n": n},
+                 extreme=True),
             Case(f"x of shape {_shape((B, h, r, n2))}", {"x": 2 * rng.standard_normal((B, h, r, n2))},
                  dims={"n": n2}, gradcheck=True)]
 
@@ -148,4 +150,4 @@ _GENERATORS: dict[str, Callable[[np.random.Generator], list[Case]]] = {
 def hidden_cases(exercise: str, seed: int) -> list[Case]:
     """The hidden cases of ``exercise`` for ``seed`` (labels start with "hidden")."""
     rng = np.random.default_rng([seed, sorted(_GENERATORS).index(exercise)])
-    return [Case(f"hidden: {c.label}", c.arrays, c.static, c.dims, c.gradcheck) for c in _GENERATORS[exercise](rng)]
+    return [dataclasses.replace(c, label=f"hidden: {c.label}") for c in _GENERATORS[exercise](rng)]

@@ -452,4 +452,5 @@ def layer_exercise(norm: str) -> Exercise:
                  "transformer_np.ops.attention.mha_backward", "transformer_np.ops.feedforward.ffn_forward",
                  "transformer_np.ops.feedforward.ffn_backward", "transformer_np.ops.layernorm.layernorm_forward",
                  "transformer_np.ops.layernorm.layernorm_backward"),
+        gradcheck_directions=2,
     )
