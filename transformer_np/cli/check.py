@@ -79,7 +79,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", metavar="GRADEBOOK", default=None,
                         help="write the class gradebook to this CSV file (one row per sheet); '-': to standard "
                              "output")
-    parser.add_argument("--force", action="store_true", help="let --csv replace an existing file")
+    parser.add_argument("--force", action="store_true",
+                        help="let --csv (and --export, --matrix, --summary, --figure) replace an existing file")
+    g = parser.add_argument_group("a class against its roster (docs/guide/instructors.md, 'The gradebook')")
+    g.add_argument("--roster", metavar="ROSTER.csv", default=None,
+                   help="one gradebook row per roster student, in roster order (its 'id' column; names from "
+                        "'name' or 'first name'/'last name'), a row for each student with no file and for each "
+                        "file that names no student; copies and look-alike ids flagged")
+    g.add_argument("--export", nargs=2, metavar=("canvas|moodle", "FILE"), default=None,
+                   help="with --roster: also write the grades as Canvas's or Moodle's CSV import expects them")
+    g.add_argument("--assignment", metavar="NAME", default="Worksheet",
+                   help="the assignment (grade item) column's name in --export (default: Worksheet)")
+    g.add_argument("--matrix", metavar="FILE", default=None,
+                   help="with --roster: write a student × step table of verdicts (CSV)")
+    g.add_argument("--summary", metavar="FILE", default=None,
+                   help="with --roster: write the class summary (JSON: steps most often wrong or missing, first "
+                        "mistakes by diagnosis, every percentage)")
+    g.add_argument("--figure", metavar="FILE", default=None,
+                   help="with --roster: draw the class summary as one figure (PNG, 150 dpi; needs matplotlib)")
 
 
 def _example(p: str) -> str | None:
@@ -104,10 +121,19 @@ def _run(args) -> int:
 
     if args.csv == "-" and args.json:
         raise InputValueError("--csv - and --json both write to standard output; give --csv a file name")
+    roster_only = [f"--{k}" for k in ("export", "matrix", "summary", "figure") if getattr(args, k) is not None]
+    if roster_only and args.roster is None:
+        raise InputValueError(f"{roster_only[0]} needs --roster ROSTER.csv (the students the rows are for)")
+    if args.export is not None and args.export[0] not in ("canvas", "moodle"):
+        raise InputValueError(f"--export: expected canvas or moodle, got {args.export[0]!r}")
     ring = KeyRing(args.key) if args.key is not None else None
     sheets = find_sheets(args.paths, _example)
     if args.csv is not None:
         _check_csv_target(args.csv, [e.path for e in sheets])
+    if args.roster is not None:
+        from ._roster import roster_class
+
+        return roster_class(sheets, args, ring, _mark_one, _row)
     if len(sheets) == 1 and sheets[0].named and args.csv is None:
         return _one(sheets[0].path, args, ring)
     return _class(sheets, args, ring)
@@ -182,8 +208,9 @@ class _Summary:
                 "steps_wrong": [{"step": k, "sheets": n} for k, n in self.wrong.most_common()]}
 
 
-def _mark_one(entry, ring):
-    """(report, None), (None, error message), or (None, None) for an answer key (never graded)."""
+def _mark_one(entry, ring, keep: dict | None = None):
+    """(report, None), (None, error message), or (None, None) for an answer key (never graded). ``keep``, when
+    given, receives the file's bytes (``"data"``) and its TOML (``"raw"``) as far as they could be read."""
     from ..worksheets import check
     from ..worksheets.format import parse_worksheet
     from ..worksheets.keys import mark
@@ -191,7 +218,12 @@ def _mark_one(entry, ring):
 
     where = shown(entry.path)
     try:
-        raw = decode_toml(read_sheet(entry, MAX_FILE_BYTES), where)
+        data = read_sheet(entry, MAX_FILE_BYTES)
+        if keep is not None:
+            keep["data"] = data
+        raw = decode_toml(data, where)
+        if keep is not None:
+            keep["raw"] = raw
         if isinstance(raw, dict) and "key" in raw:
             return None, None
         if ring is not None:
