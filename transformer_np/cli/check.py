@@ -148,6 +148,14 @@ def _one(path: str, args, ring) -> int:
         report = check(path)
     else:
         report = mark(ring, read_toml(path), path)
+    from ..worksheets.withheld import reveals, withheld_dict, withheld_text
+
+    if not reveals(report, args.answers):              # [setup] reveal = false: no correct value is printed
+        if args.json:
+            print(json.dumps(withheld_dict(report), allow_nan=False))
+        else:
+            print(shown(withheld_text(report), keep_newlines=True))
+        return report.exit_status
     if args.json:
         print(report.to_json(answers=args.answers))
     else:
@@ -287,7 +295,7 @@ def _class(sheets: list, args, ring) -> int:
                 print(_line(row, w), flush=True)
             elif args.json:
                 item = {"file": row["file"], "error": error,
-                        "report": None if report is None else report.to_dict(args.answers)}
+                        "report": None if report is None else _report_dict(report, args.answers)}
                 sys.stdout.write(("" if first else ", ") + json.dumps(item, allow_nan=False))
                 first = False
         s = summary.to_dict()
@@ -306,6 +314,12 @@ def _class(sheets: list, args, ring) -> int:
     elif text:
         print("\n".join(_summary_text(s, args.csv)))
     return status
+
+
+def _report_dict(report, answers: bool) -> dict:
+    from ..worksheets.withheld import reveals, withheld_dict
+
+    return report.to_dict(answers) if reveals(report, answers) else withheld_dict(report)
 
 
 def _line(r: dict, w: int) -> str:

@@ -115,6 +115,7 @@ class Worksheet:
     problem_id: str | None = None                                          # [setup].problem_id
     is_key: bool = False                                                   # an answer key: has a [key] table
     key_student: str | None = None                                         # [key].student (worksheet class)
+    reveal: bool = True                                                    # [setup].reveal: show correct values
 
     def mark_of(self, key: tuple[int, str]) -> float:
         """The marks of quantity ``key = (layer, name)``: ``[marks.layerℓ].name``, else ``[marks].name``, else
@@ -341,7 +342,7 @@ def _rows(v, where: str, shape: tuple[int, ...], tokens: tuple[str, ...], per_to
 # ----------------------------------------------------------------------------- sections
 def _setup(raw: dict, where: str = "[setup]") -> dict:
     s = _table(raw, where)
-    _check_keys(s, SETUP_KEYS, where)
+    _check_keys(s, SETUP_KEYS + ("reveal",), where)
     if "tokens" not in s:
         _fail(where, "tokens is required, e.g. tokens = [\"the\", \"cat\", \"sat\"]")
     tokens = s["tokens"]
@@ -371,6 +372,10 @@ def _setup(raw: dict, where: str = "[setup]") -> dict:
         _fail(f"{where}.eps", f"must be a positive finite number at most 1, got {shown}")
     out["eps"] = float(eps)
     out["problem_id"] = _problem_id(s, where)
+    out["reveal"] = s.get("reveal", True)
+    if not isinstance(out["reveal"], bool):
+        _fail(f"{where}.reveal", f"must be true or false (whether check and the page show correct values), got "
+                                 f"{_kind(out['reveal'])}")
     return out
 
 
@@ -522,6 +527,7 @@ def _parse(raw) -> Worksheet:
                    activation=setup["activation"], eps=setup["eps"], layers=L, decimals=setup["decimals"],
                    seed=setup["seed"], H0=H0, dH=dH, params=params, given_params=given)
     ws.problem_id = setup["problem_id"]
+    ws.reveal = setup["reveal"]
     if "key" in raw:
         ws.is_key, ws.key_student = True, _key_table(raw["key"])
     ws.answers = _answers(raw.get("answers", {}), ws)

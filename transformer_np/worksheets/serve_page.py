@@ -24,7 +24,7 @@ from .format import quantity_shape
 from .names import PARAM_NAMES, is_per_token
 from .serve_save import grid_shape, problem_fingerprint, read_sheet_text
 
-__all__ = ["page_state", "page_report", "formula_html", "labels"]
+__all__ = ["page_state", "page_report", "formula_html", "labels", "SYMBOLS"]
 
 
 def labels(ws, name: str) -> tuple[list[str], list[str]]:
@@ -46,21 +46,61 @@ def labels(ws, name: str) -> tuple[list[str], list[str]]:
 _SUB = {"gamma1": "γ<sub>1</sub>", "gamma2": "γ<sub>2</sub>", "beta1": "β<sub>1</sub>", "beta2": "β<sub>2</sub>"}
 
 
+_SUPER = str.maketrans("0123456789()", "⁰¹²³⁴⁵⁶⁷⁸⁹⁽⁾")
+
+# The two LayerNorm backward steps, written out (steps.py names them "LayerNorm backward of G at X"): every
+# symbol is defined in SYMBOLS, which the page shows under the problem.
+_LN_BACKWARD = re.compile(r"LayerNorm backward of (\w+) at (\w+)")
+_LN_NORMALISED = re.compile(r"(\w+) \* LN-normalised (\w+)")
+
+
+def _ln_backward(m) -> str:
+    g, x = m.group(1), m.group(2)
+    gamma = "gamma2" if x.endswith("2") else "gamma1"
+    return (f"(g − mean(g) − x̂ ⊙ mean(g ⊙ x̂)) / σ, row by row, with g = {gamma} ⊙ {g}, "
+            f"x̂ = ({x} − μ) / σ and σ = √(var + ε) of {x}")
+
+
 def formula_html(text: str) -> str:
-    """A step's formula (plain text, as ``check`` prints it) as HTML: ``W_Q`` → W<sub>Q</sub>, ``X^T`` →
-    X<sup>T</sup>, ``H^(0)`` → H<sup>(0)</sup>, ``sqrt(d_k)`` → √d<sub>k</sub>, ``*`` → ⊙, γ, β, ε, −. Every
-    character of ``text`` is escaped first; only these fixed tags are added."""
-    s = html.escape(text, quote=True)
-    s = re.sub(r"sqrt\(d_k\)", "√d_k", s)
+    """A step's formula (plain text, as ``check`` prints it) as HTML in the notation of the headings: ``W_Q`` →
+    W<sub>Q</sub>, ``X^T`` → Xᵀ, ``H^(0)`` → H⁽⁰⁾, ``sqrt(d_k)`` → √dₖ, ``*`` → ⊙, ``relu'`` → relu′, γ, β, ε,
+    −; the LayerNorm backward written out with x̂ and σ (see :data:`SYMBOLS`). Every character of ``text`` is
+    escaped first; only these fixed tags are added."""
+    text = _LN_BACKWARD.sub(_ln_backward, text)
+    text = _LN_NORMALISED.sub(lambda m: f"{m.group(1)} * x̂ (x̂: {m.group(2)} normalised)", text)
+    s = html.escape(text, quote=True).replace("&#x27;", "′")
+    s = re.sub(r"sqrt\(d_k\)", "√dₖ", s)
     s = s.replace("sqrt(", "√(")
-    s = re.sub(r"\^\((\d)\)", r"<sup>(\1)</sup>", s)
-    s = re.sub(r"\^T\b", "<sup>T</sup>", s)
+    s = re.sub(r"\^\((\d)\)", lambda m: f"({m.group(1)})".translate(_SUPER), s)
+    s = re.sub(r"\^T\b", "ᵀ", s)
     s = re.sub(r"(?<![\w])([Wb])_(Q|K|V|O|1|2)(?![\w])", r"\1<sub>\2</sub>", s)
-    s = re.sub(r"(?<![\w])d_k(?![\w])", "d<sub>k</sub>", s)
+    s = re.sub(r"(?<![\w])d_k(?![\w])", "dₖ", s)
     s = re.sub(r"(?<![\w])(gamma[12]|beta[12])(?![\w])", lambda m: _SUB[m.group(1)], s)
     s = re.sub(r"(?<![\w])eps(?![\w])", "ε", s)
-    s = s.replace(" * ", " ⊙ ").replace(" - ", " − ").replace(")^2", ")²")
+    s = s.replace(" * ", " ⊙ ").replace(" - ", " − ").replace(")^2", ")²").replace("rowsum(", "rowsum(")
     return s
+
+
+# What every symbol of the page's formulas means (shown under the problem, as a definition list).
+SYMBOLS = [
+    ("X Y", "the matrix product (rows are tokens: y = x W + b with row vectors)"),
+    ("Xᵀ", "X transposed"),
+    ("⊙", "entry-by-entry product"),
+    ("dₖ", "the width of one head, d<sub>model</sub> / heads; √dₖ its square root"),
+    ("softmax", "of each row: e<sup>s<sub>j</sub></sup> / Σ<sub>k</sub> e<sup>s<sub>k</sub></sup>, so each row sums "
+                "to 1"),
+    ("μ, mean", "the mean of each row (over its d<sub>model</sub> entries)"),
+    ("var", "the mean of (x − μ)² over each row (divide by d<sub>model</sub>, not d<sub>model</sub> − 1)"),
+    ("σ", "√(var + ε), one per row; ε is tiny: treat it as 0"),
+    ("x̂", "the normalised row, (x − μ) / σ"),
+    ("γ, β", "the LayerNorm's scale and shift (γ<sub>1</sub>, β<sub>1</sub> after attention; γ<sub>2</sub>, "
+             "β<sub>2</sub> after the feed-forward layer)"),
+    ("relu′", "the derivative of relu: 1 where its input is positive, 0 elsewhere"),
+    ("gelu′", "the derivative of GELU: Φ(z) + z φ(z) (Φ, φ: the standard normal's CDF and density)"),
+    ("rowsum", "the sum of each row, as a column"),
+    ("column sums", "the sum over the tokens (the rows), one number per column"),
+    ("d_X", "∂L/∂X, the gradient of the loss with respect to X"),
+]
 
 
 def _dec_exact(a) -> int:
@@ -142,13 +182,55 @@ def _summary(ws) -> dict:
             "wiring_html": f"Each layer: {wiring}."}
 
 
+def _wrong_cells(report, layer: int, name: str) -> list[list[bool]] | None:
+    """Which cells of a ``wrong`` step are off both from the truth and from the student's own earlier answers
+    (the page highlights them); None for any other step."""
+    from .marking import FLOAT_SLACK
+
+    m, ws = report.marking, report.worksheet
+    key = (layer, name)
+    a = m.given(key)
+    if a is None or m.verdict[key] != "wrong":
+        return None
+    g = a.value
+    off_true = np.abs(g - m.truth[key]) > m.tol[key] + FLOAT_SLACK
+    own, own_tol = m.own.get(key), m.own_tol.get(key) if isinstance(m.own_tol, dict) else None
+    off = off_true if own is None or own_tol is None else off_true & (np.abs(g - own) > own_tol + FLOAT_SLACK)
+    off = off & a.mask
+    if not off.any():                    # wrong as a whole (e.g. a row that does not sum to 1): every given cell
+        off = a.mask
+    rows, cols = grid_shape(name, ws.n, ws.d_model, ws.d_ff)
+    return np.asarray(off).reshape(rows, cols).tolist()
+
+
+def _follows_from(report, layer: int, name: str) -> str | None:
+    """The student's own answers a ``follows`` step was recomputed from (e.g. "Q, K"), or None."""
+    step = next((s for s in report.marking.steps if s.key == (layer, name)), None)
+    if step is None:
+        return None
+    mine = [n for (l, n) in step.inputs if l > 0]
+    return ", ".join(mine) if mine else None
+
+
 def page_report(report) -> dict:
     """The page's view of a :class:`~.report.Report`: ``Report.to_dict()`` (the JSON ``check --json`` prints)
-    without the numbers themselves (``given`` is on the page already; ``expected`` is not shown)."""
-    d = report.to_dict()
-    return {"steps": [{k: s[k] for k in ("layer", "name", "verdict", "marks", "out_of", "max_abs_error")}
-                      for s in d["steps"]],
-            "first_mistake": d["first_mistake"], "marks": d["marks"], "counts": d["counts"]}
+    without the numbers themselves (``given`` is on the page already; ``expected`` is not shown), with the
+    cells of each wrong step that are off (``wrong_cells``) and what a ``follows`` step follows from
+    (``follows_from``). A sheet with ``[setup] reveal = false`` gets no error size and a first mistake told
+    without numbers (:mod:`.withheld`)."""
+    from .withheld import reveals, withheld_dict
+
+    reveal = reveals(report)
+    d = report.to_dict() if reveal else withheld_dict(report)
+    steps = []
+    for s in d["steps"]:
+        step = {k: s[k] for k in ("layer", "name", "verdict", "marks", "out_of")}
+        step["max_abs_error"] = s["max_abs_error"] if reveal else None
+        step["wrong_cells"] = _wrong_cells(report, s["layer"], s["name"])
+        step["follows_from"] = _follows_from(report, s["layer"], s["name"]) if s["verdict"] == "follows" else None
+        steps.append(step)
+    return {"steps": steps, "first_mistake": d["first_mistake"], "marks": d["marks"], "counts": d["counts"],
+            "reveal": reveal}
 
 
 def page_state(path: str) -> dict:
@@ -168,4 +250,5 @@ def page_state(path: str) -> dict:
                       "formula_html": formula_html(s.formula), "rows": rows, "cols": cols,
                       "per_token": is_per_token(s.name), "cells": _restored(ws, s.layer, s.name)})
     return {"file": os.path.basename(path), "fingerprint": problem_fingerprint(raw), **_summary(ws),
+            "symbols": [{"symbol_html": a, "meaning_html": b} for a, b in SYMBOLS],
             "problem": _problem_tables(ws), "steps": steps, "report": page_report(report)}
