@@ -131,6 +131,16 @@ def test_formulas_in_unicode_notation_every_symbol_defined(tmp_path):
     assert "x̂" in used and "σ" in used and "relu′" in used          # the LayerNorm backward is written out
 
 
+def test_explanations_in_the_pages_notation():
+    from transformer_np.worksheets.serve_page import unicode_text
+
+    assert unicode_text("S[i, j] must be query i against key j (Q K^T), not 1/sqrt(d_k)") == \
+        "S[i, j] must be query i against key j (Q Kᵀ), not 1/√dₖ"
+    assert unicode_text("dx = (g - mean(g) - xhat * mean(g * xhat)) / sqrt(var + eps)") == \
+        "dx = (g - mean(g) - x̂ ⊙ mean(g ⊙ x̂)) / √(var + ε)"
+    assert unicode_text("GELU'(z) = Phi(z) + z phi(z)") == "GELU′(z) = Φ(z) + z φ(z)"
+
+
 @pytest.mark.parametrize("cell, words", [("1e-400", "would be read as 0.0"),
                                          ("123456789012345678901234", "beyond"),
                                          ("-0.0000e-500", None)])

@@ -240,6 +240,10 @@ def test_fold_and_file_names():
     assert match_file("upload_x_2_final", roster, by_id) == (1, False)  # an id with "_" in it
     assert match_file("leeann_7_8_sheet", roster, by_id) == (1, False)
     assert match_file("someone_else", roster, by_id) == (None, False)
+    assert match_file("KA-1-B", roster, by_id) == (0, False)            # case alone is no look-alike
+    twins = roster + [Student("ka-9", first="Zoë", last="Núñez-Brown")]
+    by_id = {fold(s.id): [k] for k, s in enumerate(twins)}
+    assert match_file("nunezbrownzoe_77_9001_sheet", twins, by_id) == (None, False)   # two of that name: neither
 
 
 def test_roster_options_refused_without_roster(capsys, tmp_path):

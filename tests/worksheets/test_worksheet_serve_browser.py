@@ -35,6 +35,7 @@ import sheet_helpers
 
 from transformer_np.cli import main as cli_main
 from transformer_np.worksheets.generate import to_toml
+from transformer_np.worksheets.serve_page import unicode_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]   # the browser lane: scripts/test_browser.sh
 
@@ -195,10 +196,11 @@ def test_type_a_sheet_slip_and_reload(driver, tmp_path, capsys):
         assert (fm["layer"], fm["name"]) == slip
         step = d.find_element(By.ID, f"step-layer{slip[0]}.{slip[1]}")
         diagnosis = step.find_element(By.CSS_SELECTOR, ".diagnosis")
-        assert diagnosis.is_displayed() and fm["explanation"] in diagnosis.text
+        shown_fm = unicode_text(fm["explanation"])                  # in the notation of the page's formulas
+        assert diagnosis.is_displayed() and shown_fm in diagnosis.text
         assert fm["diagnosis"].replace("_", " ") in diagnosis.text
         top = d.find_element(By.ID, "mistake")
-        assert top.is_displayed() and fm["explanation"] in top.text
+        assert top.is_displayed() and shown_fm in top.text
         _save(d, SHOTS[1], shots, step)
         d.set_window_size(390, 844)
         time.sleep(0.3)
@@ -281,7 +283,8 @@ def test_class_sheet_keyboard_axe_and_no_answers(driver, tmp_path, capsys):
     honest, vals = sheet_helpers.student(raw)
     text0 = to_toml(honest, answers=honest["answers"], template=False)
     written = sheet_helpers.half_away(vals[steps[at].key], 3)
-    cell = next(ix for ix, x in np.ndenumerate(written) if text0.count(f"{x:.3f}") <= 2 and x > 0.2)  # past the relu (so in ffn_activation too)
+    # a cell past the relu (so written in ffn_activation too), its value nowhere else on the sheet
+    cell = next(ix for ix, x in np.ndenumerate(written) if text0.count(f"{x:.3f}") <= 2 and x > 0.2)
     correct = f"{written[cell]:.3f}"
 
     def slipped(v_in, s=steps[at]):

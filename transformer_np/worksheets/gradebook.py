@@ -74,6 +74,10 @@ def fold(text: str) -> str:
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold().translate(_FOLD))
 
 
+def _plain(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
 def name_key(text: str) -> str:
     """A name as file names write it: folded, accents dropped, letters and digits only
     (``"Zoë Núñez-Brown"`` → ``"zoenunezbrown"``)."""
@@ -164,25 +168,23 @@ def answers_digest(raw: dict) -> str | None:
 
 def match_file(stem: str, students: list[Student], by_id: dict[str, list[int]]) -> tuple[int | None, bool]:
     """The roster index of the student the file name ``stem`` (without ``.toml``) names, or None; and whether
-    the id matched only after :func:`fold` changed a look-alike letter (a ``confusable_id``)."""
+    the id matched only because :func:`fold` mapped a look-alike letter (a ``confusable_id``; a difference of
+    case alone is not one). A name two roster students share names neither."""
     parts = stem.split("_")
     for i in range(len(parts)):                                  # a roster id: any run of "_"-separated parts
         for j in range(len(parts), i, -1):
             cand = "_".join(parts[i:j])
             hit = by_id.get(fold(cand))
             if hit:
-                exact = any(students[k].id == cand for k in hit)
-                return (next(k for k in hit if students[k].id == cand) if exact else hit[0]), not exact
+                same = [k for k in hit if _plain(students[k].id) == _plain(cand)]
+                return (same[0], False) if same else (hit[0], True)
     digits = [p for p in parts if p.isdigit()]
-    for k, s in enumerate(students):                             # the LMS's user id
-        if s.lms_id and s.lms_id in digits:
-            return k, False
+    found = [k for k, s in enumerate(students) if s.lms_id and s.lms_id in digits]      # the LMS's user id
+    if len(found) == 1:
+        return found[0], False
     head = name_key(parts[0])                                    # Canvas: lastfirst_…; Moodle: "First Last_…"
-    if head:
-        for k, s in enumerate(students):
-            if head in s.keys():
-                return k, False
-    return None, False
+    found = [k for k, s in enumerate(students) if head and head in s.keys()]
+    return (found[0], False) if len(found) == 1 else (None, False)
 
 
 @dataclass

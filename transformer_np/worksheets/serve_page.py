@@ -24,7 +24,7 @@ from .format import quantity_shape
 from .names import PARAM_NAMES, is_per_token
 from .serve_save import grid_shape, problem_fingerprint, read_sheet_text
 
-__all__ = ["page_state", "page_report", "formula_html", "labels", "SYMBOLS"]
+__all__ = ["page_state", "page_report", "formula_html", "unicode_text", "labels", "SYMBOLS"]
 
 
 def labels(ws, name: str) -> tuple[list[str], list[str]]:
@@ -79,6 +79,21 @@ def formula_html(text: str) -> str:
     s = re.sub(r"(?<![\w])eps(?![\w])", "ε", s)
     s = s.replace(" * ", " ⊙ ").replace(" - ", " − ").replace(")^2", ")²").replace("rowsum(", "rowsum(")
     return s
+
+
+_TEXT_RULES = [(r"sqrt\(d_k\)", "√dₖ"), (r"sqrt\(d_model\)", "√d_model"), (r"sqrt\(", "√("),
+               (r"\^T\b", "ᵀ"), (r"\bd_k\b", "dₖ"), (r"\bxhat\b", "x̂"), (r"\b(relu|GELU|gelu)'", r"\1′"),
+               (r"\bPhi\(", "Φ("), (r"\bphi\(", "φ("), (r"\beps\b", "ε"), (r"\bgamma\b", "γ"),
+               (r"\)\^2", ")²"), (r" \* ", " ⊙ ")]
+
+
+def unicode_text(text: str) -> str:
+    """Plain text (an explanation, a diagnosis's meaning) in the page's Unicode notation: ``Q K^T`` → Q Kᵀ,
+    ``1/sqrt(d_k)`` → 1/√dₖ, ``xhat`` → x̂, ``GELU'(z) = Phi(z) + z phi(z)`` → GELU′(z) = Φ(z) + z φ(z), ``*`` →
+    ⊙. Text only: the page shows it with ``textContent``."""
+    for pattern, repl in _TEXT_RULES:
+        text = re.sub(pattern, repl, text)
+    return text
 
 
 # What every symbol of the page's formulas means (shown under the problem, as a definition list).
@@ -229,8 +244,10 @@ def page_report(report) -> dict:
         step["wrong_cells"] = _wrong_cells(report, s["layer"], s["name"])
         step["follows_from"] = _follows_from(report, s["layer"], s["name"]) if s["verdict"] == "follows" else None
         steps.append(step)
-    return {"steps": steps, "first_mistake": d["first_mistake"], "marks": d["marks"], "counts": d["counts"],
-            "reveal": reveal}
+    fm = d["first_mistake"]
+    if fm is not None:                   # the explanation in the formulas' notation (check prints it as written)
+        fm = {**fm, "explanation": unicode_text(fm["explanation"])}
+    return {"steps": steps, "first_mistake": fm, "marks": d["marks"], "counts": d["counts"], "reveal": reveal}
 
 
 def page_state(path: str) -> dict:
