@@ -266,3 +266,17 @@ def test_copied_sheet_not_flagged_when_answers_differ(klass, tmp_path, capsys):
     rows = json.loads(out)["rows"]
     assert rows[0]["flags"] == "" and rows[1]["flags"] == "" and np.all([r["flags"] == "no_submission"
                                                                          for r in rows[2:30]])
+
+
+def test_without_roster_an_unreadable_file_still_names_its_student(klass, tmp_path, capsys):
+    """The plain class gradebook (no --roster): the truncated file's row gets its student from the key its
+    header's problem id names, and the summary does not call that student 'no submission'."""
+    code, out, _ = _run(capsys, "check", "--key", klass["keys"], klass["subs"], "--csv", "-")
+    rows = {r["file"].rsplit("/", 1)[-1]: r for r in csv.DictReader(io.StringIO(out))}
+    t = rows["upload_3.toml"]
+    assert t["student"] == klass["students"][TRUNCATED]["id"] and t["error"] and code == 2
+    code, out, _ = _run(capsys, "check", "--key", klass["keys"], klass["subs"], "--json")
+    missing = json.loads(out)["summary"]["no_submission"]
+    ids = [s["id"] for s in klass["students"]]
+    assert ids[TRUNCATED] not in missing
+    assert missing == [ids[COPIER], ids[ABSENT]]      # without a roster, by problem: the copier's own is not in

@@ -246,6 +246,20 @@ def _mark_one(entry, ring, keep: dict | None = None):
         return None, (msg if msg.startswith(where) else f"{where}: {msg}")
 
 
+def _name_unreadable(row: dict, data: bytes, ring, summary) -> None:
+    """An unreadable sheet's row gets the problem id its header gives and, from the keys, the student it was
+    made for; that student is then not counted as having handed nothing in."""
+    from ..worksheets.gradebook import header_problem_id
+
+    pid = header_problem_id(data)
+    if pid is None:
+        return
+    row["problem_id"] = pid
+    summary.ids.add(pid)
+    if ring is not None and pid in ring.students:
+        row["student"] = ring.students[pid]
+
+
 def _row(entry, report, error) -> dict:
     if report is None:
         return {"file": shown(entry.path), "error": error}
@@ -278,11 +292,14 @@ def _class(sheets: list, args, ring) -> int:
         for i, entry in enumerate(sheets, 1):
             if bar is not None:
                 bar(i, len(sheets), shown(entry.path))
-            report, error = _mark_one(entry, ring)
+            keep: dict = {}
+            report, error = _mark_one(entry, ring, keep)
             if report is None and error is None:
                 summary.keys += 1
                 continue
             row = _row(entry, report, error)
+            if report is None and "data" in keep:       # unreadable: its header may still name the problem
+                _name_unreadable(row, keep["data"], ring, summary)
             summary.add(row, report)
             if error is not None:
                 print(f"transformer-np check: error: {error}", file=sys.stderr)
@@ -324,7 +341,8 @@ def _report_dict(report, answers: bool) -> dict:
 
 def _line(r: dict, w: int) -> str:
     if r["error"]:
-        return f"{r['file'].ljust(w)}{'-':>9s}  UNREADABLE: {r['error'].removeprefix(r['file'] + ': ')}"
+        who = f"[{shown(r['student'])}] " if r.get("student") else ""
+        return f"{r['file'].ljust(w)}{'-':>9s}  {who}UNREADABLE: {r['error'].removeprefix(r['file'] + ': ')}"
     marks = f"{r['total']:g}/{r['out_of']:g}"
     what = f"{r['first_mistake']} — {r['diagnosis']}" if r["diagnosis"] else \
         ("no answers" if r["correct"] + r["follows"] + r["wrong"] == 0 else "none")
