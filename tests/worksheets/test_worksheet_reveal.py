@@ -82,6 +82,23 @@ def test_reveal_off_no_correct_value_on_the_page(tmp_path):
     assert correct in json.dumps(page_state(on)["report"]), "revealing, the explanation quotes the correct value"
 
 
+def test_the_keys_setting_decides(tmp_path, capsys):
+    """A submission that says reveal = true, marked against a key that says false: nothing revealed, and the
+    edit is not a change of the problem."""
+    from transformer_np.worksheets.generate import answer_key
+
+    sub, correct, name, _ = _slipped(tmp_path, reveal=True)
+    raw = new_worksheet(seed=7, tokens=3, d_model=4, activation="relu", decimals=3)
+    raw["setup"]["reveal"] = False
+    key = tmp_path / "key.toml"
+    key.write_text(to_toml(raw, answers=answer_key(raw), key=True), encoding="utf-8")
+    code, text, _ = _run(capsys, "check", "--key", key, sub)
+    assert code == 1 and f"FIRST MISTAKE: layer 1, {name}" in text and "PROBLEM ALTERED" not in text
+    assert correct not in text
+    _, text_own, _ = _run(capsys, "check", sub)                  # the student's own setting, without the key
+    assert correct in text_own
+
+
 def test_worksheet_class_writes_reveal_false(tmp_path, capsys):
     roster = tmp_path / "r.csv"
     roster.write_text("id\nst-1\n", encoding="utf-8")
