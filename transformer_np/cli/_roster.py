@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from ._gradebook import CsvSink, shown
+from ._gradebook import CsvSink, cell, shown
 
 _TEXT_COLUMNS = ("name", "id", "marks", "percent", "first mistake / flags")
 
@@ -69,7 +69,7 @@ def roster_class(sheets: list, args, ring, mark_one, make_row) -> int:
         fp = None if report is None or report.problem_id else fingerprint(report.worksheet)[:16]
         book.add(shown(entry.path), _stem(entry.path), row, report, keep.get("data"), keep.get("raw"), fp)
     rows = book.rows()
-    s = summary(rows, book.steps)
+    s = summary(rows, book.steps, len(students))
     _write(args, targets, rows, students, book.steps, s)
     if args.json:
         print(json.dumps({"rows": [{k: r[k] for k in ROSTER_COLUMNS} for r in rows], "summary": s},
@@ -105,17 +105,11 @@ def _csv(target: str, header: list, lines: list[list], force: bool) -> None:
     sink = CsvSink(target, tuple(str(h) for h in header), force=force)
     try:
         for line in lines:
-            sink.writer.writerow([sink_cell(v) for v in line])
+            sink.writer.writerow([cell(v) for v in line])
         sink.close()
     except BaseException:
         sink.abort()
         raise
-
-
-def sink_cell(v):
-    from ._gradebook import cell
-
-    return cell(v)
 
 
 def _print(rows: list[dict], s: dict, targets) -> None:

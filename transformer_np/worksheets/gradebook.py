@@ -59,7 +59,7 @@ _CONFUSABLE = {
     "τ": "t", "υ": "u", "χ": "x", "ϲ": "c", "ϳ": "j", "ѵ": "v",
 }
 _FOLD = str.maketrans(_CONFUSABLE)
-_ID_COLUMNS = ("id", "student_id", "student", "sis user id", "id number")
+_ID_COLUMNS = ("id", "student_id", "student")            # as worksheet class reads them (.classroom)
 _NAME_COLUMNS = ("name", "full name", "student name")
 _FIRST_COLUMNS = ("first name", "first_name", "firstname", "given name", "given_name")
 _LAST_COLUMNS = ("last name", "last_name", "lastname", "surname", "family name", "family_name")
@@ -194,7 +194,7 @@ class Submission:
 
     file: str
     row: dict
-    verdicts: list[str] | None = None
+    verdicts: dict[str, str] | None = None  # step label ("L1 scores") -> verdict
     by_file: int | None = None              # roster index named by the file name
     owner: int | None = None                # roster index the problem was made for
     problem: str | None = None              # problem id (or fingerprint)
@@ -243,16 +243,16 @@ class Gradebook:
             owner = hit[0] if hit else None
         verdicts = None
         if report is not None:
-            if not self.steps:
-                self.steps = [f"L{s['layer']} {s['name']}" for s in report.steps]
-            verdicts = [s["verdict"] for s in report.steps]
+            verdicts = {f"L{s['layer']} {s['name']}": s["verdict"] for s in report.steps}
+            known = set(self.steps)
+            self.steps += [k for k in verdicts if k not in known]    # sheets of other sizes: their steps appended
         sub = Submission(file=file, row=row, verdicts=verdicts, by_file=by_file, owner=owner,
                          problem=pid or fingerprint, answers=None if raw is None else answers_digest(raw),
                          confusable=confusable)
         if row.get("error"):
             _flag(sub, "unreadable")
-        if row.get("flags"):
-            _flag(sub, "problem_altered")
+        if row.get("flags"):                     # "problem_altered: [input].H0, …" (keys.py)
+            _flag(sub, row["flags"])
         self.subs.append(sub)
         return sub
 
@@ -278,7 +278,7 @@ class Gradebook:
 
     def rows(self) -> list[dict]:
         """The finished gradebook (see the class docstring); each row has the :data:`ROSTER_COLUMNS` and
-        ``verdicts`` (the step verdicts, or None)."""
+        ``verdicts`` (step label -> verdict, or None)."""
         self._cross_flags()
         mine: dict[int, list[Submission]] = {}
         for s in sorted(self.subs, key=lambda s: s.file):
@@ -323,14 +323,15 @@ class Gradebook:
                 "verdicts": None}
 
 
-def summary(rows: list[dict], steps: list[str]) -> dict:
+def summary(rows: list[dict], steps: list[str], students: int | None = None) -> dict:
     """The class summary of a roster gradebook (what ``--summary`` writes as JSON): how many students, sheets
     marked, unreadable, without a submission; the mean percentage; the steps most often wrong and most often
-    missing (students per step); the first mistakes by diagnosis; the percentages of every marked sheet."""
+    missing (students per step); the first mistakes by diagnosis; the percentages of every marked sheet.
+    ``students``: the roster's size (default: the rows with an id)."""
     marked = [r for r in rows if isinstance(r["percent"], (int, float))]
     wrong, missing = Counter(), Counter()
     for r in rows:
-        for name, v in zip(steps, r["verdicts"] or []):
+        for name, v in (r["verdicts"] or {}).items():
             if v == "wrong":
                 wrong[name] += 1
             elif v == "missing":
@@ -338,7 +339,8 @@ def summary(rows: list[dict], steps: list[str]) -> dict:
     first = Counter(r["diagnosis"] for r in rows if r["diagnosis"])
     at = Counter(r["first_mistake"] for r in rows if r["first_mistake"])
     flagged = Counter(f.split(":")[0] for r in rows for f in r["flags"].split("; ") if f)
-    return {"students": sum(1 for r in rows if r["id"]), "rows": len(rows), "sheets_marked": len(marked),
+    n = students if students is not None else sum(1 for r in rows if r["id"])
+    return {"students": n, "rows": len(rows), "sheets_marked": len(marked),
             "unreadable": flagged["unreadable"], "no_submission": flagged["no_submission"],
             "flags": dict(flagged.most_common()),
             "mean_percent": round(sum(r["percent"] for r in marked) / len(marked), 2) if marked else None,
@@ -353,6 +355,7 @@ def summary(rows: list[dict], steps: list[str]) -> dict:
 def matrix_rows(rows: list[dict], steps: list[str]) -> tuple[list[str], list[list]]:
     """The student × step table of ``--matrix``: a header (name, id, file, then one column per step) and one
     line per gradebook row, each step's verdict (``correct``, ``follows``, ``wrong``, ``missing``; empty when
-    the student has no marked sheet)."""
+    the student has no marked sheet, or the step is not on the student's sheet)."""
     header = ["name", "id", "file"] + steps
-    return header, [[r["name"], r["id"], r["file"]] + list(r["verdicts"] or [""] * len(steps)) for r in rows]
+    return header, [[r["name"], r["id"], r["file"]] + [(r["verdicts"] or {}).get(k, "") for k in steps]
+                    for r in rows]
