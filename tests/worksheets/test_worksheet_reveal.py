@@ -135,6 +135,11 @@ def test_formulas_in_unicode_notation_every_symbol_defined(tmp_path):
     assert formula_html("d_ffn_activation * relu'(ffn_hidden)") == "d_ffn_activation ⊙ relu′(ffn_hidden)"
     ln = formula_html("LayerNorm backward of d_H at residual2")
     assert "x̂" in ln and "σ = √(var + ε)" in ln and "γ<sub>2</sub>" in ln
+    pre = formula_html("d_residual2 + LayerNorm backward of d_layer_norm2 at residual")     # Pre-LN's second LN
+    assert "g = γ<sub>2</sub> ⊙ d_layer_norm2" in pre and "x̂ = (residual − μ) / σ" in pre
+    first = formula_html("d_residual + LayerNorm backward of d_layer_norm at H^(1)")
+    assert "g = γ<sub>1</sub> ⊙ d_layer_norm" in first and "x̂ = (H⁽¹⁾ − μ) / σ" in first
+    assert formula_html("d_context V^T (head 1's columns)") == "d_context Vᵀ (head 1&#x27;s columns)"
     p = sh.sheet(tmp_path, seed=2, backward=True, activation="relu", norm="post")
     state = page_state(p)
     defined = " ".join(s for s, _ in SYMBOLS)

@@ -50,13 +50,14 @@ _SUPER = str.maketrans("0123456789()", "⁰¹²³⁴⁵⁶⁷⁸⁹⁽⁾")
 
 # The two LayerNorm backward steps, written out (steps.py names them "LayerNorm backward of G at X"): every
 # symbol is defined in SYMBOLS, which the page shows under the problem.
-_LN_BACKWARD = re.compile(r"LayerNorm backward of (\w+) at (\w+)")
-_LN_NORMALISED = re.compile(r"(\w+) \* LN-normalised (\w+)")
+_LN_BACKWARD = re.compile(r"LayerNorm backward of (\w+) at (\w+(?:\^\(\d\))?)")
+_LN_NORMALISED = re.compile(r"(\w+) \* LN-normalised (\w+(?:\^\(\d\))?)")
 
 
 def _ln_backward(m) -> str:
     g, x = m.group(1), m.group(2)
-    gamma = "gamma2" if x.endswith("2") else "gamma1"
+    # the second LayerNorm: Post-LN's is at residual2, Pre-LN's gradient arrives as d_layer_norm2
+    gamma = "gamma2" if x == "residual2" or g.endswith("norm2") else "gamma1"
     return (f"(g − mean(g) − x̂ ⊙ mean(g ⊙ x̂)) / σ, row by row, with g = {gamma} ⊙ {g}, "
             f"x̂ = ({x} − μ) / σ and σ = √(var + ε) of {x}")
 
@@ -68,7 +69,7 @@ def formula_html(text: str) -> str:
     escaped first; only these fixed tags are added."""
     text = _LN_BACKWARD.sub(_ln_backward, text)
     text = _LN_NORMALISED.sub(lambda m: f"{m.group(1)} * x̂ (x̂: {m.group(2)} normalised)", text)
-    s = html.escape(text, quote=True).replace("&#x27;", "′")
+    s = re.sub(r"(\w)&#x27;\(", r"\1′(", html.escape(text, quote=True))     # relu'(z) → relu′(z); head 1's stays
     s = re.sub(r"sqrt\(d_k\)", "√dₖ", s)
     s = s.replace("sqrt(", "√(")
     s = re.sub(r"\^\((\d)\)", lambda m: f"({m.group(1)})".translate(_SUPER), s)

@@ -270,7 +270,8 @@
       });
       if (s.verdict === "follows" && s.follows_from) {
         note.appendChild(el("p", {class: "follows-from", text: "Follows from your own " + s.follows_from +
-          ": wrong there, but right from what you wrote, so it earns its marks."}));
+          ": not the true value, because an earlier answer is not, but right from the numbers you wrote, so it " +
+          "earns its marks (error carried forward)."}));
       }
       var p = pending[s.id || ("layer" + s.layer + "." + s.name)];
       if (p) {
