@@ -306,6 +306,13 @@ def test_class_sheet_keyboard_axe_and_no_answers(driver, tmp_path, capsys):
         assert forward == list(range(n)), "Tab visits every cell once, in order"
         backward = _walk(d, "shift", n)
         assert backward == list(range(n - 1, -1, -1)), "Shift+Tab visits every cell once, in reverse"
+        d.set_window_size(770, 900)                   # a narrower window: the bar wraps into more lines
+        time.sleep(0.3)
+        assert d.execute_script("return document.querySelector('header.bar').getBoundingClientRect().height") > 100
+        d.execute_script("window.scrollTo(0, document.body.scrollHeight);")
+        assert _walk(d, "shift", n) == list(range(n - 1, -1, -1))
+        d.set_window_size(1280, 900)
+        time.sleep(0.3)
 
         # the marking as check gives it, the wrong cell highlighted, the follows steps explained
         cli = _check_json(str(path), capsys)

@@ -341,7 +341,18 @@
   }
 
   // ---------------------------------------------------------------- start
+  // the sticky bar's height as a CSS variable: the cells' scroll-margin keeps a focused cell below it however many
+  // lines the bar wraps into (82 px at 1280 px wide, more in a narrow window; static on a phone)
+  function barHeight() {
+    var bar = document.querySelector("header.bar");
+    var sticky = bar && getComputedStyle(bar).position === "sticky";
+    document.documentElement.style.setProperty("--bar", (sticky ? bar.getBoundingClientRect().height : 0) + "px");
+  }
+
   function start() {
+    barHeight();
+    window.addEventListener("resize", barHeight);
+    if (window.ResizeObserver) new ResizeObserver(barHeight).observe(document.querySelector("header.bar"));
     setSync(true);
     fetch(url("api/state"), {cache: "no-store"})
       .then(function (r) { return r.json().then(function (j) { return {ok: r.ok, j: j}; }); })
