@@ -322,7 +322,7 @@ def test_class_sheet_keyboard_axe_and_no_answers(driver, tmp_path, capsys):
         r, c = (cell[0], cell[1]) if len(cell) == 2 else (0, cell[0])
         assert [(int(i.get_attribute("data-r")), int(i.get_attribute("data-c"))) for i in off] == [(r, c)]
         follows = d.find_elements(By.CSS_SELECTOR, "section.step[data-verdict='follows'] .follows-from")
-        assert follows and all(f.text.startswith("Follows from your own ") for f in follows)
+        assert follows and all(f.text.startswith("Follows from your ") for f in follows)
 
         # reveal = false: the slipped cell's correct value is nowhere on the page nor in check's output
         page = d.execute_script("return document.documentElement.outerHTML + ' ' + document.body.innerText + ' ' +"

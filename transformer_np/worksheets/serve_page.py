@@ -219,13 +219,17 @@ def _wrong_cells(report, layer: int, name: str) -> list[list[bool]] | None:
     return np.asarray(off).reshape(rows, cols).tolist()
 
 
-def _follows_from(report, layer: int, name: str) -> str | None:
-    """The student's own answers a ``follows`` step was recomputed from (e.g. "Q, K"), or None."""
+def _follows_from(report, layer: int, name: str, verdicts: dict) -> str | None:
+    """The student's own earlier answers that make a ``follows`` step differ from the truth: the inputs it was
+    recomputed from that are themselves ``wrong`` or ``follows`` (all the student's inputs when none is, e.g.
+    after a slip in work not written down), e.g. "attention_weights"; None for a step without such inputs."""
     step = next((s for s in report.marking.steps if s.key == (layer, name)), None)
     if step is None:
         return None
-    mine = [n for (l, n) in step.inputs if l > 0]
-    return ", ".join(mine) if mine else None
+    mine = [k for k in step.inputs if k[0] > 0]
+    off = [k for k in mine if verdicts.get(k) in ("wrong", "follows")]
+    names = [n for _, n in (off or mine)]
+    return ", ".join(names) if names else None
 
 
 def page_report(report) -> dict:
@@ -239,11 +243,13 @@ def page_report(report) -> dict:
     reveal = reveals(report)
     d = report.to_dict() if reveal else withheld_dict(report)
     steps = []
+    verdicts = {(s["layer"], s["name"]): s["verdict"] for s in d["steps"]}
     for s in d["steps"]:
         step = {k: s[k] for k in ("layer", "name", "verdict", "marks", "out_of")}
         step["max_abs_error"] = s["max_abs_error"] if reveal else None
         step["wrong_cells"] = _wrong_cells(report, s["layer"], s["name"])
-        step["follows_from"] = _follows_from(report, s["layer"], s["name"]) if s["verdict"] == "follows" else None
+        step["follows_from"] = (_follows_from(report, s["layer"], s["name"], verdicts) if s["verdict"] == "follows"
+                                else None)
         steps.append(step)
     fm = d["first_mistake"]
     if fm is not None:                   # the explanation in the formulas' notation (check prints it as written)

@@ -269,9 +269,8 @@
         });
       });
       if (s.verdict === "follows" && s.follows_from) {
-        note.appendChild(el("p", {class: "follows-from", text: "Follows from your own " + s.follows_from +
-          ": not the true value, because an earlier answer is not, but right from the numbers you wrote, so it " +
-          "earns its marks (error carried forward)."}));
+        note.appendChild(el("p", {class: "follows-from", text: "Follows from your " + s.follows_from +
+          ": right from the numbers you wrote there, though not the true value, so it earns its marks."}));
       }
       var p = pending[s.id || ("layer" + s.layer + "." + s.name)];
       if (p) {
