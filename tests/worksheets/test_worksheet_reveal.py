@@ -215,3 +215,17 @@ def test_browser_opened_through_a_private_file(tmp_path, monkeypatch):
     assert seen["mode"] == 0o600 and seen["dir"] == 0o700
     assert seen["token"] in seen["text"]
     assert not os.path.exists(seen["path"]), "the redirect file is removed when the server stops"
+
+
+@pytest.mark.parametrize("literal, words", [("1e-400", "line {line}: the number 1e-400 cannot be stored as written"),
+                                            ("123456789012345678901234", "an integer of 24 digits")])
+def test_a_sheet_that_cannot_be_read_as_written_is_refused(tmp_path, capsys, literal, words):
+    """Typed into the TOML by hand: 1e-400 is not read as 0.0 without a word, and a 24-digit integer's message
+    says how long it is."""
+    text = to_toml(new_worksheet(seed=1), template=False) + f"\n[answers.layer1]\nQ = [[{literal}, 0, 0, 0], " \
+        "[0, 0, 0, 0], [0, 0, 0, 0]]\n"
+    line = text.splitlines().index(next(t for t in text.splitlines() if t.startswith("Q = "))) + 1
+    p = tmp_path / "s.toml"
+    p.write_text(text, encoding="utf-8")
+    code, _, err = _run(capsys, "check", p)
+    assert code == 2 and words.format(line=line) in err, err

@@ -272,7 +272,9 @@ def _entry(x, where: str, path: str) -> float:
     if isinstance(x, float) and not math.isfinite(x):
         _fail(where, f"non-finite number {x!r}{path} (NaN and infinity are not allowed)")
     if abs(x) > MAX_ABS:
-        shown = f"an integer of {x.bit_length()} bits" if isinstance(x, int) and x.bit_length() > 64 else f"{x!r}"
+        shown = f"{x!r}" if not isinstance(x, int) or x.bit_length() <= 64 else \
+            f"an integer of {len(str(abs(x)))} digits" if x.bit_length() < 10_000 else \
+            f"an integer of {x.bit_length()} bits"
         _fail(where, f"{shown}{path} is beyond ±{MAX_ABS:g} (a worksheet is for hand calculation)")
     return float(x)
 
