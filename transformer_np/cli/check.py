@@ -38,6 +38,19 @@ several sheets or a folder (every *.toml in it, sorted by name), or --csv:
   output instead of the table. A sheet that cannot be read (or is a FIFO, a device,
   a folder, a symbolic link out of its folder) gets a row with its error.
 
+--roster ROSTER.csv (several sheets or a folder; the worksheets guide, "The
+  gradebook against a roster"): one row per roster student in roster order
+  (name, id, total, out_of, percent, first_mistake, diagnosis, flags, file, ...),
+  no_submission rows, unmatched rows for files that name no student; files
+  matched by roster id, LMS user id or Canvas / Moodle download name, an
+  unreadable file by its header's problem id; copies (same_problem, same_answers,
+  not_own_problem) and look-alike ids (confusable_id) flagged on every row
+  involved. --export canvas|moodle FILE, --matrix FILE, --summary FILE (JSON) and
+  --figure FILE (PNG) need it.
+
+[setup] reveal = false on a sheet (worksheet class writes it): verdicts, marks
+  and diagnoses only, no correct value (--answers shows them).
+
 exit status:
   0  every given answer is correct or follows from the student's own earlier answers
      (also: a sheet with no answers)
@@ -50,6 +63,8 @@ examples:
   transformer-np check my_sheet.toml --json
   transformer-np check submissions/ --csv gradebook.csv
   transformer-np check --key class/keys submissions/ --csv gradebook.csv
+  transformer-np check --key class/keys subs/ --roster roster.csv --csv book.csv
+  transformer-np check --key class/keys subs/ --roster roster.csv --export canvas c.csv
 """
 
 CSV_COLUMNS = ("file", "student", "problem_id", "total", "out_of", "first_mistake", "diagnosis", "correct",
