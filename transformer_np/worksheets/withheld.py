@@ -39,14 +39,20 @@ def withheld_explanation(fm: dict) -> str:
             f"followed through; check this step's working. {NOTE}")
 
 
+_STEP_KEYS = ("layer", "name", "verdict", "given", "marks", "out_of", "diagnosis")     # no number of the truth's
+_FIRST_KEYS = ("layer", "name", "diagnosis")
+
+
 def withheld_dict(report) -> dict:
-    """``report.to_dict()`` with every correct value, error size and numeric explanation taken out."""
+    """``report.to_dict()`` with every correct value, error size and numeric explanation taken out: each step
+    keeps only what the student wrote and how it was marked (a whitelist, so a field added to the report later
+    is withheld until it is listed here); ``expected`` and ``max_abs_error`` are None."""
     d = report.to_dict()
-    for s in d["steps"]:
-        s["expected"] = None
-        s["max_abs_error"] = None
-    if d["first_mistake"] is not None:
-        d["first_mistake"] = {**d["first_mistake"], "explanation": withheld_explanation(d["first_mistake"])}
+    d["steps"] = [{**{k: s.get(k) for k in _STEP_KEYS}, "expected": None, "max_abs_error": None}
+                  for s in d["steps"]]
+    fm = d["first_mistake"]
+    if fm is not None:
+        d["first_mistake"] = {**{k: fm.get(k) for k in _FIRST_KEYS}, "explanation": withheld_explanation(fm)}
     d["reveal"] = False
     return d
 
