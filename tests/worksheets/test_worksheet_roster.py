@@ -280,3 +280,14 @@ def test_without_roster_an_unreadable_file_still_names_its_student(klass, tmp_pa
     ids = [s["id"] for s in klass["students"]]
     assert ids[TRUNCATED] not in missing
     assert missing == [ids[COPIER], ids[ABSENT]]      # without a roster, by problem: the copier's own is not in
+
+
+def test_figure_without_matplotlib_says_how_to_install_it_before_marking(klass, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)          # import matplotlib raises ImportError
+    book = tmp_path / "book.csv"
+    code, out, err = _run(capsys, "check", "--key", klass["keys"], klass["subs"], "--roster", klass["roster"],
+                          "--csv", book, "--figure", tmp_path / "f.png")
+    assert code == 2 and "pip install" in err and "matplotlib" in err
+    assert out == "" and not book.exists(), "nothing marked or written"

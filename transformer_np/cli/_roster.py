@@ -53,6 +53,10 @@ def roster_class(sheets: list, args, ring, mark_one, make_row) -> int:
 
     students = read_students(args.roster)
     targets = _targets(args, sheets)
+    if args.figure:                                   # a missing matplotlib is said before the class is marked
+        from ..worksheets.gradebook_plot import require_matplotlib
+
+        require_matplotlib()
     book = Gradebook(students, ring.students if ring is not None else None)
     status = 0
     for entry in sheets:

@@ -8,20 +8,24 @@ mistakes came first (students per diagnosis of the first mistake).
 
 from __future__ import annotations
 
-__all__ = ["summary_figure", "DPI"]
+__all__ = ["summary_figure", "require_matplotlib", "DPI"]
 
 DPI = 150
 _WRONG, _MISSING, _OK = "#b3261e", "#9aa4ae", "#1a7f37"
 
 
+def require_matplotlib():
+    """matplotlib, or an ImportError that says how to install it (called before the class is marked)."""
+    from .._optional import require
+
+    return require("matplotlib", "--figure needs matplotlib: pip install 'transformer-np[plot]' (or pip install "
+                                 "matplotlib)")
+
+
 def summary_figure(s: dict, path: str, title: str = "Worksheet class summary") -> str:
     """Draw the summary ``s`` (:func:`.gradebook.summary`) into ``path`` (PNG, or any format matplotlib
     writes, at :data:`DPI`). Raises ImportError with the install hint when matplotlib is missing."""
-    from .._optional import require
-
-    require("matplotlib", "--figure needs matplotlib: pip install 'transformer-np[plot]' (or pip install "
-                          "matplotlib)")
-    import matplotlib
+    matplotlib = require_matplotlib()
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
