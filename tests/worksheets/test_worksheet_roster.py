@@ -15,6 +15,7 @@ import copy
 import csv
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -291,3 +292,19 @@ def test_figure_without_matplotlib_says_how_to_install_it_before_marking(klass, 
                           "--csv", book, "--figure", tmp_path / "f.png")
     assert code == 2 and "pip install" in err and "matplotlib" in err
     assert out == "" and not book.exists(), "nothing marked or written"
+
+
+def test_output_files_refused_before_marking(klass, tmp_path, capsys):
+    """An existing file (without --force), a symbolic link, a sheet or the roster itself, or one path for two
+    outputs: refused naming the option, and nothing is written."""
+    base = ["check", "--key", klass["keys"], klass["subs"], "--roster", klass["roster"]]
+    (tmp_path / "there.json").write_text("{}", encoding="utf-8")
+    os.symlink(tmp_path / "elsewhere.json", tmp_path / "link.json")
+    for extra, words in ((["--summary", tmp_path / "there.json"], "--summary: "),
+                         (["--summary", tmp_path / "link.json"], "symbolic link"),
+                         (["--matrix", klass["roster"]], "is a worksheet or the roster"),
+                         (["--matrix", tmp_path / "a.csv", "--csv", tmp_path / "a.csv"], "is also the file of")):
+        code, out, err = _run(capsys, *base, *extra)
+        assert code == 2 and words in err and out == "", (extra, err)
+    assert (tmp_path / "there.json").read_text(encoding="utf-8") == "{}"
+    assert not (tmp_path / "elsewhere.json").exists() and not (tmp_path / "a.csv").exists()

@@ -32,6 +32,8 @@ def _targets(args, sheets) -> list[tuple[str, str]]:
             raise InputValueError(f"{opt}: {shown(path)} is a worksheet or the roster; give another file name")
         if os.path.isdir(path):
             raise InputValueError(f"{opt}: {shown(path)} is a folder; give a file name")
+        if os.path.islink(path):
+            raise InputValueError(f"{opt}: {shown(path)} is a symbolic link; refusing to write through it")
         if os.path.lexists(path) and not args.force:
             raise InputValueError(f"{opt}: {shown(path)} already exists; give another name, or --force to "
                                   f"replace it")

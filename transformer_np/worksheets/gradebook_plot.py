@@ -8,6 +8,8 @@ mistakes came first (students per diagnosis of the first mistake).
 
 from __future__ import annotations
 
+import os
+
 __all__ = ["summary_figure", "require_matplotlib", "DPI"]
 
 DPI = 150
@@ -38,7 +40,10 @@ def summary_figure(s: dict, path: str, title: str = "Worksheet class summary") -
         fig.suptitle(f"{title}: {s['students']} students, {s['sheets_marked']} sheets marked"
                      + (f", mean {s['mean_percent']:.1f}%" if s["mean_percent"] is not None else ""), fontsize=13)
         fig.tight_layout()
-        fig.savefig(path, dpi=DPI)
+        from .._files import replace_atomically
+
+        fmt = os.path.splitext(os.fspath(path))[1].lstrip(".").lower() or "png"
+        replace_atomically(path, lambda f: fig.savefig(f, dpi=DPI, format=fmt))     # all or nothing
     finally:
         plt.close(fig)
     return path
