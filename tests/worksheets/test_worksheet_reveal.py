@@ -19,7 +19,7 @@ from transformer_np.cli import main
 from transformer_np.errors import WorksheetError
 from transformer_np.worksheets import check
 from transformer_np.worksheets.generate import new_worksheet, to_toml
-from transformer_np.worksheets.serve_page import SYMBOLS, formula_html, page_report, page_state
+from transformer_np.worksheets.serve_page import formula_html, page_report, page_state
 from transformer_np.worksheets.serve_save import problem_fingerprint, read_sheet_text, save_answers, toml_number
 
 
@@ -142,17 +142,19 @@ def test_formulas_in_unicode_notation_every_symbol_defined(tmp_path):
     first = formula_html("d_residual + LayerNorm backward of d_layer_norm at H^(1)")
     assert "g = γ<sub>1</sub> ⊙ d_layer_norm" in first and "x̂ = (H⁽¹⁾ − μ) / σ" in first
     assert formula_html("d_context V^T (head 1's columns)") == "d_context Vᵀ (head 1&#x27;s columns)"
-    p = sh.sheet(tmp_path, seed=2, backward=True, activation="relu", norm="post")
-    state = page_state(p)
-    defined = " ".join(s for s, _ in SYMBOLS)
-    for s in state["steps"]:
-        f = s["formula_html"]
-        assert not re.search(r"\^T|sqrt|d_k|'|LayerNorm backward|LN-normalised", f), (s["name"], f)
-    used = " ".join(s["formula_html"] for s in state["steps"])
-    for sym in ("x̂", "σ", "relu′", "ᵀ", "√dₖ", "⊙", "μ"):
-        if sym in used:
-            assert sym.replace("√", "") in defined or sym in defined, sym
-    assert "x̂" in used and "σ" in used and "relu′" in used          # the LayerNorm backward is written out
+    for k, (act, norm) in enumerate((("relu", "post"), ("gelu", "pre"), ("gelu_tanh", "post"))):
+        p = sh.sheet(tmp_path, seed=2 + k, backward=True, activation=act, norm=norm, heads=2)
+        state = page_state(p)
+        defined = [x["symbol_html"] for x in state["symbols"]]
+        for s in state["steps"]:
+            f = s["formula_html"]
+            assert not re.search(r"\^T|sqrt|d_k|[a-z]'|LayerNorm backward|LN-normalised", f), (s["name"], f)
+        used = " ".join(s["formula_html"] for s in state["steps"])
+        assert f"{act}′" in used and f"{act}′" in defined and act in defined
+        for sym in ("x̂", "σ", "μ", "⊙", "dₖ"):
+            assert sym in used and any(sym in d for d in defined), sym
+        assert "Xᵀ" in defined and "ᵀ" in used
+        assert not any(d in defined for a in ("relu", "gelu", "gelu_tanh") if a != act for d in (a, f"{a}′"))
 
 
 def test_explanations_in_the_pages_notation():

@@ -24,7 +24,8 @@ from .format import quantity_shape
 from .names import PARAM_NAMES, is_per_token
 from .serve_save import grid_shape, problem_fingerprint, read_sheet_text
 
-__all__ = ["page_state", "page_report", "formula_html", "unicode_text", "labels", "SYMBOLS"]
+__all__ = ["page_state", "page_report", "formula_html", "unicode_text", "labels", "symbols", "SYMBOLS",
+           "ACTIVATION_SYMBOLS"]
 
 
 def labels(ws, name: str) -> tuple[list[str], list[str]]:
@@ -111,12 +112,26 @@ SYMBOLS = [
     ("x̂", "the normalised row, (x − μ) / σ"),
     ("γ, β", "the LayerNorm's scale and shift (γ<sub>1</sub>, β<sub>1</sub> after attention; γ<sub>2</sub>, "
              "β<sub>2</sub> after the feed-forward layer)"),
-    ("relu′", "the derivative of relu: 1 where its input is positive, 0 elsewhere"),
-    ("gelu′", "the derivative of GELU: Φ(z) + z φ(z) (Φ, φ: the standard normal's CDF and density)"),
     ("rowsum", "the sum of each row, as a column"),
     ("column sums", "the sum over the tokens (the rows), one number per column"),
     ("d_X", "∂L/∂X, the gradient of the loss with respect to X"),
 ]
+
+# the sheet's activation and its derivative (only the sheet's own are listed)
+ACTIVATION_SYMBOLS = {
+    "relu": [("relu", "relu(z) = max(0, z)"),
+             ("relu′", "the derivative of relu: 1 where its input is positive, 0 elsewhere")],
+    "gelu": [("gelu", "gelu(z) = z Φ(z) (Φ, φ: the standard normal's CDF and density)"),
+             ("gelu′", "the derivative of gelu: Φ(z) + z φ(z)")],
+    "gelu_tanh": [("gelu_tanh", "the tanh approximation of gelu: ½ z (1 + tanh(√(2/π) (z + 0.044715 z³)))"),
+                  ("gelu_tanh′", "its derivative, with t = tanh(√(2/π) (z + 0.044715 z³)): ½ (1 + t) + ½ z (1 − t²) "
+                                 "√(2/π) (1 + 3 · 0.044715 z²)")],
+}
+
+
+def symbols(activation: str) -> list[tuple[str, str]]:
+    """The Symbols list of a sheet: :data:`SYMBOLS` and its activation's entries."""
+    return SYMBOLS + ACTIVATION_SYMBOLS.get(activation, [])
 
 
 def _dec_exact(a) -> int:
@@ -274,5 +289,5 @@ def page_state(path: str) -> dict:
                       "formula_html": formula_html(s.formula), "rows": rows, "cols": cols,
                       "per_token": is_per_token(s.name), "cells": _restored(ws, s.layer, s.name)})
     return {"file": os.path.basename(path), "fingerprint": problem_fingerprint(raw), **_summary(ws),
-            "symbols": [{"symbol_html": a, "meaning_html": b} for a, b in SYMBOLS],
+            "symbols": [{"symbol_html": a, "meaning_html": b} for a, b in symbols(ws.activation)],
             "problem": _problem_tables(ws), "steps": steps, "report": page_report(report)}
