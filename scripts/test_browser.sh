@@ -25,6 +25,16 @@ if ! command -v chromedriver >/dev/null; then
     echo "scripts/test_browser.sh: needs chromedriver for the worksheet page's test: apt-get install chromium-driver" >&2
     exit 2
 fi
+# axe-core (the accessibility checker the worksheet page's test loads from disk into the page): installed with npm
+# into .axe-core/ (git-ignored) when absent; TNP_AXE_JS=/path/to/axe.min.js uses another copy.
+AXE_VERSION=4.14.1
+if [ -z "${TNP_AXE_JS:-}" ] && [ ! -f .axe-core/node_modules/axe-core/axe.min.js ]; then
+    if ! command -v npm >/dev/null; then
+        echo "scripts/test_browser.sh: needs npm to install axe-core for the worksheet page's test: apt-get install npm" >&2
+        exit 2
+    fi
+    npm install --no-save --no-audit --no-fund --prefix .axe-core "axe-core@$AXE_VERSION" >&2
+fi
 python -m pytest -m browser -p no:cacheprovider tests/test_docs_offline.py tests/worksheets/test_worksheet_serve_browser.py \
     "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then echo "scripts/test_browser.sh: no test was collected" >&2; fi

@@ -111,6 +111,11 @@ def _fmt(x: float, dec: int) -> str:
 
 
 def projection(d: dict) -> dict:
-    """What the page shows of a report: every step's verdict and marks, the marks, the counts, the first mistake."""
+    """What the page shows of a report: every step's verdict and marks, the marks, the counts, the first mistake
+    (its explanation in the page's Unicode notation: ``unicode_text`` of check's, and unchanged by it again)."""
+    from transformer_np.worksheets.serve_page import unicode_text
+
+    fm = d["first_mistake"]
+    fm = None if fm is None else {**fm, "explanation": unicode_text(fm["explanation"])}
     return {"steps": [(s["layer"], s["name"], s["verdict"], s["marks"], s["out_of"]) for s in d["steps"]],
-            "marks": d["marks"], "counts": d["counts"], "first_mistake": d["first_mistake"]}
+            "marks": d["marks"], "counts": d["counts"], "first_mistake": fm}

@@ -169,7 +169,7 @@ def test_huge_python_integers_are_refused_without_overflow():
     big = 10 ** 400
     raw = {"setup": {"tokens": ["the", "cat", "sat"], "d_model": 4},
            "input": {"H0": [[1, 0, 1, 0], [0, 1, big, 1], [1, 1, 0, 0]]}}
-    _refused(raw, "[input].H0", "[1][2]", "bits", "beyond")
+    _refused(raw, "[input].H0", "[1][2]", "an integer of 401 digits", "beyond")
     _refused({**raw, "input": {"H0": [[1, 0, 1, 0]] * 3}, "setup": {**raw["setup"], "eps": big}}, "[setup].eps")
     _refused({**raw, "input": {"H0": [[1, 0, 1, 0]] * 3}, "setup": {**raw["setup"], "seed": big}}, "[setup].seed")
 

@@ -9,6 +9,12 @@ cells; every cell has its own label; the page does not scroll sideways at 1280 p
 request leaves 127.0.0.1. The screenshots docs/guide/worksheets.md shows are taken here: set
 ``TNP_SCREENSHOTS=docs/_static`` to write them there (otherwise they go to the test's temporary folder).
 
+A class sheet (``reveal = false``, forward and backward, one slip): with the keyboard only, Tab forward and
+Shift+Tab backward through every cell, each focused cell fully visible below the sticky bar; axe-core (the npm
+package, which scripts/test_browser.sh installs into .axe-core/, git-ignored; ``TNP_AXE_JS`` points elsewhere)
+finds no violation; the wrong cell is highlighted, a ``follows`` step says what it follows from, and the correct
+value of the slipped cell is nowhere on the page nor in ``check``'s output.
+
 Needs Debian's ``chromium`` and ``chromium-driver`` (/usr/bin/chromedriver: Selenium is pointed at it and never
 downloads a driver) and ``selenium`` (in the ``test`` extra); outside CI a missing one skips, in CI it fails
 (tests/conftest.py), as tests/test_docs_offline.py does.
@@ -28,12 +34,18 @@ import serve_helpers as sh
 import sheet_helpers
 
 from transformer_np.cli import main as cli_main
+from transformer_np.worksheets.generate import to_toml
+from transformer_np.worksheets.serve_page import unicode_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]   # the browser lane: scripts/test_browser.sh
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 DRIVERS = ("chromedriver",)
 SHOTS = ("worksheet_serve_correct.png", "worksheet_serve_slip.png", "worksheet_serve_phone.png")
+
+
+AXE_JS = Path(os.environ.get("TNP_AXE_JS") or
+              Path(__file__).resolve().parents[2] / ".axe-core" / "node_modules" / "axe-core" / "axe.min.js")
 
 
 def _which(names: tuple[str, ...], install: str) -> str:
@@ -184,10 +196,11 @@ def test_type_a_sheet_slip_and_reload(driver, tmp_path, capsys):
         assert (fm["layer"], fm["name"]) == slip
         step = d.find_element(By.ID, f"step-layer{slip[0]}.{slip[1]}")
         diagnosis = step.find_element(By.CSS_SELECTOR, ".diagnosis")
-        assert diagnosis.is_displayed() and fm["explanation"] in diagnosis.text
+        shown_fm = unicode_text(fm["explanation"])                  # in the notation of the page's formulas
+        assert diagnosis.is_displayed() and shown_fm in diagnosis.text
         assert fm["diagnosis"].replace("_", " ") in diagnosis.text
         top = d.find_element(By.ID, "mistake")
-        assert top.is_displayed() and fm["explanation"] in top.text
+        assert top.is_displayed() and shown_fm in top.text
         _save(d, SHOTS[1], shots, step)
         d.set_window_size(390, 844)
         time.sleep(0.3)
@@ -208,3 +221,123 @@ def test_type_a_sheet_slip_and_reload(driver, tmp_path, capsys):
         assert urls and all(u.startswith(f"http://{server.host_header}/") for u in urls), urls
     for name in SHOTS:
         assert (shots / name).stat().st_size < 400_000, f"{name}: keep the screenshots small"
+
+
+def _focus_visible(d) -> dict:
+    """Where the focused element is, against the sticky bar and the window."""
+    return d.execute_script(
+        "var e = document.activeElement, r = e.getBoundingClientRect(),"
+        " bar = document.querySelector('header.bar').getBoundingClientRect();"
+        " var sticky = getComputedStyle(document.querySelector('header.bar')).position === 'sticky';"
+        " return {tag: e.tagName, cell: !!(e.dataset && e.dataset.step), i: e.dataset ? +e.dataset.i : -1,"
+        " top: r.top, bottom: r.bottom, bar: sticky ? bar.bottom : 0, height: window.innerHeight,"
+        " inBar: !!e.closest('header.bar') || e.classList.contains('skip')};")   # the skip link is drawn over the bar
+
+
+def _walk(d, key, n_cells: int) -> list[int]:
+    """Press ``key`` (Tab or Shift+Tab) until every cell was focused once in this direction; each time a cell is
+    focused it must be fully visible: below the sticky bar and above the window's bottom edge."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    seen, hidden = [], []
+    for _ in range(n_cells + 40):
+        if key == "tab":
+            ActionChains(d).send_keys(Keys.TAB).perform()
+        else:
+            ActionChains(d).key_down(Keys.SHIFT).send_keys(Keys.TAB).key_up(Keys.SHIFT).perform()
+        f = _focus_visible(d)
+        if f["cell"]:
+            seen.append(f["i"])
+            if f["top"] < f["bar"] - 0.5 or f["bottom"] > f["height"] + 0.5:
+                hidden.append(f)
+        elif not f["inBar"] and f["tag"] != "BODY" and (f["top"] < f["bar"] - 0.5 or f["bottom"] > f["height"] + 0.5):
+            hidden.append(f)
+        if len(set(seen)) == n_cells and not f["cell"]:
+            break
+    assert not hidden, f"{len(hidden)} focused elements not fully visible ({key}), e.g. {hidden[:3]}"
+    return seen
+
+
+def _axe(d) -> list:
+    d.execute_script(AXE_JS.read_text(encoding="utf-8"))
+    d.set_script_timeout(60)
+    return d.execute_async_script(
+        "var done = arguments[arguments.length - 1];"
+        " axe.run(document, {resultTypes: ['violations']}).then(function (r) {"
+        " done(r.violations.map(function (v) { return {id: v.id, impact: v.impact, nodes: v.nodes.length,"
+        " help: v.help, first: v.nodes[0] && v.nodes[0].target}; })); })"
+        ".catch(function (e) { done([{id: 'axe-error', help: String(e)}]); });")
+
+
+def test_class_sheet_keyboard_axe_and_no_answers(driver, tmp_path, capsys):
+    from selenium.webdriver.common.by import By
+
+    if not AXE_JS.is_file():
+        pytest.skip(f"axe-core not found at {AXE_JS}: bash scripts/test_browser.sh installs it with npm")
+    d = driver
+    raw = sh.new_worksheet(tokens=3, d_model=4, d_ff=4, seed=21, backward=True, activation="relu", decimals=3)
+    raw["setup"]["reveal"] = False                     # as worksheet class writes it
+    ws, steps = sheet_helpers.steps_of(raw)
+    at = next(k for k, s in enumerate(steps) if s.name == "ffn_hidden")
+    honest, vals = sheet_helpers.student(raw)
+    text0 = to_toml(honest, answers=honest["answers"], template=False)
+    written = sheet_helpers.half_away(vals[steps[at].key], 3)
+    # a cell past the relu (so written in ffn_activation too), its value nowhere else on the sheet
+    cell = next(ix for ix, x in np.ndenumerate(written) if text0.count(f"{x:.3f}") <= 2 and x > 0.2)
+    correct = f"{written[cell]:.3f}"
+
+    def slipped(v_in, s=steps[at]):
+        v = np.array(s.fn(*(v_in[k] for k in s.inputs)), dtype=float)
+        v[cell] += 0.5
+        return v
+    answered = sheet_helpers.student(raw, plant={steps[at].key: slipped})[0]
+    path = tmp_path / "class_sheet.toml"
+    path.write_text(to_toml(answered, answers=answered["answers"], template=False), encoding="utf-8")
+
+    with sh.running(str(path)) as server:
+        d.get(server.url)
+        _settled(d)
+        n = len(d.find_elements(By.CSS_SELECTOR, "input[data-step]"))
+        assert n > 100
+        # keyboard only: from the top of the page, forward through every cell, then back
+        d.execute_script("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0);")
+        forward = _walk(d, "tab", n)
+        assert forward == list(range(n)), "Tab visits every cell once, in order"
+        backward = _walk(d, "shift", n)
+        assert backward == list(range(n - 1, -1, -1)), "Shift+Tab visits every cell once, in reverse"
+        d.set_window_size(770, 900)                   # a narrower window: the bar wraps into more lines
+        time.sleep(0.3)
+        assert d.execute_script("return document.querySelector('header.bar').getBoundingClientRect().height") > 100
+        d.execute_script("window.scrollTo(0, document.body.scrollHeight);")
+        assert _walk(d, "shift", n) == list(range(n - 1, -1, -1))
+        d.set_window_size(1280, 900)
+        time.sleep(0.3)
+
+        # the marking as check gives it, the wrong cell highlighted, the follows steps explained
+        cli = _check_json(str(path), capsys)
+        assert _verdicts(d) == [[s["layer"], s["name"], s["verdict"]] for s in cli["steps"]]
+        sec = d.find_element(By.ID, f"step-layer1.{steps[at].name}")
+        off = sec.find_elements(By.CSS_SELECTOR, "input.off")
+        r, c = (cell[0], cell[1]) if len(cell) == 2 else (0, cell[0])
+        assert [(int(i.get_attribute("data-r")), int(i.get_attribute("data-c"))) for i in off] == [(r, c)]
+        follows = d.find_elements(By.CSS_SELECTOR, "section.step[data-verdict='follows'] .follows-from")
+        assert follows and all(f.text.startswith("Follows from your ") for f in follows)
+
+        # reveal = false: the slipped cell's correct value is nowhere on the page nor in check's output
+        page = d.execute_script("return document.documentElement.outerHTML + ' ' + document.body.innerText + ' ' +"
+                                " Array.from(document.querySelectorAll('input')).map(function (i) {"
+                                " return i.value; }).join(' ');")
+        assert correct not in page
+        capsys.readouterr()
+        assert cli_main(["check", str(path)]) == 1
+        assert correct not in capsys.readouterr().out
+        assert correct not in json.dumps(cli)
+
+        # axe-core: no violation, with the first mistake and the wrong cell on the page
+        violations = _axe(d)
+        assert violations == [], violations
+        d.set_window_size(390, 844)
+        time.sleep(0.3)
+        assert _axe(d) == []
+        d.set_window_size(1280, 900)

@@ -38,6 +38,19 @@ several sheets or a folder (every *.toml in it, sorted by name), or --csv:
   output instead of the table. A sheet that cannot be read (or is a FIFO, a device,
   a folder, a symbolic link out of its folder) gets a row with its error.
 
+--roster ROSTER.csv (several sheets or a folder; the worksheets guide, "The
+  gradebook against a roster"): one row per roster student in roster order
+  (name, id, total, out_of, percent, first_mistake, diagnosis, flags, file, ...),
+  no_submission rows, unmatched rows for files that name no student; files
+  matched by roster id, LMS user id or Canvas / Moodle download name, an
+  unreadable file by its header's problem id; copies (same_problem, same_answers,
+  not_own_problem) and look-alike ids (confusable_id) flagged on every row
+  involved. --export canvas|moodle FILE, --matrix FILE, --summary FILE (JSON) and
+  --figure FILE (PNG) need it.
+
+[setup] reveal = false on a sheet (worksheet class writes it): verdicts, marks
+  and diagnoses only, no correct value (--answers shows them).
+
 exit status:
   0  every given answer is correct or follows from the student's own earlier answers
      (also: a sheet with no answers)
@@ -50,6 +63,8 @@ examples:
   transformer-np check my_sheet.toml --json
   transformer-np check submissions/ --csv gradebook.csv
   transformer-np check --key class/keys submissions/ --csv gradebook.csv
+  transformer-np check --key class/keys subs/ --roster roster.csv --csv book.csv
+  transformer-np check --key class/keys subs/ --roster roster.csv --export canvas c.csv
 """
 
 CSV_COLUMNS = ("file", "student", "problem_id", "total", "out_of", "first_mistake", "diagnosis", "correct",
@@ -79,7 +94,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", metavar="GRADEBOOK", default=None,
                         help="write the class gradebook to this CSV file (one row per sheet); '-': to standard "
                              "output")
-    parser.add_argument("--force", action="store_true", help="let --csv replace an existing file")
+    parser.add_argument("--force", action="store_true",
+                        help="let --csv (and --export, --matrix, --summary, --figure) replace an existing file")
+    g = parser.add_argument_group("a class against its roster (docs/guide/instructors.md, 'The gradebook')")
+    g.add_argument("--roster", metavar="ROSTER.csv", default=None,
+                   help="one gradebook row per roster student, in roster order (its 'id' column; names from "
+                        "'name' or 'first name'/'last name'), a row for each student with no file and for each "
+                        "file that names no student; copies and look-alike ids flagged")
+    g.add_argument("--export", nargs=2, metavar=("canvas|moodle", "FILE"), default=None,
+                   help="with --roster: also write the grades as Canvas's or Moodle's CSV import expects them")
+    g.add_argument("--assignment", metavar="NAME", default="Worksheet",
+                   help="the assignment (grade item) column's name in --export (default: Worksheet)")
+    g.add_argument("--matrix", metavar="FILE", default=None,
+                   help="with --roster: write a student × step table of verdicts (CSV)")
+    g.add_argument("--summary", metavar="FILE", default=None,
+                   help="with --roster: write the class summary (JSON: steps most often wrong or missing, first "
+                        "mistakes by diagnosis, every percentage)")
+    g.add_argument("--figure", metavar="FILE", default=None,
+                   help="with --roster: draw the class summary as one figure (PNG, 150 dpi; needs matplotlib)")
 
 
 def _example(p: str) -> str | None:
@@ -104,10 +136,19 @@ def _run(args) -> int:
 
     if args.csv == "-" and args.json:
         raise InputValueError("--csv - and --json both write to standard output; give --csv a file name")
+    roster_only = [f"--{k}" for k in ("export", "matrix", "summary", "figure") if getattr(args, k) is not None]
+    if roster_only and args.roster is None:
+        raise InputValueError(f"{roster_only[0]} needs --roster ROSTER.csv (the students the rows are for)")
+    if args.export is not None and args.export[0] not in ("canvas", "moodle"):
+        raise InputValueError(f"--export: expected canvas or moodle, got {args.export[0]!r}")
     ring = KeyRing(args.key) if args.key is not None else None
     sheets = find_sheets(args.paths, _example)
     if args.csv is not None:
         _check_csv_target(args.csv, [e.path for e in sheets])
+    if args.roster is not None:
+        from ._roster import roster_class
+
+        return roster_class(sheets, args, ring, _mark_one, _row)
     if len(sheets) == 1 and sheets[0].named and args.csv is None:
         return _one(sheets[0].path, args, ring)
     return _class(sheets, args, ring)
@@ -122,6 +163,14 @@ def _one(path: str, args, ring) -> int:
         report = check(path)
     else:
         report = mark(ring, read_toml(path), path)
+    from ..worksheets.withheld import reveals, withheld_dict, withheld_text
+
+    if not reveals(report, args.answers):              # [setup] reveal = false: no correct value is printed
+        if args.json:
+            print(json.dumps(withheld_dict(report), allow_nan=False))
+        else:
+            print(shown(withheld_text(report), keep_newlines=True))
+        return report.exit_status
     if args.json:
         print(report.to_json(answers=args.answers))
     else:
@@ -182,8 +231,9 @@ class _Summary:
                 "steps_wrong": [{"step": k, "sheets": n} for k, n in self.wrong.most_common()]}
 
 
-def _mark_one(entry, ring):
-    """(report, None), (None, error message), or (None, None) for an answer key (never graded)."""
+def _mark_one(entry, ring, keep: dict | None = None):
+    """(report, None), (None, error message), or (None, None) for an answer key (never graded). ``keep``, when
+    given, receives the file's bytes (``"data"``) and its TOML (``"raw"``) as far as they could be read."""
     from ..worksheets import check
     from ..worksheets.format import parse_worksheet
     from ..worksheets.keys import mark
@@ -191,7 +241,12 @@ def _mark_one(entry, ring):
 
     where = shown(entry.path)
     try:
-        raw = decode_toml(read_sheet(entry, MAX_FILE_BYTES), where)
+        data = read_sheet(entry, MAX_FILE_BYTES)
+        if keep is not None:
+            keep["data"] = data
+        raw = decode_toml(data, where)
+        if keep is not None:
+            keep["raw"] = raw
         if isinstance(raw, dict) and "key" in raw:
             return None, None
         if ring is not None:
@@ -204,6 +259,20 @@ def _mark_one(entry, ring):
     except (ValueError, TypeError, OSError) as e:
         msg = shown(str(e))
         return None, (msg if msg.startswith(where) else f"{where}: {msg}")
+
+
+def _name_unreadable(row: dict, data: bytes, ring, summary) -> None:
+    """An unreadable sheet's row gets the problem id its header gives and, from the keys, the student it was
+    made for; that student is then not counted as having handed nothing in."""
+    from ..worksheets.gradebook import header_problem_id
+
+    pid = header_problem_id(data)
+    if pid is None:
+        return
+    row["problem_id"] = pid
+    summary.ids.add(pid)
+    if ring is not None and pid in ring.students:
+        row["student"] = ring.students[pid]
 
 
 def _row(entry, report, error) -> dict:
@@ -238,11 +307,14 @@ def _class(sheets: list, args, ring) -> int:
         for i, entry in enumerate(sheets, 1):
             if bar is not None:
                 bar(i, len(sheets), shown(entry.path))
-            report, error = _mark_one(entry, ring)
+            keep: dict = {}
+            report, error = _mark_one(entry, ring, keep)
             if report is None and error is None:
                 summary.keys += 1
                 continue
             row = _row(entry, report, error)
+            if report is None and "data" in keep:       # unreadable: its header may still name the problem
+                _name_unreadable(row, keep["data"], ring, summary)
             summary.add(row, report)
             if error is not None:
                 print(f"transformer-np check: error: {error}", file=sys.stderr)
@@ -255,7 +327,7 @@ def _class(sheets: list, args, ring) -> int:
                 print(_line(row, w), flush=True)
             elif args.json:
                 item = {"file": row["file"], "error": error,
-                        "report": None if report is None else report.to_dict(args.answers)}
+                        "report": None if report is None else _report_dict(report, args.answers)}
                 sys.stdout.write(("" if first else ", ") + json.dumps(item, allow_nan=False))
                 first = False
         s = summary.to_dict()
@@ -276,9 +348,16 @@ def _class(sheets: list, args, ring) -> int:
     return status
 
 
+def _report_dict(report, answers: bool) -> dict:
+    from ..worksheets.withheld import reveals, withheld_dict
+
+    return report.to_dict(answers) if reveals(report, answers) else withheld_dict(report)
+
+
 def _line(r: dict, w: int) -> str:
     if r["error"]:
-        return f"{r['file'].ljust(w)}{'-':>9s}  UNREADABLE: {r['error'].removeprefix(r['file'] + ': ')}"
+        who = f"[{shown(r['student'])}] " if r.get("student") else ""
+        return f"{r['file'].ljust(w)}{'-':>9s}  {who}UNREADABLE: {r['error'].removeprefix(r['file'] + ': ')}"
     marks = f"{r['total']:g}/{r['out_of']:g}"
     what = f"{r['first_mistake']} — {r['diagnosis']}" if r["diagnosis"] else \
         ("no answers" if r["correct"] + r["follows"] + r["wrong"] == 0 else "none")

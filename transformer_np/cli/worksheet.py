@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _options(c, seed_help="another set of problems from the same secret, e.g. a second assignment (default 0)")
     _marks_option(c)
     c.add_argument("--force", action="store_true", help="overwrite existing files (never through a symbolic link)")
+    c.add_argument("--reveal", action="store_true",
+                   help="let check and the page show correct values (writes [setup] reveal = true; default: "
+                        "reveal = false, the verdicts, marks and diagnoses only)")
     from . import worksheet_serve  # worksheet serve SHEET: the local page (worksheet_serve.py)
 
     worksheet_serve.add_parser(sub)
@@ -110,7 +113,7 @@ def _class(args) -> int:
                             assignment=args.seed, marks=_marks(args), marks_source=f"--marks: {args.marks}",
                             tokens=args.tokens, d_model=args.d_model, heads=args.heads,
                             norm=args.norm, backward=args.backward, layers=args.layers, d_ff=args.d_ff,
-                            activation=args.activation, decimals=args.decimals)
+                            activation=args.activation, decimals=args.decimals, reveal=args.reveal)
     n = len(done["students"])
     print(f"{n} problem{'s' if n != 1 else ''}, one per student:")
     print(f"  {os.path.join(args.out, 'students')}{os.sep}  the sheets to hand out (<id>.toml, <id>.md)")

@@ -145,7 +145,7 @@ def _problem(secret: bytes, student: str, options: dict, assignment: int, taken:
 
 def class_worksheets(roster: str, out: str, secret_file: str | None = None, force: bool = False,
                      assignment: int = 0, marks: dict | None = None, marks_source: str = "--marks",
-                     **options) -> dict:
+                     reveal: bool = False, **options) -> dict:
     """Write one problem per student of ``roster`` into ``out/students`` and its key into ``out/keys`` (see the
     module docstring); ``secret_file`` defaults to ``out/class_secret.txt`` and is made when absent.
     ``assignment`` (``--seed``) picks another set of problems; ``options`` are :func:`.generate.new_worksheet`'s
@@ -192,6 +192,7 @@ def class_worksheets(roster: str, out: str, secret_file: str | None = None, forc
         files = []
         for sid, targets in plan:
             raw = _problem(secret, sid, options, assignment, taken)
+            raw["setup"]["reveal"] = bool(reveal)   # check and the page show correct values? (worksheets.withheld)
             files += list(zip(targets, sheet_texts(raw, student=sid, marks=marks, marks_source=marks_source)))
         written = write_all_or_none(files, error=InputValueError)
     except BaseException:

@@ -115,6 +115,7 @@ class Worksheet:
     problem_id: str | None = None                                          # [setup].problem_id
     is_key: bool = False                                                   # an answer key: has a [key] table
     key_student: str | None = None                                         # [key].student (worksheet class)
+    reveal: bool = True                                                    # [setup].reveal: show correct values
 
     def mark_of(self, key: tuple[int, str]) -> float:
         """The marks of quantity ``key = (layer, name)``: ``[marks.layerℓ].name``, else ``[marks].name``, else
@@ -271,7 +272,9 @@ def _entry(x, where: str, path: str) -> float:
     if isinstance(x, float) and not math.isfinite(x):
         _fail(where, f"non-finite number {x!r}{path} (NaN and infinity are not allowed)")
     if abs(x) > MAX_ABS:
-        shown = f"an integer of {x.bit_length()} bits" if isinstance(x, int) and x.bit_length() > 64 else f"{x!r}"
+        shown = f"{x!r}" if not isinstance(x, int) or x.bit_length() <= 64 else \
+            f"an integer of {len(str(abs(x)))} digits" if x.bit_length() < 10_000 else \
+            f"an integer of {x.bit_length()} bits"
         _fail(where, f"{shown}{path} is beyond ±{MAX_ABS:g} (a worksheet is for hand calculation)")
     return float(x)
 
@@ -341,7 +344,7 @@ def _rows(v, where: str, shape: tuple[int, ...], tokens: tuple[str, ...], per_to
 # ----------------------------------------------------------------------------- sections
 def _setup(raw: dict, where: str = "[setup]") -> dict:
     s = _table(raw, where)
-    _check_keys(s, SETUP_KEYS, where)
+    _check_keys(s, SETUP_KEYS + ("reveal",), where)
     if "tokens" not in s:
         _fail(where, "tokens is required, e.g. tokens = [\"the\", \"cat\", \"sat\"]")
     tokens = s["tokens"]
@@ -371,6 +374,10 @@ def _setup(raw: dict, where: str = "[setup]") -> dict:
         _fail(f"{where}.eps", f"must be a positive finite number at most 1, got {shown}")
     out["eps"] = float(eps)
     out["problem_id"] = _problem_id(s, where)
+    out["reveal"] = s.get("reveal", True)
+    if not isinstance(out["reveal"], bool):
+        _fail(f"{where}.reveal", f"must be true or false (whether check and the page show correct values), got "
+                                 f"{_kind(out['reveal'])}")
     return out
 
 
@@ -522,6 +529,7 @@ def _parse(raw) -> Worksheet:
                    activation=setup["activation"], eps=setup["eps"], layers=L, decimals=setup["decimals"],
                    seed=setup["seed"], H0=H0, dH=dH, params=params, given_params=given)
     ws.problem_id = setup["problem_id"]
+    ws.reveal = setup["reveal"]
     if "key" in raw:
         ws.is_key, ws.key_student = True, _key_table(raw["key"])
     ws.answers = _answers(raw.get("answers", {}), ws)

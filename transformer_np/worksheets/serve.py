@@ -40,7 +40,7 @@ from importlib import resources
 from ..errors import InputValueError, WorksheetError
 from .serve_save import MAX_CELL_CHARS, max_cells, save_answers
 
-__all__ = ["SheetServer", "serve", "MAX_BODY", "HOST", "IDLE_TIMEOUT"]
+__all__ = ["SheetServer", "serve", "redirect_file", "MAX_BODY", "HOST", "IDLE_TIMEOUT"]
 
 HOST = "127.0.0.1"
 # The largest answer set a page can send: every cell of the largest sheet (LIMITS), each a string of at most
@@ -303,8 +303,46 @@ def serve(sheet, port: int = 0, open_browser: bool = True, idle_timeout: float =
     print(f"Serving {server.path}\nOpen this address in a browser (it carries the page's token):\n\n"
           f"    {server.url}\n\nCtrl-C stops the server; it also stops after {idle_timeout:g} s without a request.",
           file=out, flush=True)
+    redirect = None
     if open_browser:
         import webbrowser
 
-        threading.Thread(target=webbrowser.open, args=(server.url,), daemon=True).start()
-    return server.run(idle_timeout)
+        redirect = redirect_file(server.url)
+        threading.Thread(target=webbrowser.open, args=(redirect.as_uri(),), daemon=True).start()
+    try:
+        return server.run(idle_timeout)
+    finally:
+        if redirect is not None:
+            _remove_redirect(redirect)
+
+
+_REDIRECT = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="0;url={url}">
+<title>Opening the worksheet…</title></head>
+<body><p>Opening <a href="{url}">the worksheet page</a>…</p></body></html>
+"""
+
+
+def redirect_file(url: str):
+    """A page that sends the browser on to ``url``, in a new folder only the user can enter (0700), the file
+    readable by the user alone (0600): the browser is opened on this file, so the token is never on a command
+    line (which other local users can read while the browser runs), as Jupyter does. Returns its path."""
+    import html
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="transformer-np-serve-"))        # mkdtemp: mode 0700
+    path = folder / "open.html"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(_REDIRECT.format(url=html.escape(url, quote=True)))
+    return path
+
+
+def _remove_redirect(path) -> None:
+    try:
+        path.unlink()
+        path.parent.rmdir()
+    except OSError:
+        pass

@@ -24,7 +24,8 @@ from .format import quantity_shape
 from .names import PARAM_NAMES, is_per_token
 from .serve_save import grid_shape, problem_fingerprint, read_sheet_text
 
-__all__ = ["page_state", "page_report", "formula_html", "labels"]
+__all__ = ["page_state", "page_report", "formula_html", "unicode_text", "labels", "symbols", "SYMBOLS",
+           "ACTIVATION_SYMBOLS"]
 
 
 def labels(ws, name: str) -> tuple[list[str], list[str]]:
@@ -46,21 +47,91 @@ def labels(ws, name: str) -> tuple[list[str], list[str]]:
 _SUB = {"gamma1": "γ<sub>1</sub>", "gamma2": "γ<sub>2</sub>", "beta1": "β<sub>1</sub>", "beta2": "β<sub>2</sub>"}
 
 
+_SUPER = str.maketrans("0123456789()", "⁰¹²³⁴⁵⁶⁷⁸⁹⁽⁾")
+
+# The two LayerNorm backward steps, written out (steps.py names them "LayerNorm backward of G at X"): every
+# symbol is defined in SYMBOLS, which the page shows under the problem.
+_LN_BACKWARD = re.compile(r"LayerNorm backward of (\w+) at (\w+(?:\^\(\d\))?)")
+_LN_NORMALISED = re.compile(r"(\w+) \* LN-normalised (\w+(?:\^\(\d\))?)")
+
+
+def _ln_backward(m) -> str:
+    g, x = m.group(1), m.group(2)
+    # the second LayerNorm: Post-LN's is at residual2, Pre-LN's gradient arrives as d_layer_norm2
+    gamma = "gamma2" if x == "residual2" or g.endswith("norm2") else "gamma1"
+    return (f"(g − mean(g) − x̂ ⊙ mean(g ⊙ x̂)) / σ, row by row, with g = {gamma} ⊙ {g}, "
+            f"x̂ = ({x} − μ) / σ and σ = √(var + ε) of {x}")
+
+
 def formula_html(text: str) -> str:
-    """A step's formula (plain text, as ``check`` prints it) as HTML: ``W_Q`` → W<sub>Q</sub>, ``X^T`` →
-    X<sup>T</sup>, ``H^(0)`` → H<sup>(0)</sup>, ``sqrt(d_k)`` → √d<sub>k</sub>, ``*`` → ⊙, γ, β, ε, −. Every
-    character of ``text`` is escaped first; only these fixed tags are added."""
-    s = html.escape(text, quote=True)
-    s = re.sub(r"sqrt\(d_k\)", "√d_k", s)
+    """A step's formula (plain text, as ``check`` prints it) as HTML in the notation of the headings: ``W_Q`` →
+    W<sub>Q</sub>, ``X^T`` → Xᵀ, ``H^(0)`` → H⁽⁰⁾, ``sqrt(d_k)`` → √dₖ, ``*`` → ⊙, ``relu'`` → relu′, γ, β, ε,
+    −; the LayerNorm backward written out with x̂ and σ (see :data:`SYMBOLS`). Every character of ``text`` is
+    escaped first; only these fixed tags are added."""
+    text = _LN_BACKWARD.sub(_ln_backward, text)
+    text = _LN_NORMALISED.sub(lambda m: f"{m.group(1)} * x̂ (x̂: {m.group(2)} normalised)", text)
+    s = re.sub(r"(\w)&#x27;\(", r"\1′(", html.escape(text, quote=True))     # relu'(z) → relu′(z); head 1's stays
+    s = re.sub(r"sqrt\(d_k\)", "√dₖ", s)
     s = s.replace("sqrt(", "√(")
-    s = re.sub(r"\^\((\d)\)", r"<sup>(\1)</sup>", s)
-    s = re.sub(r"\^T\b", "<sup>T</sup>", s)
+    s = re.sub(r"\^\((\d)\)", lambda m: f"({m.group(1)})".translate(_SUPER), s)
+    s = re.sub(r"\^T\b", "ᵀ", s)
     s = re.sub(r"(?<![\w])([Wb])_(Q|K|V|O|1|2)(?![\w])", r"\1<sub>\2</sub>", s)
-    s = re.sub(r"(?<![\w])d_k(?![\w])", "d<sub>k</sub>", s)
+    s = re.sub(r"(?<![\w])d_k(?![\w])", "dₖ", s)
     s = re.sub(r"(?<![\w])(gamma[12]|beta[12])(?![\w])", lambda m: _SUB[m.group(1)], s)
     s = re.sub(r"(?<![\w])eps(?![\w])", "ε", s)
-    s = s.replace(" * ", " ⊙ ").replace(" - ", " − ").replace(")^2", ")²")
+    s = s.replace(" * ", " ⊙ ").replace(" - ", " − ").replace(")^2", ")²").replace("rowsum(", "rowsum(")
     return s
+
+
+_TEXT_RULES = [(r"sqrt\(d_k\)", "√dₖ"), (r"sqrt\(d_model\)", "√d_model"), (r"sqrt\(", "√("),
+               (r"\^T\b", "ᵀ"), (r"\bd_k\b", "dₖ"), (r"\bxhat\b", "x̂"), (r"\b(relu|GELU|gelu)'", r"\1′"),
+               (r"\bPhi\(", "Φ("), (r"\bphi\(", "φ("), (r"\beps\b", "ε"), (r"\bgamma\b", "γ"),
+               (r"\)\^2", ")²"), (r" \* ", " ⊙ ")]
+
+
+def unicode_text(text: str) -> str:
+    """Plain text (an explanation, a diagnosis's meaning) in the page's Unicode notation: ``Q K^T`` → Q Kᵀ,
+    ``1/sqrt(d_k)`` → 1/√dₖ, ``xhat`` → x̂, ``GELU'(z) = Phi(z) + z phi(z)`` → GELU′(z) = Φ(z) + z φ(z), ``*`` →
+    ⊙. Text only: the page shows it with ``textContent``."""
+    for pattern, repl in _TEXT_RULES:
+        text = re.sub(pattern, repl, text)
+    return text
+
+
+# What every symbol of the page's formulas means (shown under the problem, as a definition list).
+SYMBOLS = [
+    ("X Y", "the matrix product (rows are tokens: y = x W + b with row vectors)"),
+    ("Xᵀ", "X transposed"),
+    ("⊙", "entry-by-entry product"),
+    ("dₖ", "the width of one head, d<sub>model</sub> / heads; √dₖ its square root"),
+    ("softmax", "of each row: e<sup>s<sub>j</sub></sup> / Σ<sub>k</sub> e<sup>s<sub>k</sub></sup>, so each row sums "
+                "to 1"),
+    ("μ, mean", "the mean of each row (over its d<sub>model</sub> entries)"),
+    ("var", "the mean of (x − μ)² over each row (divide by d<sub>model</sub>, not d<sub>model</sub> − 1)"),
+    ("σ", "√(var + ε), one per row; ε is tiny: treat it as 0"),
+    ("x̂", "the normalised row, (x − μ) / σ"),
+    ("γ, β", "the LayerNorm's scale and shift (γ<sub>1</sub>, β<sub>1</sub> after attention; γ<sub>2</sub>, "
+             "β<sub>2</sub> after the feed-forward layer)"),
+    ("rowsum", "the sum of each row, as a column"),
+    ("column sums", "the sum over the tokens (the rows), one number per column"),
+    ("d_X", "∂L/∂X, the gradient of the loss with respect to X"),
+]
+
+# the sheet's activation and its derivative (only the sheet's own are listed)
+ACTIVATION_SYMBOLS = {
+    "relu": [("relu", "relu(z) = max(0, z)"),
+             ("relu′", "the derivative of relu: 1 where its input is positive, 0 elsewhere")],
+    "gelu": [("gelu", "gelu(z) = z Φ(z) (Φ, φ: the standard normal's CDF and density)"),
+             ("gelu′", "the derivative of gelu: Φ(z) + z φ(z)")],
+    "gelu_tanh": [("gelu_tanh", "the tanh approximation of gelu: ½ z (1 + tanh(√(2/π) (z + 0.044715 z³)))"),
+                  ("gelu_tanh′", "its derivative, with t = tanh(√(2/π) (z + 0.044715 z³)): ½ (1 + t) + ½ z (1 − t²) "
+                                 "√(2/π) (1 + 3 · 0.044715 z²)")],
+}
+
+
+def symbols(activation: str) -> list[tuple[str, str]]:
+    """The Symbols list of a sheet: :data:`SYMBOLS` and its activation's entries."""
+    return SYMBOLS + ACTIVATION_SYMBOLS.get(activation, [])
 
 
 def _dec_exact(a) -> int:
@@ -142,13 +213,63 @@ def _summary(ws) -> dict:
             "wiring_html": f"Each layer: {wiring}."}
 
 
+def _wrong_cells(report, layer: int, name: str) -> list[list[bool]] | None:
+    """Which cells of a ``wrong`` step are off both from the truth and from the student's own earlier answers
+    (the page highlights them); None for any other step."""
+    from .marking import FLOAT_SLACK
+
+    m, ws = report.marking, report.worksheet
+    key = (layer, name)
+    a = m.given(key)
+    if a is None or m.verdict[key] != "wrong":
+        return None
+    g = a.value
+    off_true = np.abs(g - m.truth[key]) > m.tol[key] + FLOAT_SLACK
+    own, own_tol = m.own.get(key), m.own_tol.get(key) if isinstance(m.own_tol, dict) else None
+    off = off_true if own is None or own_tol is None else off_true & (np.abs(g - own) > own_tol + FLOAT_SLACK)
+    off = off & a.mask
+    if not off.any():                    # wrong as a whole (e.g. a row that does not sum to 1): every given cell
+        off = a.mask
+    rows, cols = grid_shape(name, ws.n, ws.d_model, ws.d_ff)
+    return np.asarray(off).reshape(rows, cols).tolist()
+
+
+def _follows_from(report, layer: int, name: str, verdicts: dict) -> str | None:
+    """The student's own earlier answers that make a ``follows`` step differ from the truth: the inputs it was
+    recomputed from that are themselves ``wrong`` or ``follows`` (all the student's inputs when none is, e.g.
+    after a slip in work not written down), e.g. "attention_weights"; None for a step without such inputs."""
+    step = next((s for s in report.marking.steps if s.key == (layer, name)), None)
+    if step is None:
+        return None
+    mine = [k for k in step.inputs if k[0] > 0]
+    off = [k for k in mine if verdicts.get(k) in ("wrong", "follows")]
+    names = [n for _, n in (off or mine)]
+    return ", ".join(names) if names else None
+
+
 def page_report(report) -> dict:
     """The page's view of a :class:`~.report.Report`: ``Report.to_dict()`` (the JSON ``check --json`` prints)
-    without the numbers themselves (``given`` is on the page already; ``expected`` is not shown)."""
-    d = report.to_dict()
-    return {"steps": [{k: s[k] for k in ("layer", "name", "verdict", "marks", "out_of", "max_abs_error")}
-                      for s in d["steps"]],
-            "first_mistake": d["first_mistake"], "marks": d["marks"], "counts": d["counts"]}
+    without the numbers themselves (``given`` is on the page already; ``expected`` is not shown), with the
+    cells of each wrong step that are off (``wrong_cells``) and what a ``follows`` step follows from
+    (``follows_from``). A sheet with ``[setup] reveal = false`` gets no error size and a first mistake told
+    without numbers (:mod:`.withheld`)."""
+    from .withheld import reveals, withheld_dict
+
+    reveal = reveals(report)
+    d = report.to_dict() if reveal else withheld_dict(report)
+    steps = []
+    verdicts = {(s["layer"], s["name"]): s["verdict"] for s in d["steps"]}
+    for s in d["steps"]:
+        step = {k: s[k] for k in ("layer", "name", "verdict", "marks", "out_of")}
+        step["max_abs_error"] = s["max_abs_error"] if reveal else None
+        step["wrong_cells"] = _wrong_cells(report, s["layer"], s["name"])
+        step["follows_from"] = (_follows_from(report, s["layer"], s["name"], verdicts) if s["verdict"] == "follows"
+                                else None)
+        steps.append(step)
+    fm = d["first_mistake"]
+    if fm is not None:                   # the explanation in the formulas' notation (check prints it as written)
+        fm = {**fm, "explanation": unicode_text(fm["explanation"])}
+    return {"steps": steps, "first_mistake": fm, "marks": d["marks"], "counts": d["counts"], "reveal": reveal}
 
 
 def page_state(path: str) -> dict:
@@ -168,4 +289,5 @@ def page_state(path: str) -> dict:
                       "formula_html": formula_html(s.formula), "rows": rows, "cols": cols,
                       "per_token": is_per_token(s.name), "cells": _restored(ws, s.layer, s.name)})
     return {"file": os.path.basename(path), "fingerprint": problem_fingerprint(raw), **_summary(ws),
+            "symbols": [{"symbol_html": a, "meaning_html": b} for a, b in symbols(ws.activation)],
             "problem": _problem_tables(ws), "steps": steps, "report": page_report(report)}

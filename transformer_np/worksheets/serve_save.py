@@ -56,11 +56,16 @@ def toml_number(cell: str) -> str:
     m = re.fullmatch(r"([+-]?)([0-9]*)(?:\.([0-9]*))?((?:[eE][+-]?[0-9]+)?)", cell)
     sign, whole, frac, exp = m.group(1), m.group(2).lstrip("0") or "0", m.group(3), m.group(4)
     if frac is None and not exp:
+        if len(whole) > 7 or int(whole) > MAX_ABS:          # compared as digits: never a garbled huge float
+            raise ValueError(f"{cell!r} is beyond ±{MAX_ABS:g} (a worksheet is for hand calculation); not saved")
         return sign + whole                               # an integer, as TOML writes one (no leading zeros)
     lit = f"{sign}{whole}.{frac or '0'}{exp}"
     x = float(lit)
     if not math.isfinite(x) or abs(x) > MAX_ABS:
-        raise ValueError(f"{cell!r} is beyond ±{MAX_ABS:g} (a worksheet is for hand calculation)")
+        raise ValueError(f"{cell!r} is beyond ±{MAX_ABS:g} (a worksheet is for hand calculation); not saved")
+    if x == 0 and any(c in "123456789" for c in whole + (frac or "")):
+        raise ValueError(f"{cell!r} cannot be stored as written: it is too small for a float and would be read "
+                         f"as 0.0; write 0, or the number to the sheet's decimals")
     return lit
 
 

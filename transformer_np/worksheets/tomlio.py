@@ -26,13 +26,33 @@ def _toml_module():
                                 "(pip install tomli, or pip install 'transformer_np[worksheets]')")
 
 
+class _Unstorable(Exception):
+    """A float literal that a float cannot hold as written (raised inside the parser, named outside it)."""
+
+
+def _float(literal: str) -> float:
+    """TOML's float, refusing a nonzero literal that would be read as 0.0 (``1e-400``): nothing is changed
+    without a word."""
+    x = float(literal)
+    if x == 0 and any(c in "123456789" for c in re.split(r"[eE]", literal)[0]):
+        raise _Unstorable(literal)
+    return x
+
+
 def parse_toml(text: str, source: str) -> dict:
-    """Parse TOML text; a syntax error becomes a :class:`WorksheetError` naming ``source`` and the line."""
+    """Parse TOML text; a syntax error becomes a :class:`WorksheetError` naming ``source`` and the line, and a
+    number too small for a float (it would be read as 0.0) one naming ``source``, the number and its line."""
     toml = _toml_module()
     try:
-        return toml.loads(text)
+        return toml.loads(text, parse_float=_float)
     except toml.TOMLDecodeError as e:     # its message ends "(at line L, column C)"
         raise WorksheetError(f"{source}: not valid TOML: {e}") from None
+    except _Unstorable as e:
+        literal = str(e)
+        line = next((i for i, t in enumerate(text.splitlines(), 1) if literal in t), None)
+        raise WorksheetError(f"{source}{f', line {line}' if line else ''}: the number {literal} cannot be stored "
+                             f"as written: it is too small for a float and would be read as 0.0; write 0, or the "
+                             f"number to the sheet's decimals") from None
 
 
 def read_toml(path: str | os.PathLike) -> dict:

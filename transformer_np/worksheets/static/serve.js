@@ -48,12 +48,12 @@
     var table = el("table", {class: "given"});
     table.appendChild(el("caption", {html: t.title_html + (t.note ? " <span class=\"note\"></span>" : "")}));
     if (t.note) table.querySelector("caption .note").textContent = "(" + t.note + ")";
-    var head = el("tr", {}, [el("td")]);
+    var head = el("tr", {}, [el("td", {"aria-hidden": "true"})]);
     t.cols.forEach(function (c) { head.appendChild(el("th", {scope: "col", text: c})); });
     table.appendChild(el("thead", {}, [head]));
     var body = el("tbody");
     t.values.forEach(function (row, i) {
-      var tr = el("tr", {}, [el("th", {scope: "row", text: t.rows[i]})]);
+      var tr = el("tr", {}, [rowHeader(t.rows[i])]);
       row.forEach(function (v) { tr.appendChild(el("td", {text: v})); });
       body.appendChild(tr);
     });
@@ -61,8 +61,23 @@
     return el("div", {class: "scroll"}, [table]);
   }
 
+  // a row header is never empty (axe: empty-table-header): a one-row table's says "values", to a screen reader
+  function rowHeader(text) {
+    return text ? el("th", {scope: "row", text: text}) :
+      el("th", {scope: "row"}, [el("span", {class: "sr-only", text: "values"})]);
+  }
+
   function toSub(n) {
     return String(n).replace(/[0-9]/g, function (d) { return "₀₁₂₃₄₅₆₇₈₉"[+d]; });
+  }
+
+  function drawSymbols() {
+    var dl = $("symbols");
+    dl.textContent = "";
+    (state.symbols || []).forEach(function (x) {
+      dl.appendChild(el("dt", {html: x.symbol_html}));
+      dl.appendChild(el("dd", {html: x.meaning_html}));
+    });
   }
 
   function drawProblem() {
@@ -102,12 +117,12 @@
     var what = "Layer " + s.layer + ", " + s.name + ": " + s.rows.length + " row" + (s.rows.length > 1 ? "s" : "") +
       (s.per_token ? " (one per token)" : "") + ", " + s.cols.length + " column" + (s.cols.length > 1 ? "s" : "");
     table.appendChild(el("caption", {class: "sr-only", text: what}));
-    var head = el("tr", {}, [el("td")]);
+    var head = el("tr", {}, [el("td", {"aria-hidden": "true"})]);
     s.cols.forEach(function (c) { head.appendChild(el("th", {scope: "col", text: c})); });
     table.appendChild(el("thead", {}, [head]));
     var body = el("tbody"), grid = [];
     s.rows.forEach(function (r, i) {
-      var tr = el("tr", {}, [el("th", {scope: "row", text: r})]), row = [];
+      var tr = el("tr", {}, [rowHeader(r)]), row = [];
       s.cols.forEach(function (c, j) {
         var where = "layer " + s.layer + " " + s.name + (r ? ", row " + r : "") +
           (s.cols.length > 1 || c !== s.name ? ", column " + c : "");
@@ -138,8 +153,9 @@
   function cellValue(inp) {
     var v = inp.value.trim();
     if (v === "") return "";
-    if (v.length <= MAX_CELL && NUMBER.test(v) && Math.abs(parseFloat(v)) <= MAX_ABS) return v;
-    return null;                               // not a number: shown as such, and the row is not complete
+    if (v.length <= MAX_CELL && NUMBER.test(v) && Math.abs(parseFloat(v)) <= MAX_ABS &&
+        !(parseFloat(v) === 0 && /[1-9]/.test(v.split(/[eE]/)[0]))) return v;
+    return null;                 // not a number, or not storable as written (1e-400 would be 0): the row waits
   }
 
   function validate(inp) {
@@ -147,7 +163,8 @@
     inp.setAttribute("aria-invalid", bad ? "true" : "false");
     if (bad) {
       inp.setAttribute("aria-describedby", "hint-invalid");
-      inp.title = "Not a number: write it with a point, e.g. 0.25 or -1.5";
+      inp.title = "Not a number that can be stored as written: write it with a point, e.g. 0.25 or -1.5, " +
+        "at most ±1000000 (1e-400 would be read as 0)";
     } else {
       inp.removeAttribute("aria-describedby");
       inp.removeAttribute("title");
@@ -242,7 +259,19 @@
         "Marks: " + fmtMark(s.marks) + " / " + fmtMark(s.out_of);
       var note = v.querySelector(".note");
       note.textContent = "";
-      st.grid.forEach(function (row) { row.forEach(function (inp) { inp.classList.remove("unsaved"); }); });
+      st.grid.forEach(function (row, i) {
+        row.forEach(function (inp, j) {
+          inp.classList.remove("unsaved");
+          var off = s.wrong_cells && s.wrong_cells[i] && s.wrong_cells[i][j];
+          inp.classList.toggle("off", !!off);         // a cell that is not right: highlighted, and said so
+          if (off) inp.setAttribute("aria-description", "this number is not right");
+          else inp.removeAttribute("aria-description");
+        });
+      });
+      if (s.verdict === "follows" && s.follows_from) {
+        note.appendChild(el("p", {class: "follows-from", text: "Follows from your " + s.follows_from +
+          ": right from the numbers you wrote there, though not the true value, so it earns its marks."}));
+      }
       var p = pending[s.id || ("layer" + s.layer + "." + s.name)];
       if (p) {
         sec.dataset.pending = "true";
@@ -311,7 +340,18 @@
   }
 
   // ---------------------------------------------------------------- start
+  // the sticky bar's height as a CSS variable: the cells' scroll-margin keeps a focused cell below it however many
+  // lines the bar wraps into (82 px at 1280 px wide, more in a narrow window; static on a phone)
+  function barHeight() {
+    var bar = document.querySelector("header.bar");
+    var sticky = bar && getComputedStyle(bar).position === "sticky";
+    document.documentElement.style.setProperty("--bar", (sticky ? bar.getBoundingClientRect().height : 0) + "px");
+  }
+
   function start() {
+    barHeight();
+    window.addEventListener("resize", barHeight);
+    if (window.ResizeObserver) new ResizeObserver(barHeight).observe(document.querySelector("header.bar"));
     setSync(true);
     fetch(url("api/state"), {cache: "no-store"})
       .then(function (r) { return r.json().then(function (j) { return {ok: r.ok, j: j}; }); })
@@ -326,12 +366,13 @@
         $("rounding").textContent = "Round every answer to " + state.decimals + " decimal" +
           (state.decimals === 1 ? "" : "s") + "; keep more digits in between. In the score and attention tables " +
           "the row is the query token and the column the key token.";
+        drawSymbols();
         drawProblem();
         drawSteps();
         $("intro").hidden = false;
         var hint = el("p", {id: "hint-invalid", class: "sr-only", text: "Not a number: write it with a point, " +
           "for example 0.25 or -1.5. The row is not saved until it is."});
-        document.body.appendChild(hint);
+        $("main").appendChild(hint);          // inside a landmark (axe: region)
         inputs.forEach(validate);
         showReport(state.report, []);
         setStatus("Loaded " + state.file + (state.report.counts.missing < state.steps.length ?
