@@ -129,7 +129,8 @@ def _main(config: dict, confine=None, state: dict | None = None) -> None:
         try:
             farm = config["stdlib_dir"]        # links to the standard library's entries: each target readable
             read = list(config["read"]) + [os.path.join(farm, e) for e in os.listdir(farm)]
-            state = confine.restrict(state, read, [work], config["read_write_files"])
+            state = confine.restrict(state, read, [work], config["read_write_files"],
+                                     tuple(confine.MECHANISMS if config.get("only") is None else config["only"]))
         except Exception as e:        # OSError from a system call; anything else from a broken machine
             why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
             state = dict(state, error=f"the kernel's boundary could not be set: {why}")
@@ -329,7 +330,8 @@ def _bootstrap(config: dict) -> None:
     if config.get("confine"):
         try:
             confine = _load_sibling("confine")
-            state = confine.begin(int(config["grader_pid"]))
+            only = tuple(confine.MECHANISMS if config.get("only") is None else config["only"])
+            state = confine.begin(int(config["grader_pid"]), only)
         except OSError as e:
             state = {"error": f"the kernel's boundary could not be set: {e.strerror or e}"}
         except Exception as e:   # a broken machine (no ctypes…): reported, never a student's code outside it

@@ -263,13 +263,16 @@ class Sandbox:
     """One student's notebook in a child process (see the module doc). Use as a context manager."""
 
     def __init__(self, allowed: Iterable[str] = (), limits: Limits | None = None, deadline: float | None = None,
-                 confine: bool = True, *, _audit_hook: bool = True):
+                 confine: bool = True, *, _audit_hook: bool = True, _only: tuple[str, ...] | None = None):
         """``confine``: run the child behind the kernel's boundary (:mod:`~transformer_np.grader.confine`);
         False only for formative grading (``--no-sandbox``). ``_audit_hook`` is for the project's tests alone
-        (False: no message hook in the child, to show that the kernel's boundary holds without it)."""
+        (False: no message hook in the child, to show that the kernel's boundary holds without it), and so is
+        ``_only`` (the mechanisms of :data:`confine.MECHANISMS` to apply, to measure what each one closes: such a
+        child is not checked)."""
         self.limits = limits or Limits()
         self.confine = bool(confine)
         self._audit_hook = bool(_audit_hook)
+        self._only = tuple(_only) if _only is not None else None
         self.sandbox_state: dict | None = None
         self.allowed = tuple(allowed)
         self.deadline = deadline if deadline is not None else time.monotonic() + self.limits.submission_timeout
@@ -298,7 +301,7 @@ class Sandbox:
         mb = 1 << 20
         config = {
             "req_fd": req_r, "rep_fd": rep_w, "workdir": self._work, "sys_path": run["sys_path"],
-            "confine": self.confine, "grader_pid": os.getpid(), "audit_hook": self._audit_hook,
+            "confine": self.confine, "grader_pid": os.getpid(), "audit_hook": self._audit_hook, "only": self._only,
             "read": run["read"], "stdlib_dir": run["stdlib_dir"], "read_write_files": ["/dev/null"],
             "handouts": _handout_modules(self.allowed), "max_caches": 4096,
             "limits": {"RLIMIT_AS": self.limits.memory_mb * mb, "RLIMIT_CPU": int(self.limits.cpu_seconds),
@@ -329,7 +332,7 @@ class Sandbox:
         if header.get("op") != "ready":
             self._die("the process did not start")
         self.sandbox_state = header.get("sandbox") if isinstance(header.get("sandbox"), dict) else None
-        if self.confine:
+        if self.confine and self._only is None:
             problem = confine.state_problem(self.sandbox_state, os.geteuid() == 0)
             if problem is not None:
                 self._die(f"the process running the notebook did not confine itself: {problem}")
