@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
+import stat
 import struct
 import sys
 
@@ -118,7 +118,7 @@ def _libc() -> ctypes.CDLL:
 
 
 def _arch() -> tuple[int, dict[str, int]] | None:
-    return _ARCH.get(platform.machine()) if sys.platform.startswith("linux") else None
+    return _ARCH.get(os.uname().machine) if sys.platform.startswith("linux") else None
 
 
 def _sys(libc: ctypes.CDLL, nr: int, *args: object) -> int:
@@ -156,7 +156,7 @@ def probe() -> list[str]:
     if not sys.platform.startswith("linux"):
         return [f"a Linux kernel (this is {sys.platform})"]
     if _arch() is None:
-        return [f"a supported architecture (x86_64; this is {platform.machine()})"]
+        return [f"a supported architecture (x86_64; this is {os.uname().machine})"]
     missing = []
     try:
         libc = _libc()
@@ -321,17 +321,20 @@ def _landlock(libc: ctypes.CDLL, read: list[str], write: list[str], read_write_f
     read_rights = FS_READ_FILE | FS_READ_DIR
     write_rights = fs & ~(FS_EXECUTE | FS_MAKE_CHAR | FS_MAKE_BLOCK | FS_IOCTL_DEV)
     try:
-        done: set[str] = set()
+        done: set[tuple[int, int, int]] = set()
         for paths, rights in ((read, read_rights), (write, write_rights),
                               (read_write_files, FS_READ_FILE | FS_WRITE_FILE | (fs & (FS_TRUNCATE | FS_IOCTL_DEV)))):
             for path in paths:
-                real = os.path.realpath(path)
-                if (real, rights) in done or not os.path.exists(real):
+                try:                     # O_PATH follows the links: the rule binds the real file or folder
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except (FileNotFoundError, NotADirectoryError):
                     continue
-                done.add((real, rights))
-                fd = os.open(real, os.O_PATH | os.O_CLOEXEC)
                 try:
-                    allowed = rights if os.path.isdir(real) else rights & _FILE_RIGHTS
+                    st = os.fstat(fd)
+                    if (st.st_dev, st.st_ino, rights) in done:
+                        continue
+                    done.add((st.st_dev, st.st_ino, rights))
+                    allowed = rights if stat.S_ISDIR(st.st_mode) else rights & _FILE_RIGHTS
                     rule = _PathBeneath(allowed, fd)
                     _sys(libc, nr["landlock_add_rule"], ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0)
                 finally:
