@@ -35,6 +35,7 @@ refuses a child whose state falls short (:func:`state_problem`).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import stat
 import struct
@@ -168,7 +169,25 @@ def probe() -> list[str]:
         missing.append("seccomp (prctl PR_GET_SECCOMP fails)")
     if landlock_abi(libc) < 1:
         missing.append("Landlock (Linux ≥ 5.13 with landlock in the boot's lsm= list)")
+    if os.geteuid() == 0 and not _can_unshare_user():
+        missing.append("user namespaces, which a child needs to give root up (unshare(CLONE_NEWUSER) is refused "
+                       "here; grading as a normal user needs none)")
     return missing
+
+
+@functools.lru_cache(maxsize=1)
+def _can_unshare_user() -> bool:
+    """Whether a new process may enter a new user and network namespace (tried once, in a throwaway
+    interpreter)."""
+    import subprocess
+
+    code = ("import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"sys.exit(0 if libc.unshare({CLONE_NEWUSER | CLONE_NEWNET}) == 0 else 1)\n")
+    try:
+        return subprocess.run([sys.executable, "-I", "-S", "-c", code], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def stdlib_layout() -> dict[str, object]:
