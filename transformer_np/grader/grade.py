@@ -50,8 +50,8 @@ from .sandbox import Limits, Sandbox, SandboxGone
 from .source import parse_untrusted
 from .specs import EXERCISES
 
-__all__ = ["CheckGrade", "SubmissionGrade", "grade_notebook", "grade_submissions", "submission_paths",
-           "read_code_cells"]
+__all__ = ["CheckGrade", "SubmissionGrade", "grade_notebook", "grade_submissions", "require_boundary",
+           "submission_paths", "read_code_cells"]
 
 MAX_NOTEBOOK_BYTES = 20 << 20
 _MAX_RESTARTS = 4

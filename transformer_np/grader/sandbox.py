@@ -3,11 +3,16 @@ r"""The grader's side of a submission's process: start it, send it cells and cal
 A :class:`Sandbox` is one child process (:mod:`transformer_np.grader.child`) that runs one student's
 notebook. The grader
 
-* starts it as ``python -I -S -B`` with ``sys.path`` = the standard library and a folder holding NumPy alone,
-  an environment with nothing but ``PATH``, ``HOME``/``TMPDIR`` (inside its own empty working folder), the BLAS
-  thread counts and the machine's OpenBLAS settings (no ``TRANSFORMER_NP_*``, no ``PYTHON*``), its own session
-  (process group), standard input from ``/dev/null``, and resource limits (:class:`Limits`: address space, CPU
-  time, file size, open files; no core dumps);
+* starts it as ``python -I -S -B`` with ``sys.path`` = a folder of links to the standard library's entries
+  (not its site-packages), ``lib-dynload`` and a folder holding NumPy alone, an environment with nothing but
+  ``PATH``, ``HOME``/``TMPDIR`` (inside its own empty working folder), the BLAS thread counts and the machine's
+  OpenBLAS settings (no ``TRANSFORMER_NP_*``, no ``PYTHON*``), its own session (process group), standard input
+  from ``/dev/null``, and resource limits (:class:`Limits`: address space, CPU time, file size, open files; no
+  core dumps); the child then confines itself (:mod:`~transformer_np.grader.confine`) and says so in its first
+  message, and a child whose account falls short is refused;
+* keeps every folder of a run (each child's working folder, the two folders of links) in one run folder under
+  the temporary folder, removed at exit — and by a janitor process of its own session when the grader is killed
+  (it waits for the end of a pipe only the grader holds); run folders whose grader is gone are swept at start;
 * sends it the cells one at a time, then calls of the student's functions (:meth:`Sandbox.function` returns a
   proxy callable), with arguments and results as ``.npy`` bytes inside framed messages (no pickle: see the
   wire module, :mod:`transformer_np.grader.wire`, for the format and the checks on every array received);
@@ -267,7 +272,7 @@ class Sandbox:
         """``confine``: run the child behind the kernel's boundary (:mod:`~transformer_np.grader.confine`);
         False only for formative grading (``--no-sandbox``). ``_audit_hook`` is for the project's tests alone
         (False: no message hook in the child, to show that the kernel's boundary holds without it), and so is
-        ``_only`` (the mechanisms of :data:`confine.MECHANISMS` to apply, to measure what each one closes: such a
+        ``_only`` (the mechanisms of ``confine.MECHANISMS`` to apply, to measure what each one closes: such a
         child is not checked)."""
         self.limits = limits or Limits()
         self.confine = bool(confine)
