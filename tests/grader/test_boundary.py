@@ -216,12 +216,16 @@ def test_killing_the_grader_is_refused_and_the_class_run_finishes(route, tmp_pat
     notebook(subs / "a_killer.ipynb", EMPTY + _prelude(route) + [kill])
     notebook(subs / "b_good.ipynb", SOL)
     out = tmp_path / "grades.csv"
-    proc = _grade_cli_process(["01_softmax", str(subs), "--csv", str(out), "--seed", "5", "--timeout", "5"], route)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = _grade_cli_process(["01_softmax", str(subs), "--csv", str(out), "--seed", "5", "--timeout", "5"], route,
+                              env=dict(os.environ, TMPDIR=str(tmp)))
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     rows = list(csv.reader(out.read_text(encoding="utf-8").splitlines()))
     scores = {Path(r[0]).name: r[1] for r in rows[1:]}
     assert scores == {"a_killer.ipynb": "0", "b_good.ipynb": "3"}
+    assert list(tmp.iterdir()) == [] and _child_processes(str(tmp)) == []      # after the run: nothing left
 
 
 @pytest.mark.parametrize("route", HOOK_OFF)
