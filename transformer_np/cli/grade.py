@@ -5,8 +5,11 @@
 EXERCISE is an assignment's name as in ``exercises/`` (``01_softmax`` … ``06_encoder_layer``); each SUBMISSION
 is an ``.ipynb`` file or a folder of them. The student's cells run in a child process that cannot import this
 project or any framework (NumPy, math and the standard library only), with limits on time, memory and files; the
-hidden cases, the reference and the comparisons stay in the grader. Points attach to named checks. A crash, a
-timeout or a wrong output costs that check only; the run goes on with the next submission.
+hidden cases, the reference and the comparisons stay in the grader. The child runs behind a boundary the kernel
+enforces (Landlock, seccomp-bpf, a user namespace without capabilities); on a machine without it the command
+refuses, naming what is missing, unless ``--no-sandbox`` (formative grades, each row marked ``unsandboxed``).
+Points attach to named checks. A crash, a timeout or a wrong output costs that check only; the run goes on with
+the next submission.
 
 Without ``--json`` a line per submission (score, each question) and the feedback of each failed check are
 printed; progress goes to stderr. ``--csv FILE`` writes one row per submission (file, score, out_of, each
@@ -46,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the hidden cases' seed, to reproduce a run (default: a fresh random one, printed)")
     p.add_argument("--similarity", action="store_true",
                    help="list pairs of graded functions that look copied (from the library or each other)")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="grade without the kernel's boundary (where it is missing): every row is marked "
+                        "'unsandboxed' and the grades are formative, not of record")
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in list(range(0x20)) + list(range(0x7F, 0xA0)) if c not in (0x0A,)}
@@ -175,11 +181,24 @@ def run(args: argparse.Namespace) -> int:
     from ..grader.grade import submission_paths
 
     paths = submission_paths(args.submissions)
+    if args.no_sandbox:
+        print("--no-sandbox: the students' code runs with your rights, outside the kernel's boundary; these grades "
+              "are formative, not of record (every row is marked 'unsandboxed')", file=sys.stderr, flush=True)
+    else:
+        from ..grader.confine import ConfinementUnavailable
+        from ..grader.grade import require_boundary
+
+        try:
+            require_boundary()
+        except ConfinementUnavailable as e:
+            print(f"transformer-np grade: error: {e}", file=sys.stderr)
+            return 2
     print(f"grading {args.exercise}: {len(paths)} submission{'s' if len(paths) != 1 else ''}, hidden cases from seed "
           f"{seed}, {args.workers} at a time", file=sys.stderr, flush=True)
     progress = Progress(f"grading {args.exercise}")
     try:
         grades = grade_submissions(args.exercise, paths, workers=args.workers, seed=seed, limits=limits,
+                                   sandbox=not args.no_sandbox,
                                    progress=lambda i, n, f: progress(i, n, terminal_text(os.path.basename(f), False)))
     finally:
         progress.close()

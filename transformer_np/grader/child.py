@@ -1,22 +1,27 @@
 r"""The child program of the grade of record: runs one student's notebook cells and functions in its own process.
 
 Run by :mod:`transformer_np.grader.sandbox` as ``python -I -S -B child.py CONFIG``: isolated mode (no environment
-variables of Python's, no user site), no ``site`` (so no site-packages on ``sys.path``), no bytecode written. It
-sets ``sys.path`` to the standard library and a folder holding NumPy alone, imports NumPy, sets its resource
-limits, installs an audit hook (PEP 578) and only then reads the student's cells from the grader, in the wire
-format of :mod:`transformer_np.grader.wire` (loaded by its path: this program imports nothing but the standard
-library and NumPy — never ``transformer_np`` — and must stay so).
+variables of Python's, no user site), no ``site`` (so no site-packages on ``sys.path``), no bytecode written. This
+program imports nothing but the standard library and NumPy — never ``transformer_np`` — and loads its two
+siblings, :mod:`~transformer_np.grader.wire` (the message format) and :mod:`~transformer_np.grader.confine` (the
+kernel's boundary), by their paths. Before any student code runs, in this order:
 
-What the audit hook refuses, once installed (before any student code runs):
+1. :func:`confine.begin <transformer_np.grader.confine.begin>`: the parent-death signal, and root given up (a
+   user namespace with every capability dropped) — while the process is still single-threaded;
+2. ``sys.path`` becomes a folder of links to the standard library's entries (not its site-packages),
+   ``lib-dynload`` and a folder holding NumPy alone; NumPy is imported; the resource limits are set;
+3. :func:`confine.restrict <transformer_np.grader.confine.restrict>`: ``no_new_privs``, Landlock (read the
+   standard library, NumPy and the shared libraries; read and write the working folder; nothing else) and a
+   seccomp filter (no programs, processes, sessions, signals to others, ptrace, sockets, namespaces, …);
+4. an audit hook (PEP 578) that only turns what the kernel will refuse anyway into a message a student can act on
+   ("starting programs is not possible when grading"); it is not a boundary, and switching it off gains nothing;
+5. the first message, ``{"op": "ready", "pid": …, "sandbox": {…}}``, says what was applied; the grader refuses a
+   child whose account falls short.
 
-* imports of anything but NumPy, ``math`` and the standard library less the modules that reach the operating
-  system beyond files (``ctypes``, ``subprocess``, ``multiprocessing``, ``socket``, ``ssl``, ``mmap``, …); the
-  functions the notebook hands out (``Exercise.allowed``) are importable under their library names as stubs
-  that ask the grader to run the library's function (their caches stay in the grader: opaque handles here);
-* starting processes, signalling processes, sockets, every ``ctypes`` operation, raising resource limits;
-* writing outside the working folder, reading outside the standard library, NumPy and that folder.
-
-An audit hook is not a container (PEP 578 says so).
+Then it reads the student's cells from the grader, in the wire format. Every standard-library module imports; a
+module that cannot work inside (``subprocess``, ``socket``, …) fails when used, with the kernel's
+``PermissionError``. The functions the notebook hands out (``Exercise.allowed``) are importable under their
+library names as stubs that ask the grader to run the library's function (their caches stay in the grader).
 """
 
 from __future__ import annotations
@@ -44,39 +49,46 @@ else:                            # run as the child program
     wire = _load_sibling("wire")
 
 # ----------------------------------------------------------------------------- the child program
-_DENIED_MODULES = frozenset({
-    "ctypes", "_ctypes", "subprocess", "_posixsubprocess", "multiprocessing", "_multiprocessing", "socket",
-    "_socket", "ssl", "_ssl", "select", "selectors", "asyncio", "_asyncio", "mmap", "pty", "tty", "termios",
-    "fcntl", "resource", "_posixshmem", "urllib", "http", "ftplib", "smtplib", "imaplib", "poplib", "telnetlib",
-    "xmlrpc", "socketserver", "webbrowser", "ensurepip", "venv", "idlelib", "tkinter", "_tkinter", "turtle",
-    "turtledemo", "site", "distutils", "readline", "curses", "_curses", "dbm", "sqlite3", "_sqlite3", "signal",
-    "_testcapi", "_testinternalcapi", "_xxsubinterpreters", "_xxinterpchannels",
-})
-_WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000      # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND
-_REFUSED_EVENTS = ("subprocess.", "os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
-                   "os.kill", "os.killpg", "signal.", "socket.", "ctypes.", "resource.", "sys.addaudithook",
-                   "pty.", "os.startfile", "_posixsubprocess", "os.setuid", "os.setgid", "mmap.", "os.link",
-                   "os.symlink", "os.chroot", "os.mknod", "os.mkfifo", "os.chown", "os.lchown", "os.chflags",
-                   "os.setxattr", "os.removexattr", "os.fchdir")
-# events on paths: the indexes of their path arguments, each of which must be inside the working folder. A dir_fd
-# argument is allowed: the only directories the child can open are inside that folder, and a relative path is
-# checked from the working folder, which is never deeper than such a directory, so a path that stays inside from
-# the working folder stays inside from the directory too (the child cannot make symlinks).
-_PATH_EVENTS = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.replace": (0, 1),
-                "os.truncate": (0,), "os.chmod": (0,), "os.utime": (0,), "os.chdir": (0,), "shutil.rmtree": (0,),
-                "shutil.copyfile": (1,), "shutil.copytree": (1,), "shutil.move": (0, 1),
-                "shutil.make_archive": (0,), "shutil.unpack_archive": (1,)}
+# what the message hook explains (the kernel refuses these anyway: see confine.py)
+_STARTING = ("subprocess.Popen", "os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
+             "pty.spawn", "os.startfile")
+_NETWORK = ("socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo")
 
 
 class Refused(PermissionError):
-    """What the audit hook raises: names what was refused and why."""
+    """What the message hook raises for what the kernel would refuse: names it and says why."""
 
 
-def _main(config: dict) -> None:
+def _message_hook():
+    """The audit hook: messages for what a student may try that the kernel refuses anyway (never a boundary: it
+    keeps no state, and removing it gains nothing)."""
+    def hook(event: str, args: tuple) -> None:
+        if event.startswith(_STARTING):
+            raise Refused(f"starting programs is not possible when grading ({event})")
+        if event in _NETWORK:
+            raise Refused(f"the network is not available when grading ({event})")
+
+    return hook
+
+
+class _NotAvailable:
+    """The last finder on ``sys.meta_path``: a module nothing else found gets a message saying what can be
+    imported (it only words an import that fails anyway)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        root = name.split(".", 1)[0]
+        what = ": write the op with NumPy" if root == "transformer_np" else ""
+        raise ModuleNotFoundError(f"{name} is not available when grading{what} (only NumPy, the standard library "
+                                  f"and the functions the notebook hands out can be imported)", name=name)
+
+
+def _main(config: dict, confine=None, state: dict | None = None) -> None:
+    """The child program. When the grader asked for the kernel's boundary (``config["confine"]``): ``confine`` is
+    the confine module and ``state`` what its ``begin`` did (or ``{"error": …}``)."""
     import os
 
-    stdlib = [p for p in sys.path if p]          # under -I -S: the standard library alone
-    sys.path[:] = stdlib + [config["numpy_dir"]]
+    sys.path[:] = list(config["sys_path"])
     import ast
     import builtins
     import linecache
@@ -93,7 +105,6 @@ def _main(config: dict) -> None:
 
     req_fd, rep_fd = config["req_fd"], config["rep_fd"]
     work = os.path.realpath(config["workdir"])
-    read_roots = tuple(os.path.realpath(p) for p in list(config["read_roots"]) + stdlib) + (work,)
     allowed = dict(config["handouts"])            # dotted module name → [function names]
     stub_names = set(allowed) | {"transformer_np", "otter"}
     for mod in list(allowed):
@@ -102,7 +113,7 @@ def _main(config: dict) -> None:
     stub_names.update({"transformer_np.course", "transformer_np.course.exercises", "transformer_np.grader",
                        "transformer_np.grader.exercises"})
 
-    # resource limits: soft = hard, so they cannot be raised again (and raising them is refused below)
+    # resource limits: soft = hard, so they cannot be raised again
     for name, value in config["limits"].items():
         res = getattr(resource, name)
         try:
@@ -113,64 +124,16 @@ def _main(config: dict) -> None:
                 continue           # already lower: keep it
             raise
 
-    def inside(path: str, roots: tuple) -> bool:
-        real = os.path.realpath(path)
-        return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
-
-    def path_of(arg) -> str | None:
-        if isinstance(arg, bytes):
-            return os.fsdecode(arg)
-        if isinstance(arg, str):
-            return arg
-        if isinstance(arg, os.PathLike):
-            return os.fspath(arg) if isinstance(os.fspath(arg), str) else os.fsdecode(os.fspath(arg))
-        return None
-
-    def hook(event: str, args: tuple) -> None:
-        if event == "import":
-            name = args[0]
-            root = name.split(".", 1)[0]
-            if name in stub_names or root == "numpy" or root == "math":
-                return
-            if root == "transformer_np":
-                raise ModuleNotFoundError(f"{name} is not available when grading: write the op with NumPy "
-                                          f"(only NumPy, math, the standard library and the functions the "
-                                          f"notebook hands out can be imported)")
-            if root in _DENIED_MODULES or root not in sys.stdlib_module_names:
-                raise ModuleNotFoundError(f"{name} is not available when grading (only NumPy, math, the standard "
-                                          f"library and the functions the notebook hands out can be imported)")
-            return
-        if event == "open":
-            path, mode, flags = (list(args) + [None, None, None])[:3]
-            p = path_of(path)
-            if p is None:
-                return                                   # an already open file descriptor
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
-                (isinstance(flags, int) and flags & _WRITE_FLAGS)
-            if writing:
-                if not inside(p, (work,)):
-                    raise Refused(f"writing {p!r} is not allowed when grading (only inside the working folder)")
-                return
-            if os.path.isdir(p) and not inside(p, (work,)):
-                raise Refused(f"opening the folder {p!r} is not allowed when grading")
-            if not inside(p, read_roots):
-                raise Refused(f"reading {p!r} is not allowed when grading")
-            return
-        if event in _PATH_EVENTS:
-            for i in _PATH_EVENTS[event]:
-                p = path_of(args[i]) if i < len(args) else None
-                if p is None or not inside(p, (work,)):
-                    raise Refused(f"{event} on {args[i] if i < len(args) else '?'!r} is not allowed when grading "
-                                  f"(only inside the working folder)")
-            return
-        if event in ("os.listdir", "os.scandir"):
-            p = path_of(args[0]) if args else None
-            if p is not None and not inside(p, read_roots):
-                raise Refused(f"listing {p!r} is not allowed when grading")
-            return
-        for prefix in _REFUSED_EVENTS:
-            if event.startswith(prefix):
-                raise Refused(f"{event} is not allowed when grading")
+    confined = bool(config.get("confine"))
+    if confined and state is not None and not state.get("error"):
+        try:
+            farm = config["stdlib_dir"]        # links to the standard library's entries: each target readable
+            read = list(config["read"]) + [os.path.join(farm, e) for e in os.listdir(farm)]
+            state = confine.restrict(state, read, [work], config["read_write_files"],
+                                     tuple(confine.MECHANISMS if config.get("only") is None else config["only"]))
+        except Exception as e:        # OSError from a system call; anything else from a broken machine
+            why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+            state = dict(state, error=f"the kernel's boundary could not be set: {why}")
 
     # ------------------------------------------------------------------ talking to the grader
     caches: dict[int, object] = {}            # the student's caches, by handle number (the newest kept)
@@ -354,8 +317,12 @@ def _main(config: dict) -> None:
         return ({"ok": True, "complex_step": complex_in[0]} if complex_in else {"ok": True}), [result, None, mutated]
 
     os.chdir(work)
-    sys.addaudithook(hook)
-    send({"op": "ready", "pid": os.getpid()})
+    if config.get("audit_hook", True):
+        sys.meta_path.append(_NotAvailable)
+        sys.addaudithook(_message_hook())
+    send({"op": "ready", "pid": os.getpid(), "sandbox": state if confined else {"confined": False}})
+    if confined and (state is None or state.get("error")):
+        return                                      # never run a student's code outside the boundary
     while True:
         try:
             header, value = receive()
@@ -376,8 +343,22 @@ def _main(config: dict) -> None:
             return
 
 
+def _bootstrap(config: dict) -> None:
+    confine, state = None, None
+    if config.get("confine"):
+        try:
+            confine = _load_sibling("confine")
+            only = tuple(confine.MECHANISMS if config.get("only") is None else config["only"])
+            state = confine.begin(int(config["grader_pid"]), only)
+        except OSError as e:
+            state = {"error": f"the kernel's boundary could not be set: {e.strerror or e}"}
+        except Exception as e:   # a broken machine (no ctypes…): reported, never a student's code outside it
+            state = {"error": f"the kernel's boundary could not be set: {type(e).__name__}: {e}"}
+    _main(config, confine, state)
+
+
 if __name__ == "__main__":
-    _main(json.loads(sys.argv[1]))
+    _bootstrap(json.loads(sys.argv[1]))
     sys.stdout.flush()
     import os as _os
 

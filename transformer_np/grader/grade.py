@@ -6,9 +6,10 @@ For each submission:
 1. the notebook is read as data (a regular file of at most 20 MB, JSON, nbformat 4) — never executed here;
    its code cells are taken in order; IPython magics and shell lines (``%pip …``, ``!ls``, ``%%time`` cells) are
    not run, and the report says so;
-2. a child process (:class:`~transformer_np.grader.sandbox.Sandbox`) runs the cells one by one. It cannot import
-   this project or any framework: only NumPy, ``math``, the standard library and the functions the notebook
-   hands out (run by the grader, see :mod:`~transformer_np.grader.sandbox`). A cell that raises, prints, writes
+2. a child process (:class:`~transformer_np.grader.sandbox.Sandbox`) runs the cells one by one. It can read
+   only NumPy and the standard library (so neither this project nor any framework), write only its own folder,
+   and reach no other process or the network; the functions the notebook hands out are run by the grader (see
+   :mod:`~transformer_np.grader.sandbox`). A cell that raises, prints, writes
    in its own folder or calls ``exit()`` costs nothing by itself; a cell that hangs or kills its process is
    skipped and the others run again in a fresh process;
 3. every point-carrying check of the assignment (:func:`~transformer_np.grader.grading.graded_checks`: the
@@ -20,8 +21,10 @@ For each submission:
 4. a crash, a timeout, a memory limit or a non-finite output costs that check only, with one line naming the
    cause; the next check starts a fresh process if the last one died.
 
-What this does **not** guarantee: the child is a process with an audit hook and resource limits, not a
-container — see :mod:`~transformer_np.grader.child` for what it refuses. Code copied from the library's
+The child runs behind a boundary the kernel enforces (:mod:`~transformer_np.grader.confine`: Landlock,
+seccomp-bpf, a user namespace without capabilities, the parent-death signal); where the machine lacks it, grading
+is refused unless ``sandbox=False`` (formative grades, marked ``unsandboxed``). What this does **not**
+guarantee: code copied from the library's
 source into the notebook is the student's code as far as a machine can tell: the similarity report
 (``--similarity``, :mod:`~transformer_np.grader.similarity`) flags it for the instructor; it never changes a mark.
 """
@@ -41,14 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputValueError
+from . import confine
 from .gradebook import feedback_why, one_line, question_why
 from .grading import POINTS, grade_backward, grade_forward, graded_checks
 from .sandbox import Limits, Sandbox, SandboxGone
 from .source import parse_untrusted
 from .specs import EXERCISES
 
-__all__ = ["CheckGrade", "SubmissionGrade", "grade_notebook", "grade_submissions", "submission_paths",
-           "read_code_cells"]
+__all__ = ["CheckGrade", "SubmissionGrade", "grade_notebook", "grade_submissions", "require_boundary",
+           "submission_paths", "read_code_cells"]
 
 MAX_NOTEBOOK_BYTES = 20 << 20
 _MAX_RESTARTS = 4
@@ -210,12 +214,21 @@ def _defining_cells(cells: Sequence[tuple[int, str]], name: str) -> list[int]:
     return found
 
 
+def require_boundary() -> None:
+    """Raise :class:`~transformer_np.grader.confine.ConfinementUnavailable` naming what this machine lacks for the
+    kernel's boundary (:func:`~transformer_np.grader.confine.probe`), and how to grade instead."""
+    missing = confine.probe()
+    if missing:
+        raise confine.ConfinementUnavailable(f"this machine cannot confine the students' code: it lacks "
+                                             f"{' and '.join(missing)}; {confine.HOW_TO_GRADE_ELSEWHERE}")
+
+
 # ----------------------------------------------------------------------------- grading one submission
 class _Run:
     """One submission's process(es): the cells run once, again in a fresh process after a crash."""
 
-    def __init__(self, cells: list[tuple[int, str]], allowed: tuple[str, ...], limits: Limits):
-        self.cells, self.allowed, self.limits = cells, allowed, limits
+    def __init__(self, cells: list[tuple[int, str]], allowed: tuple[str, ...], limits: Limits, confine: bool = True):
+        self.cells, self.allowed, self.limits, self.confine = cells, allowed, limits, confine
         self.deadline = time.monotonic() + limits.submission_timeout
         self.sandbox: Sandbox | None = None
         self.skip: dict[int, str] = {}                     # cells that hung or ended their process
@@ -231,7 +244,7 @@ class _Run:
             if self.starts >= _MAX_RESTARTS:
                 raise SandboxGone(f"the notebook's process died {self.starts} times; the remaining checks are not run")
             self.starts += 1
-            sandbox = Sandbox(self.allowed, self.limits, self.deadline)
+            sandbox = Sandbox(self.allowed, self.limits, self.deadline, confine=self.confine)
             self.sandbox = sandbox
             sandbox.start()
             for i, src in self.cells:
@@ -331,11 +344,15 @@ def _check(run: _Run, check: Any, seed: int) -> CheckGrade:
 
 
 def grade_notebook(path: str | os.PathLike, exercise: str, *, seed: int | None = None,
-                   limits: Limits | None = None) -> SubmissionGrade:
+                   limits: Limits | None = None, sandbox: bool = True) -> SubmissionGrade:
     """Grade one submission of the assignment ``exercise`` (a name as in ``exercises/``: ``01_softmax`` …
     ``06_encoder_layer``). The hidden cases come from ``seed`` (default: a fresh random one, drawn here).
+    ``sandbox``: run the student's code behind the kernel's boundary (:mod:`~transformer_np.grader.confine`);
+    False grades without it (formative only: the row's ``sandbox`` is ``"unsandboxed"``).
 
-    Never raises for anything in the submission: an unreadable file gets ``error`` and 0 points.
+    Never raises for anything in the submission: an unreadable file gets ``error`` and 0 points. Raises
+    :class:`~transformer_np.grader.confine.ConfinementUnavailable` when ``sandbox`` and the machine lacks the
+    boundary's mechanisms.
     """
     if exercise not in POINTS:
         raise InputValueError(f"exercise must be one of {', '.join(POINTS)}; got {exercise!r}")
@@ -343,14 +360,17 @@ def grade_notebook(path: str | os.PathLike, exercise: str, *, seed: int | None =
     seed = secrets.randbits(32) if seed is None else int(seed)
     checks = graded_checks(exercise)
     out_of = float(sum(c.points for c in checks))
-    grade = SubmissionGrade(str(path), exercise, 0.0, out_of, seed=seed)
+    if sandbox:
+        require_boundary()
+    grade = SubmissionGrade(str(path), exercise, 0.0, out_of, seed=seed,
+                            sandbox="kernel" if sandbox else "unsandboxed")
     try:
         cells, grade.notes = read_code_cells(path)
     except InputValueError as e:
         grade.error, grade.flags = str(e), ["unreadable"]
         return grade
     allowed = tuple(dict.fromkeys(a for c in checks for a in EXERCISES[c.exercise].allowed))
-    run = _Run(cells, allowed, limits)
+    run = _Run(cells, allowed, limits, confine=sandbox)
     try:
         for check in checks:
             grade.checks.append(_check(run, check, seed))
@@ -370,23 +390,27 @@ def grade_notebook(path: str | os.PathLike, exercise: str, *, seed: int | None =
 # ----------------------------------------------------------------------------- a class
 def grade_submissions(exercise: str, submissions: Iterable[str | os.PathLike], *, workers: int = 1,
                       seed: int | None = None, limits: Limits | None = None,
-                      progress: Callable[[int, int, str], None] | None = None) -> list[SubmissionGrade]:
+                      progress: Callable[[int, int, str], None] | None = None,
+                      sandbox: bool = True) -> list[SubmissionGrade]:
     """Grade every submission (files, or folders of ``.ipynb`` files) with ``workers`` at once; the results in
     the order of the files. One seed for the run (fresh unless given), so every student gets cases drawn alike.
-    ``progress(i, total, file)`` is called as each one finishes."""
+    ``progress(i, total, file)`` is called as each one finishes. ``sandbox`` as for :func:`grade_notebook`."""
     if exercise not in POINTS:
         raise InputValueError(f"exercise must be one of {', '.join(POINTS)}; got {exercise!r}")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise InputValueError(f"workers must be a positive integer; got {workers!r}")
     paths = submission_paths(submissions)
+    if sandbox:
+        require_boundary()
     seed = secrets.randbits(32) if seed is None else int(seed)
     done, lock = [0], threading.Lock()
 
     def one(path: Path) -> SubmissionGrade:
         try:
-            g = grade_notebook(path, exercise, seed=seed, limits=limits)
+            g = grade_notebook(path, exercise, seed=seed, limits=limits, sandbox=sandbox)
         except Exception as e:    # a bug of the grader's on one submission: that row says so, the class goes on
             g = SubmissionGrade(str(path), exercise, 0.0, float(sum(POINTS[exercise].values())), seed=seed,
+                                sandbox="kernel" if sandbox else "unsandboxed",
                                 error=f"the grader failed on this submission ({type(e).__name__}: {e}); "
                                       f"please report it", flags=["grader_error"])
         if progress is not None:

@@ -3,11 +3,16 @@ r"""The grader's side of a submission's process: start it, send it cells and cal
 A :class:`Sandbox` is one child process (:mod:`transformer_np.grader.child`) that runs one student's
 notebook. The grader
 
-* starts it as ``python -I -S -B`` with ``sys.path`` = the standard library and a folder holding NumPy alone,
-  an environment with nothing but ``PATH``, ``HOME``/``TMPDIR`` (inside its own empty working folder), the BLAS
-  thread counts and the machine's OpenBLAS settings (no ``TRANSFORMER_NP_*``, no ``PYTHON*``), its own session
-  (process group), standard input from ``/dev/null``, and resource limits (:class:`Limits`: address space, CPU
-  time, file size, open files; no core dumps);
+* starts it as ``python -I -S -B`` with ``sys.path`` = a folder of links to the standard library's entries
+  (not its site-packages), ``lib-dynload`` and a folder holding NumPy alone, an environment with nothing but
+  ``PATH``, ``HOME``/``TMPDIR`` (inside its own empty working folder), the BLAS thread counts and the machine's
+  OpenBLAS settings (no ``TRANSFORMER_NP_*``, no ``PYTHON*``), its own session (process group), standard input
+  from ``/dev/null``, and resource limits (:class:`Limits`: address space, CPU time, file size, open files; no
+  core dumps); the child then confines itself (:mod:`~transformer_np.grader.confine`) and says so in its first
+  message, and a child whose account falls short is refused;
+* keeps every folder of a run (each child's working folder, the two folders of links) in one run folder under
+  the temporary folder, removed at exit — and by a janitor process of its own session when the grader is killed
+  (it waits for the end of a pipe only the grader holds); run folders whose grader is gone are swept at start;
 * sends it the cells one at a time, then calls of the student's functions (:meth:`Sandbox.function` returns a
   proxy callable), with arguments and results as ``.npy`` bytes inside framed messages (no pickle: see the
   wire module, :mod:`transformer_np.grader.wire`, for the format and the checks on every array received);
@@ -47,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from . import child as _child_program
-from . import wire
+from . import confine, wire
 
 __all__ = ["Limits", "Sandbox", "SandboxGone", "StudentError"]
 
@@ -97,27 +102,116 @@ class RemoteCache(wire.Handle):
     __slots__ = ()
 
 
-_numpy_dir_lock = threading.Lock()
-_numpy_dir: list[str] = []
+_run_lock = threading.Lock()
+_run: dict[str, Any] = {}
+_RUN_PREFIX = "tnp-grade-run-"
+
+# The janitor: a process of its own session (a Ctrl-C or a kill of the grader's process group does not reach it)
+# that waits for the end of a pipe only the grader holds open, then removes the run folder. The pipe ends when the
+# grader ends, however it ends (SIGKILL included), so the students' folders never outlive it.
+_JANITOR = r"""
+import os, shutil, sys, time
+try:
+    while os.read(0, 4096):
+        pass
+except OSError:
+    pass
+path = sys.argv[1]
+def fix(func, p, exc):
+    try:
+        os.chmod(os.path.dirname(p), 0o700)
+        os.chmod(p, 0o700)
+        func(p)
+    except OSError:
+        pass
+for _ in range(40):
+    if not os.path.lexists(path):
+        break
+    shutil.rmtree(path, onerror=fix)
+    time.sleep(0.25)
+"""
 
 
-def _numpy_link_dir() -> tuple[str, list[str]]:
-    """A folder holding only links to NumPy (and its bundled libraries): the child's ``sys.path`` entry for it;
-    with the real folders the child may read."""
-    with _numpy_dir_lock:
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _sweep_stale_runs(base: str) -> None:
+    """Remove the run folders whose grader is gone (one killed before its janitor could finish, or a machine that
+    rebooted): each holds an ``owner`` file with its grader's pid and start time."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            path = os.path.join(base, name)
+            if not name.startswith(_RUN_PREFIX) or os.path.islink(path):
+                continue
+            try:
+                if os.stat(path).st_uid != os.geteuid():
+                    continue
+                with open(os.path.join(path, "owner"), encoding="ascii") as f:
+                    pid, started = f.read().split()
+            except (OSError, ValueError):
+                continue
+            if _start_time(int(pid)) != started:
+                _remove_tree(path)
+
+
+def _run_folder() -> dict[str, Any]:
+    """This grader process's run folder (made on first use): every child's working folder, the folder of links to
+    NumPy and the folder of links to the standard library live in it, and its janitor removes it when the grader
+    ends. Returns {"path", "numpy_dir", "stdlib_dir", "read"}: ``read`` the paths a child may read."""
+    with _run_lock:
+        if _run.get("pid") == os.getpid():
+            return _run
+        base = tempfile.gettempdir()
+        _sweep_stale_runs(base)
+        path = tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}{os.getpid()}-", dir=base)
+        with open(os.path.join(path, "owner"), "w", encoding="ascii") as f:
+            f.write(f"{os.getpid()} {_start_time(os.getpid())}\n")
+        r, w = os.pipe()
+        try:
+            janitor = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", _JANITOR, path], stdin=r,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                       close_fds=True)
+        finally:
+            os.close(r)
+        # NumPy alone, as links (the child's sys.path entry for it), with the real folders it may read
         real = os.path.dirname(os.path.realpath(np.__file__))
-        roots = [real]
+        numpy_dir = os.path.join(path, "numpy-path")
+        os.mkdir(numpy_dir)
+        os.symlink(real, os.path.join(numpy_dir, "numpy"))
+        read = [numpy_dir, real]
         libs = os.path.join(os.path.dirname(real), "numpy.libs")
-        if not _numpy_dir:
-            tmp = tempfile.mkdtemp(prefix="tnp-grade-numpy-")
-            atexit.register(shutil.rmtree, tmp, True)
-            os.symlink(real, os.path.join(tmp, "numpy"))
-            if os.path.isdir(libs):
-                os.symlink(libs, os.path.join(tmp, "numpy.libs"))
-            _numpy_dir.append(tmp)
         if os.path.isdir(libs):
-            roots.append(os.path.realpath(libs))
-        return _numpy_dir[0], roots + [_numpy_dir[0]]
+            os.symlink(libs, os.path.join(numpy_dir, "numpy.libs"))
+            read.append(os.path.realpath(libs))
+        # the standard library's entries, as links, without its site-packages (Landlock grants whole subtrees)
+        layout = confine.stdlib_layout()
+        stdlib_dir = os.path.join(path, "stdlib-path")
+        os.mkdir(stdlib_dir)
+        for entry in layout["entries"]:       # the child reads each link's target (confine.restrict)
+            os.symlink(os.path.join(layout["stdlib"], entry), os.path.join(stdlib_dir, entry))
+        read += [stdlib_dir, layout["dynload"], "/dev/urandom", *confine.SYSTEM_LIBRARY_PATHS]
+        _run.clear()
+        _run.update(pid=os.getpid(), path=path, numpy_dir=numpy_dir, stdlib_dir=stdlib_dir,
+                    sys_path=[stdlib_dir, layout["dynload"], numpy_dir], read=read, janitor=janitor, pipe=w)
+        atexit.register(_end_run, dict(_run))
+        return _run
+
+
+def _end_run(run: dict[str, Any]) -> None:
+    """At the grader's exit: remove the run folder, and let the janitor go."""
+    if run.get("pid") != os.getpid():
+        return
+    _remove_tree(run["path"])
+    with contextlib.suppress(OSError):
+        os.close(run["pipe"])
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        run["janitor"].wait(2)
 
 
 def _handout_modules(allowed: Iterable[str]) -> dict[str, list[str]]:
@@ -173,8 +267,18 @@ class _Output:
 class Sandbox:
     """One student's notebook in a child process (see the module doc). Use as a context manager."""
 
-    def __init__(self, allowed: Iterable[str] = (), limits: Limits | None = None, deadline: float | None = None):
+    def __init__(self, allowed: Iterable[str] = (), limits: Limits | None = None, deadline: float | None = None,
+                 confine: bool = True, *, _audit_hook: bool = True, _only: tuple[str, ...] | None = None):
+        """``confine``: run the child behind the kernel's boundary (:mod:`~transformer_np.grader.confine`);
+        False only for formative grading (``--no-sandbox``). ``_audit_hook`` is for the project's tests alone
+        (False: no message hook in the child, to show that the kernel's boundary holds without it), and so is
+        ``_only`` (the mechanisms of ``confine.MECHANISMS`` to apply, to measure what each one closes: such a
+        child is not checked)."""
         self.limits = limits or Limits()
+        self.confine = bool(confine)
+        self._audit_hook = bool(_audit_hook)
+        self._only = tuple(_only) if _only is not None else None
+        self.sandbox_state: dict | None = None
         self.allowed = tuple(allowed)
         self.deadline = deadline if deadline is not None else time.monotonic() + self.limits.submission_timeout
         self._proc: subprocess.Popen | None = None
@@ -193,15 +297,17 @@ class Sandbox:
         self.close()
 
     def start(self) -> None:
-        numpy_dir, roots = _numpy_link_dir()
-        self._work = tempfile.mkdtemp(prefix="tnp-grade-work-")
+        run = _run_folder()
+        self._work = tempfile.mkdtemp(prefix="work-", dir=run["path"])
         os.mkdir(os.path.join(self._work, "tmp"))
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
         mb = 1 << 20
         config = {
-            "req_fd": req_r, "rep_fd": rep_w, "workdir": self._work, "numpy_dir": numpy_dir, "read_roots": roots,
+            "req_fd": req_r, "rep_fd": rep_w, "workdir": self._work, "sys_path": run["sys_path"],
+            "confine": self.confine, "grader_pid": os.getpid(), "audit_hook": self._audit_hook, "only": self._only,
+            "read": run["read"], "stdlib_dir": run["stdlib_dir"], "read_write_files": ["/dev/null"],
             "handouts": _handout_modules(self.allowed), "max_caches": 4096,
             "limits": {"RLIMIT_AS": self.limits.memory_mb * mb, "RLIMIT_CPU": int(self.limits.cpu_seconds),
                        "RLIMIT_FSIZE": self.limits.file_mb * mb, "RLIMIT_NOFILE": 64, "RLIMIT_CORE": 0},
@@ -230,6 +336,11 @@ class Sandbox:
         header, _ = self._receive(self.limits.call_timeout + 20, "starting the process")
         if header.get("op") != "ready":
             self._die("the process did not start")
+        self.sandbox_state = header.get("sandbox") if isinstance(header.get("sandbox"), dict) else None
+        if self.confine and self._only is None:
+            problem = confine.state_problem(self.sandbox_state, os.geteuid() == 0)
+            if problem is not None:
+                self._die(f"the process running the notebook did not confine itself: {problem}")
 
     def close(self) -> None:
         if self._proc is not None:

@@ -4,8 +4,8 @@ A worksheet is a small TOML file (see :mod:`.format`) describing one problem —
 weights — and, optionally, a student's answers for any of the named steps (:mod:`.names`).
 :func:`check` computes every step with the library's own ops (:mod:`.steps`), marks each answer
 ``correct`` / ``follows`` / ``wrong`` / ``missing`` with follow-through (:mod:`.marking`) and
-diagnoses the first mistake (:mod:`~transformer_np.worksheets.diagnosis`). :func:`new_worksheet` writes a fresh problem chosen
-for hand calculation (:mod:`.generate`).
+diagnoses the first mistake (:mod:`~transformer_np.worksheets.diagnosis`). :func:`new_worksheet` writes a
+fresh problem chosen for hand calculation (:mod:`.generate`).
 
     >>> import transformer_np as tnp
     >>> report = tnp.check(tnp.worksheets.example_path("the_cat_sat"))

@@ -2,12 +2,13 @@ r"""The marking record and the helpers that read it, shared by the marker, the d
 
 :class:`Marking` holds everything the verdicts were computed from (the truth, the bands, the student's chain,
 the verdicts); ``FLOAT_SLACK`` is added to every comparison with a band. Below them, the readings of a record
-that both :mod:`~transformer_np.worksheets.diagnosis` and :mod:`.miscopy` need: the steps of the student's chain, one step recomputed
+that both :mod:`~transformer_np.worksheets.diagnosis` and :mod:`.miscopy`
+need: the steps of the student's chain, one step recomputed
 with some values or steps put into that chain, the unwritten steps a step depends on, how closely a value
 reproduces the student's answer, and the student's numbers quoted in an explanation.
 
-This is the lowest of the four: :mod:`.marking` imports :mod:`~transformer_np.worksheets.diagnosis`, which imports :mod:`.miscopy`, and
-all three import from here, so every import goes one way. ``FLOAT_SLACK`` and ``Marking`` keep resolving from
+This is the lowest of the four: :mod:`.marking` imports :mod:`~transformer_np.worksheets.diagnosis`, which
+imports :mod:`.miscopy`, and all three import from here, so every import goes one way. ``FLOAT_SLACK`` and ``Marking`` keep resolving from
 :mod:`.marking`.
 """
 
