@@ -5,11 +5,11 @@ What runs where, and what crosses the pipe:
 * **In the grader's process** (this package, never reachable from a student's code): the exercises' specs
   (:mod:`.specs`, :mod:`.specs_ops`, :mod:`.specs_blocks`, :mod:`.exercise_base`) and their hidden cases
   (:mod:`.hidden_cases`); the checks and their feedback (:mod:`.exercises`, :mod:`.calling`,
-  :mod:`~transformer_np.grader.diagnosis`, :mod:`.feedback`); the points by name (:mod:`.grading`); the class
-  run (:mod:`.grade`: :func:`grade_notebook`, :func:`grade_submissions`) and the gradebook it writes; the similarity report
-  (:mod:`.similarity`); the side of the sandbox that starts a child, talks to it under deadlines and serves the
-  functions a notebook hands out (:mod:`.sandbox`). The grader draws the cases, computes the reference and does
-  every comparison.
+  :mod:`~transformer_np.grader.diagnosis`, :mod:`.feedback`); the points by name (:mod:`.grading`); the class run
+  (:mod:`.grade`: :func:`grade_notebook`, :func:`grade_submissions`) and the gradebook it writes; the similarity
+  report (:mod:`.similarity`); the side of the sandbox that starts a child, talks to it under deadlines and serves the
+  functions a notebook hands out (:mod:`.sandbox`). The grader draws the cases, computes the reference and does every
+  comparison.
 * **In the child process** (:mod:`.child`, one per submission, run as a separate program that never imports this
   project): the student's cells and functions, behind the operating system's boundary set up before any student
   code runs.

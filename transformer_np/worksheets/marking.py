@@ -22,11 +22,10 @@ some rows):
    — but not ``follows`` where the student's own earlier numbers make the step trivial (all zeros, a
    constant row, the identity, or a value that is the same for any input: :mod:`.trivial`); that is
    ``wrong``, diagnosed ``trivialised``;
-3. otherwise ``wrong``. The first ``wrong`` step is diagnosed
-   (:mod:`~transformer_np.worksheets.diagnosis`); a mistake the diagnosis places in an unwritten step or in a copied number is then carried in the student's
-   chain and the later steps are marked again, so a step computed correctly from the student's own
-   numbers is ``follows`` — a mistake is penalised once;
-4. ``missing`` when not given.
+3. otherwise ``wrong``. The first ``wrong`` step is diagnosed (:mod:`~transformer_np.worksheets.diagnosis`); a mistake
+   the diagnosis places in an unwritten step or in a copied number is then carried in the student's chain and the
+   later steps are marked again, so a step computed correctly from the student's own numbers is ``follows`` — a
+   mistake is penalised once; 4. ``missing`` when not given.
 
 ``FLOAT_SLACK`` (1e-9) is added to every comparison for binary floating point.
 

@@ -8,8 +8,8 @@ with some values or steps put into that chain, the unwritten steps a step depend
 reproduces the student's answer, and the student's numbers quoted in an explanation.
 
 This is the lowest of the four: :mod:`.marking` imports :mod:`~transformer_np.worksheets.diagnosis`, which
-imports :mod:`.miscopy`, and all three import from here, so every import goes one way. ``FLOAT_SLACK`` and ``Marking`` keep resolving from
-:mod:`.marking`.
+imports :mod:`.miscopy`, and all three import from here, so every import goes one way. ``FLOAT_SLACK`` and
+``Marking`` keep resolving from :mod:`.marking`.
 """
 
 from __future__ import annotations
