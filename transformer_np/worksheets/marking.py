@@ -25,7 +25,8 @@ some rows):
 3. otherwise ``wrong``. The first ``wrong`` step is diagnosed (:mod:`~transformer_np.worksheets.diagnosis`); a mistake
    the diagnosis places in an unwritten step or in a copied number is then carried in the student's chain and the
    later steps are marked again, so a step computed correctly from the student's own numbers is ``follows`` — a
-   mistake is penalised once; 4. ``missing`` when not given.
+   mistake is penalised once;
+4. ``missing`` when not given.
 
 ``FLOAT_SLACK`` (1e-9) is added to every comparison for binary floating point.
 
