@@ -604,3 +604,12 @@ def softmax_forward(x):
     assert points(g)["q1"] == 0 and g.error is None
     assert points(g)["q2"] == 0                              # the backward needs this forward
     assert all(c.feedback for c in g.checks)
+
+
+def test_the_notebooks_own_checks_are_inert_stubs_in_the_child():
+    """The solution notebooks' hidden-test cells import the formative checks (``course.grading``'s grade_forward,
+    ``course.exercises``' check_forward): in the child those are inert stubs, so grading the solution leaves no note
+    of a failed import (each such cell was reported as a ModuleNotFoundError)."""
+    g = grade_notebook(REPO / "exercises" / "01_softmax.ipynb", "01_softmax", seed=0)
+    assert g.score == g.out_of
+    assert not [n for n in g.notes if "ModuleNotFoundError" in n], g.notes
