@@ -164,7 +164,7 @@ def _viridis():
 def plot_layer_grad_norms(results: list[dict], path: str | Path | None = None, layers: int = 12,
                           lr: float = 1e-3, seed: int = 0, steps=(0, 5, 10, 19), init: str = "xavier",
                           run_steps: int | None = 300):
-    r"""$\|\partial L/\partial\theta_\ell\|$ against layer ℓ at a few early ``steps``, Post-LN and Pre-LN without
+    """‖∂L/∂θ_ℓ‖ against layer ℓ at a few early ``steps``, Post-LN and Pre-LN without
     warm-up (one panel each), from the runs of length ``run_steps``."""
     if not _have_matplotlib():
         return None
