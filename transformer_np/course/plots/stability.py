@@ -173,8 +173,8 @@ def plot_layer_grad_norms(results: list[dict], path: str | Path | None = None, l
 
 def save_figures(outdir: str | Path = "figures") -> list[str]:
     """figures/training_stability*.png and training_layer_grad_norms.png from the stored experiment
-    (transformer_np/data/training_stability.json, shipped with the package) and figures/training_loss_curve.png from a short
-    live run (deterministic)."""
+    (transformer_np/data/training_stability.json, shipped with the package) and figures/training_loss_curve.png
+    from a short live run (deterministic)."""
     import json
 
     from ...training.loop import RunConfig, train
