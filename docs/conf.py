@@ -96,6 +96,7 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx-mathjax-offline",     # MathJax 3 copied into _static: the math renders without a network
     "sphinx.ext.viewcode",
+    "viewcode_backlinks",         # docs/_ext: the source viewer's "[docs]" links land on their anchors
     "plaintext_docstrings",       # docs/_ext: |x| and indented formulas in docstrings, shown as written
 ]
 
@@ -109,6 +110,9 @@ suppress_warnings = []
 nb_execution_mode = "off"          # the notebooks are shown with the outputs they were committed with
 nb_merge_streams = True
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
+# $$…$$ inside a paragraph (no blank line around it) is display maths, as Jupyter renders it; without this, MyST
+# reads its dollars as inline $…$ pairs and the prose between two formulas became run-together italic maths
+myst_dmath_double_inline = True
 myst_heading_anchors = 3           # [text](page.md#a-heading) links work
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}  # .rst first: autosummary's pages
 

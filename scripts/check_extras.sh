@@ -36,6 +36,11 @@ echo "$TORCH_PIN" > "$TMP/constraints.txt"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MPLBACKEND=Agg PIP_DISABLE_PIP_VERSION_CHECK=1
 unset PYTHONPATH   # the fresh venv's own editable install of this checkout, nothing else
 
+# Every extra that runs a BLAS-heavy command (figures' studies, bench, the notebooks, the course) brings threadpoolctl:
+# the studies run their small products at one BLAS thread (transformer_np.course._blas), several times faster on a
+# busy machine than on all of OpenBLAS's threads.
+NEEDS_THREADPOOLCTL=" torch hf pretrained plot notebooks course "
+
 # ------------------------------------------------------------------------------------------ the checks
 # Each runs inside the extra's venv (activated), in $TMP/work, and fails with a non-zero status.
 
@@ -142,6 +147,10 @@ run_one() {   # run_one EXTRA VENV: make the venv, install the extra alone, chec
     v=$(python -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null)
     if [ -n "$v" ] && [ "${v%%+*}" != "${TORCH_PIN#torch==}" ]; then
         echo "check_extras.sh: [$x] installed torch $v, not ${TORCH_PIN#torch==}" >&2
+        return 1
+    fi
+    if [[ "$NEEDS_THREADPOOLCTL" == *" $x "* ]] && ! python -c "import threadpoolctl"; then
+        echo "check_extras.sh: [$x] runs BLAS-heavy commands but did not install threadpoolctl" >&2
         return 1
     fi
     rm -rf "$TMP/work" && mkdir -p "$TMP/work" && cd "$TMP/work" || return

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The full warm-up experiment of notebook 04; writes notebooks/data/training_stability.json.
+"""The full warm-up experiment of notebook 04; writes transformer_np/data/training_stability.json.
 
     nohup nice -n 10 python scripts/run_training_stability.py --workers 1 [--out PATH] &
 
@@ -42,7 +42,7 @@ def _key(kw: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "notebooks" / "data" / "training_stability.json"))
+    ap.add_argument("--out", default=str(ROOT / "transformer_np" / "data" / "training_stability.json"))
     args = ap.parse_args()
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")

@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import html
 import html.parser
-import importlib.util
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from docs_site import built_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -49,23 +47,8 @@ def _chromium() -> str:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The built site: $TNP_DOCS_HTML if set (a site scripts/docs.sh just built, e.g. docs/_build/html),
-    else a fresh build of this checkout."""
-    given = os.environ.get("TNP_DOCS_HTML")
-    if given:
-        html_dir = Path(given).resolve()
-        assert (html_dir / "index.html").is_file(), f"TNP_DOCS_HTML={given}: no index.html there"
-        return html_dir
-    for module in ("sphinx", "myst_nb", "pydata_sphinx_theme"):
-        pytest.importorskip(module, reason='the docs packages are needed: pip install -e ".[docs]"')
-    if importlib.util.find_spec("sphinx-mathjax-offline") is None:
-        pytest.skip('sphinx-mathjax-offline is needed: pip install -e ".[docs]"')
-    out = tmp_path_factory.mktemp("site")
-    build = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-                            "-d", str(out / "doctrees"), str(ROOT / "docs"), str(out / "html")],
-                           capture_output=True, text=True, timeout=1800)
-    assert build.returncode == 0, f"the docs build failed:\n{build.stdout}\n{build.stderr}"
-    return out / "html"
+    """The built site (tests/docs_site.py): $TNP_DOCS_HTML if set, else a fresh build of this checkout."""
+    return built_site(tmp_path_factory)
 
 
 def _dump_dom(url: str, width: int = 1280, budget_ms: int = 20000, extra: tuple[str, ...] = ()) -> str:

@@ -195,7 +195,7 @@ def test_every_verdict_tag_in_the_docs_and_notebooks_is_the_ledgers():
 
 def test_training_numbers_in_A43_are_the_stored_experiments():
     """A43/L21 quote the stored runs; every 'mean (min–max)' they give matches
-    notebooks/data/training_stability.json."""
+    transformer_np/data/training_stability.json."""
     import json as _json
 
     from transformer_np.course import ledger, stability

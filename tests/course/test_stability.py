@@ -73,7 +73,7 @@ def test_table_aggregates_seeds_and_counts_stalls():
 
 
 def test_the_stored_experiment_is_the_grid():
-    """notebooks/data/training_stability.json holds one run per grid entry, in the grid's order."""
+    """transformer_np/data/training_stability.json holds one run per grid entry, in the grid's order."""
     stored = json.loads(stability.STABILITY_JSON.read_text())
     grid = stability.stability_grid(full=True)
     assert len(stored["runs"]) == len(grid)

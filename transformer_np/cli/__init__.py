@@ -21,7 +21,9 @@ import re
 import sys
 import textwrap
 
-__all__ = ["COMMANDS", "build_parser", "main", "plain_text"]
+from .. import __version__
+
+__all__ = ["COMMANDS", "build_parser", "flag_names", "main", "plain_text"]
 
 # command -> (module, one-line help). Order is the order shown by --help.
 COMMANDS = {
@@ -78,6 +80,36 @@ def plain_text(text: str) -> str:
     text = re.sub(r"(\S)::[ \t]*$", r"\1:", text, flags=re.M)
     text = re.sub(r"^[ \t]*::[ \t]*$\n?", "", text, flags=re.M)
     return text.replace("\\|", "|").replace("\\*", "*")
+
+
+def flag_names(message: str, flags: dict[str, str]) -> str:
+    """``message`` of an error raised by the Python API, with the parameter names a command's flags stand for
+    (its module's ``PARAMETER_FLAGS``, e.g. ``{"path_or_name": "--model"}``) written as those flags: a person
+    at the command line never typed ``path_or_name``. A name with an underscore is replaced wherever it stands
+    as a whole word; a plain word (``lr``, ``steps``) only where the message names it as the argument — before
+    ``must``, ``=``, ``[`` or ``:``."""
+    for name, flag in sorted(flags.items(), key=lambda kv: -len(kv[0])):
+        tail = "" if "_" in name else r"(?=\s+must\b|\s*=|\[|:)"
+        message = re.sub(rf"(?<![\w./\-]){re.escape(name)}(?![\w/]){tail}", flag, message)
+    return message
+
+
+def _os_error(e: Exception, args: argparse.Namespace) -> str:
+    """An error's message; the system's own "[Errno 2] No such file or directory: 'x'" becomes "x: No such file or
+    directory", led by "--out DIR:" when x is in the command's --out folder (the flag the reader can change)."""
+    text = str(e)
+    if not (isinstance(e, OSError) and e.filename is not None and e.strerror and text.startswith("[Errno")):
+        return text
+    text = f"{e.filename}: {e.strerror}"
+    out = getattr(args, "out", None)
+    if isinstance(out, str) and out:
+        try:
+            inside = os.path.commonpath([os.path.abspath(out), os.path.abspath(e.filename)]) == os.path.abspath(out)
+        except ValueError:                          # different drives, or a relative and an absolute path
+            inside = False
+        if inside:
+            text = f"--out {out}: cannot write {text}"
+    return text
 
 
 def _description(name: str, doc: str | None, help_text: str) -> str:
@@ -150,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="transformer-np",
                      description="A pure-NumPy Transformer encoder stack: checks, traces and experiments.",
                      epilog="Run 'transformer-np COMMAND --help' for what a command does and its options.")
+    parser.add_argument("--version", action="version", version=f"transformer-np {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_text) in COMMANDS.items():
         try:
@@ -162,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         p = sub.add_parser(name, help=help_text, description=_description(name, mod.__doc__, help_text))
         mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+        p.set_defaults(_run=mod.run, _flags=getattr(mod, "PARAMETER_FLAGS", {}))
     _plain_actions(parser)
     return parser
 
@@ -193,10 +227,11 @@ def _main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:                   # a reader closed the pipe: main ends quietly
         raise
     except (ValueError, TypeError) as e:
-        print(f"transformer-np {args.command}: error: {e}", file=sys.stderr)
+        print(f"transformer-np {args.command}: error: {flag_names(str(e), args._flags)}", file=sys.stderr)
         return 2
     except (ImportError, OSError) as e:  # a missing optional package, an unwritable --out
-        print(f"transformer-np {args.command}: error: {e}", file=sys.stderr)
+        print(f"transformer-np {args.command}: error: {flag_names(_os_error(e, args), args._flags)}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -24,8 +24,10 @@ from ..perf.bench import (
     run_benchmark,
 )
 
-
 # ----------------------------------------------------------------------------- CLI
+PARAMETER_FLAGS = {"shape": "--shape"}   # the parser of a shape names its argument: errors name the flag
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="only bert-base float32, 5 rounds, no memory or MiniLM runs (about a minute on a quiet "

@@ -19,8 +19,10 @@ import numpy as np
 from .._text import printable
 from ..io.pretrained import MODEL_NAME, cosine_similarity_matrix, load_pretrained
 
-
 # ----------------------------------------------------------------------------- CLI
+PARAMETER_FLAGS = {"path_or_name": "--model", "dtype": "--dtype"}   # load_pretrained's names: errors name the flag
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sentences", nargs="+", metavar="SENTENCE",
                         help="a sentence to embed (quote it; give two or more to compare them)")

@@ -42,8 +42,24 @@ def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.tol) and args.tol >= 0):
         raise ValueError(f"--tol must be a finite number >= 0 (a bound on the relative error), got {args.tol}")
     bar = None if (args.json or args.quiet) else Progress("gradcheck")
+    at = [0, 0, ""]                                   # the case running: i, total, name
+
+    def progress(i: int, total: int, name: str) -> None:
+        at[:] = [i, total, name]
+        if bar is not None:
+            bar(i, total, name)
+
     try:
-        results = run_all(seed=args.seed, max_coords=args.max_coords, progress=bar)
+        results = run_all(seed=args.seed, max_coords=args.max_coords, progress=progress)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        i, total, name = at
+        where = f"at check {i} of {total} ({name})" if i else "before the first check"
+        print(f"transformer-np gradcheck: interrupted {where}; nothing is kept (gradcheck writes no file and its "
+              f"table is printed at the end): run it again to check everything (--max-coords 4 is quicker)",
+              file=sys.stderr)
+        return 130
     finally:
         if bar is not None:
             bar.close()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -21,8 +23,17 @@ from ..training.checkpoint import read_checkpoint_config
 from ..training.loop import CHECKPOINT, CURVE_JSON, CURVE_PNG, SCHEDULES, RunConfig, train
 from ..training.tasks import TASKS
 
-
 # ----------------------------------------------------------------------------- CLI
+# RunConfig's fields (and the names its checks use) as the flags that set them: errors name the flag
+PARAMETER_FLAGS = {
+    "task": "--task", "layers": "--layers", "d_model": "--d-model", "heads": "--heads", "n_heads": "--heads",
+    "norm": "--norm", "init": "--init", "betas": "--betas", "betas[0]": "--betas B1", "betas[1]": "--betas B2",
+    "eps": "--adam-eps", "lr": "--lr", "warmup": "--warmup", "schedule": "--schedule", "steps": "--steps",
+    "seed": "--seed", "batch_size": "--batch-size", "eval_every": "--eval-every", "weight_decay": "--weight-decay",
+    "clip": "--clip", "dropout": "--dropout", "seq_len": "--seq-len", "dtype": "--dtype", "out": "--out",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Run settings default to None ("not given"): a new run fills them from RunConfig's defaults, a
     # resumed run from its checkpoint — so `--resume --steps 400` needs no other flag, and a flag
@@ -107,6 +118,18 @@ def _saved_step(out: Path) -> str:
         return "?"
 
 
+def _interrupted(out: Path) -> str:
+    """The one line Ctrl-C prints: what the interrupted run left in ``out`` and how to continue it (a checkpoint
+    is written atomically at every evaluation, so the last one is whole)."""
+    lead = "\n" if sys.stderr.isatty() else ""          # the bar redraws in place: end its line first
+    if (out / CHECKPOINT).is_file():
+        command = f"transformer-np train --out {shlex.quote(str(out))} --resume"
+        return printable(f"{lead}transformer-np train: interrupted; the checkpoint of step {_saved_step(out)} is "
+                         f"kept in {out / CHECKPOINT}: continue with {command}")
+    return printable(f"{lead}transformer-np train: interrupted before the first checkpoint (written every "
+                     f"--eval-every steps): nothing was kept; run the command again to start over")
+
+
 def run(args: argparse.Namespace) -> int:
     given = _given(args)
     out = Path(args.out)
@@ -120,7 +143,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg = RunConfig(**given)
     t0 = time.perf_counter()
-    state = train(cfg, out=out, resume=args.resume, progress=not args.quiet, overwrite=args.overwrite)
+    try:
+        state = train(cfg, out=out, resume=args.resume, progress=not args.quiet, overwrite=args.overwrite)
+    except KeyboardInterrupt:
+        print(_interrupted(out), file=sys.stderr)
+        return 130
     seconds = time.perf_counter() - t0
     h = state.history
     c = state.cfg

@@ -17,7 +17,8 @@ from ..training.loop import RunConfig, train
 __all__ = ["stability_grid", "run_stability_one", "run_stability", "stability_table", "find_row", "CHANCE", "STALLED",
            "STABILITY_JSON", "STABILITY_BASE", "INITS", "NORMS"]
 
-STABILITY_JSON = Path(__file__).resolve().parents[2] / "notebooks" / "data" / "training_stability.json"
+# package data: `figures` from an installed wheel draws the training-stability figures from it too
+STABILITY_JSON = Path(__file__).resolve().parents[1] / "data" / "training_stability.json"
 
 
 # ----------------------------------------------------------------------------- the warm-up experiment

@@ -110,7 +110,7 @@ def draw_wiring():
 
 @styled
 def draw_norm_comparison(res: dict):
-    r"""Mean row norm $\|H^{(\ell)}_i\|$ per layer, Post-LN vs the Pre-LN residual stream (same weights)."""
+    """Mean row norm ‖H_i^(ℓ)‖ per layer, Post-LN vs the Pre-LN residual stream (same weights)."""
     fig, ax = figure(figsize=(6.4, 3.9))
     L = np.arange(len(res["post_norms"]))
     ax.plot(L, res["post_norms"], "o-", color="tab:red", label=r"Post-LN $H^{(\ell)}$")
@@ -185,7 +185,7 @@ def draw_layer_dataflow(shapes: list, config: EncoderConfig):
 # ----------------------------------------------------------------------------- Figure 2
 @styled
 def draw_dependency_maps(res: dict, floor_rel: float = 1e-4):
-    r"""$D_{ij} = \|\partial H^{(\ell)}_i/\partial H^{(0)}_j\|_F$ per layer, full vs windowed attention, on one
+    """D_ij = ‖∂H_i^(ℓ) / ∂H_j^(0)‖_F per layer, full vs windowed attention, on one
     logarithmic colour scale (with its colorbar) from ``floor_rel``·max to max; exact zeros are white with a ×."""
     from matplotlib.colors import LogNorm
 
@@ -256,7 +256,7 @@ def draw_cls(att: dict, grad: dict):
 # ----------------------------------------------------------------------------- pitfalls, budget, cost
 @styled
 def draw_no_layernorm(res: dict):
-    r"""Mean $\|H^{(\ell)}_i\|$ per layer: residual-only (no LN), Pre-LN residual stream, Post-LN."""
+    """Mean ‖H_i^(ℓ)‖ per layer: residual-only (no LN), Pre-LN residual stream, Post-LN."""
     fig, ax = figure(figsize=(6.4, 3.9))
     L = np.arange(len(res["no_ln"]))
     ax.semilogy(L, res["no_ln"], "o-", ms=3, color="tab:purple", label="residual only (no LayerNorm)")

@@ -1,5 +1,5 @@
-r"""Figure of the complexity study (:mod:`transformer_np.course.complexity`): measured layer time and the fitted
-$O(n^2 d + n d^2)$ model. Drawing only."""
+"""Figure of the complexity study (:mod:`transformer_np.course.complexity`): measured layer time and the fitted
+O(n²d + nd²) model. Drawing only."""
 
 from __future__ import annotations
 

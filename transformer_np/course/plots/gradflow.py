@@ -72,7 +72,7 @@ def _split_axes(title_left: str, title_right: str, figsize=(11, 4.8)):
 
 @styled
 def plot_profile(results: dict, depth: int | None = None, probe: int = 50, key: str = "grad_norm_by_layer"):
-    r"""$\|\partial L/\partial H^{(\ell)}\| / \|\partial L/\partial H^{(L)}\|$ against ℓ at one depth (default the
+    """‖∂L/∂H^(ℓ)‖ / ‖∂L/∂H^(L)‖ against ℓ at one depth (default the
     deepest), layer ``probe`` marked; the exploding no-layernorm stack on its own panel."""
     depth, probe = _deepest(results, depth, probe)
     fig, a, b = _split_axes("Pre-LN, Post-LN, no residual", "no LayerNorm (residual only): own scale")
@@ -118,7 +118,7 @@ def _against_depth(results: dict, value, ylabel: str, title: str):
 
 @styled
 def plot_ratio_vs_depth(results: dict):
-    r"""$\|\partial L/\partial H^{(0)}\| / \|\partial L/\partial H^{(L)}\|$ against depth (log–log)."""
+    """‖∂L/∂H^(0)‖ / ‖∂L/∂H^(L)‖ against depth (log–log)."""
     return _against_depth(results, lambda r: r["input_to_output_ratio"],
                           r"$\|\partial L/\partial H^{(0)}\| \,/\, \|\partial L/\partial H^{(L)}\|$",
                           "Gradient at the input relative to the output, against depth")
@@ -126,7 +126,7 @@ def plot_ratio_vs_depth(results: dict):
 
 @styled
 def plot_last_w2_vs_depth(results: dict):
-    r"""$\|\partial L/\partial W_2\|$ of the last layer against depth (Xiong et al. 2020's quantity)."""
+    """‖∂L/∂W_2‖ of the last layer against depth (Xiong et al. 2020's quantity)."""
     return _against_depth(results, lambda r: r["w2_grad_norm_by_layer"][-1],
                           r"$\|\partial L/\partial W_2\|$ of the last layer",
                           r"Last layer's FFN output weights: $\|\partial L/\partial W_2\|$ against depth")
@@ -200,7 +200,7 @@ def _resolved(s: np.ndarray) -> np.ndarray:
 
 @styled
 def plot_spectra(spectra: dict):
-    r"""σ_max, median and σ_min of $\partial H^{(\ell)}/\partial H^{(0)}$ against ℓ, one panel per (init, variant);
+    """σ_max, median and σ_min of ∂H^(ℓ)/∂H^(0) against ℓ, one panel per (init, variant);
     ``spectra[(variant, init)]`` = :func:`~transformer_np.course.gradflow.singular_values_by_depth`. For stacks
     ending in a LayerNorm only the n(d−2) structurally non-zero values count. Values below
     ``SIGMA_RTOL`` · σ_max are float64 round-off, not data, and are not drawn."""
@@ -239,7 +239,7 @@ def plot_spectra(spectra: dict):
 
 @styled
 def plot_expansion(views: dict):
-    r"""Spectral norm of the order-m term $E_m$ of $\prod D(sI + J)$ against m; ``views[label]`` =
+    """Spectral norm of the order-m term E_m of ∏ D(sI + J) against m; ``views[label]`` =
     :func:`~transformer_np.course.gradflow.jacobian_view`."""
     fig, ax = figure(figsize=(6.8, 4.2))
     for v in views.values():

@@ -164,7 +164,7 @@ def _viridis():
 def plot_layer_grad_norms(results: list[dict], path: str | Path | None = None, layers: int = 12,
                           lr: float = 1e-3, seed: int = 0, steps=(0, 5, 10, 19), init: str = "xavier",
                           run_steps: int | None = 300):
-    r"""$\|\partial L/\partial\theta_\ell\|$ against layer ℓ at a few early ``steps``, Post-LN and Pre-LN without
+    """‖∂L/∂θ_ℓ‖ against layer ℓ at a few early ``steps``, Post-LN and Pre-LN without
     warm-up (one panel each), from the runs of length ``run_steps``."""
     if not _have_matplotlib():
         return None
@@ -173,8 +173,8 @@ def plot_layer_grad_norms(results: list[dict], path: str | Path | None = None, l
 
 def save_figures(outdir: str | Path = "figures") -> list[str]:
     """figures/training_stability*.png and training_layer_grad_norms.png from the stored experiment
-    (notebooks/data/training_stability.json, when present) and figures/training_loss_curve.png from a short
-    live run (deterministic)."""
+    (transformer_np/data/training_stability.json, shipped with the package) and figures/training_loss_curve.png
+    from a short live run (deterministic)."""
     import json
 
     from ...training.loop import RunConfig, train
