@@ -199,15 +199,20 @@ def test_handed_out_caches_are_bounded_in_bytes():
     assert result["grown_mb"] < 250, result                    # 64 MB of caches + one call's work (was ~800 MB)
 
 
-def test_a_handed_out_call_that_would_allocate_gigabytes_is_refused_before_it_runs(tmp_path):
-    from transformer_np.grader.sandbox import Sandbox
-
-    allowed = ("transformer_np.ops.attention.attention_forward",)
-    with Sandbox(allowed, limits=Limits(call_timeout=20)) as sb:
-        r = sb.run_cell(0, "import numpy as np\nfrom transformer_np.ops.attention import attention_forward\n"
-                           "q = np.ones((1, 1, 40_000, 1))\nattention_forward(q, q, q)\n")     # 40k × 40k scores
-    assert not r["ok"] and r["error"]["type"] == "ValueError", r
-    assert "makes at most" in r["error"]["message"], r
+def test_a_handed_out_call_that_would_allocate_gigabytes_is_refused_before_it_runs():
+    # three arrays of 40,000 numbers ask for 40,000 x 40,000 attention weights (12.8 GB) in the grader; the
+    # grader runs under a 3 GB address-space limit here, so a regression is a MemoryError, not a dead machine
+    result = _run_grader('''
+        import json, resource
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        from transformer_np.grader.sandbox import Limits, Sandbox
+        with Sandbox(("transformer_np.ops.attention.attention_forward",), limits=Limits(call_timeout=20)) as sb:
+            r = sb.run_cell(0, "import numpy as np\\nfrom transformer_np.ops.attention import attention_forward\\n"
+                               "q = np.ones((1, 1, 40_000, 1))\\nattention_forward(q, q, q)\\n")
+        print(json.dumps(r))
+    ''')
+    assert not result["ok"] and result["error"]["type"] == "ValueError", result
+    assert "makes at most" in result["error"]["message"], result
 
 
 def test_handout_calls_in_a_loop_end_at_the_call_time_limit():

@@ -13,15 +13,20 @@ notebook. The grader
   wire module, :mod:`transformer_np.grader.wire`, for the format and the checks on every array received);
 * serves, during a call, the student's calls of the functions the notebook hands out (``Exercise.allowed``):
   the library's function runs here, on the arrays received, and its cache stays here behind a numbered handle;
-* waits for every reply with a deadline — per call (``Limits.call_timeout``) and per submission
-  (``Limits.submission_timeout``) — and on a timeout, a crash or a reply that breaks the format kills the
-  child's whole process group and raises :class:`SandboxGone` (a ``BaseException``: it ends the check that was
-  running and nothing in the checks catches it);
+* reads and writes every message with a deadline — per call (``Limits.call_timeout``, the whole exchange with
+  its handed-out calls) and per submission (``Limits.submission_timeout``), both CPU seconds with wall-clock
+  caps ``Limits.wall_factor`` times larger (:mod:`transformer_np.grader.timing`) — and on a timeout, a crash, a
+  pipe the child does not read or a reply that breaks the format kills the child's whole process group and
+  raises :class:`SandboxGone` (a ``BaseException``: it ends the check that was running and nothing in the
+  checks catches it);
 * drains what the student prints (standard output and error) in a thread, keeping the first
   ``Limits.output_chars`` characters and counting the rest.
 
 Nothing the child sends is executed or unpickled here: a reply is numbers, strings, containers of them, opaque
-type names and handle numbers, bounded in size before it is read.
+type names and handle numbers, bounded in size before it is read (:data:`REPLY_LIMIT`) and its header before it
+is parsed (:func:`transformer_np.grader.wire.check_header`). The handed-out functions' caches are bounded in
+bytes per submission (:data:`HANDOUT_CACHE_BYTES`) and a handed-out call in the arrays it would make
+(:data:`HANDOUT_WORK`), so the grader's memory per worker is bounded (docs/guide/instructors.md says by what).
 """
 
 from __future__ import annotations
