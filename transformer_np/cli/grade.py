@@ -39,9 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="let --csv replace an existing FILE")
     p.add_argument("--json", action="store_true", help="print the grades as JSON instead of text")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                   help="seconds one cell or one call of a student's function may take (default 10)")
+                   help="CPU seconds one cell or one call of a student's function may take, handed-out calls "
+                        "included (default 10; wall-clock cap 4x)")
     p.add_argument("--submission-timeout", type=float, default=300.0, metavar="S",
-                   help="seconds a whole submission may take (default 300)")
+                   help="CPU seconds a whole submission may take (default 300; wall-clock cap 4x)")
     p.add_argument("--memory-mb", type=int, default=1024, metavar="MB",
                    help="address-space limit of a submission's process, NumPy included (default 1024)")
     p.add_argument("--workers", type=int, default=1, metavar="N", help="submissions graded at once (default 1)")

@@ -157,24 +157,29 @@ def _main(config: dict, confine=None, state: dict | None = None) -> None:
             return caches[h.id]
         return h                                       # a handed-out function's cache: kept by the grader
 
-    def send(header: dict, value=None, keep_fn=None) -> None:
+    def send(header: dict, value=None, keep_fn=None, strict: bool = False) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             payload = wire.pack(header, value, keep_fn)
+            if len(payload) > wire.MAX_REPLY:      # the grader would refuse it unread: say so here instead
+                raise wire.WireError(f"{len(payload):,} bytes is too large to send to the grader (at most "
+                                     f"{wire.MAX_REPLY:,})")
         except (wire.WireError, ValueError, TypeError, OverflowError) as e:
+            if strict:                             # a handed-out call: the student's error, before anything is sent
+                raise ValueError(str(e)) from None
             payload = wire.pack({"op": "reply", "ok": False, "error": {"type": "WireError", "message": str(e),
                                                                   "where": ""}})
         wire.write_frame(rep_fd, payload)
 
     def receive() -> tuple[dict, object]:
-        return wire.unpack(wire.read_frame(req_fd), resolve)
+        return wire.unpack(wire.read_frame(req_fd), resolve, max_str=None)   # the grader's cells, whole
 
     # ------------------------------------------------------------------ handed-out functions: ask the grader
     def handout(dotted: str):
         def call(*args, **kwargs):
             with lock:
-                send({"op": "handout", "name": dotted}, [list(args), kwargs])
+                send({"op": "handout", "name": dotted}, [list(args), kwargs], strict=True)
                 header, value = receive()
             if header.get("ok"):
                 return value

@@ -36,7 +36,6 @@ import os
 import secrets
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -50,6 +49,7 @@ from .grading import POINTS, grade_backward, grade_forward, graded_checks
 from .sandbox import Limits, Sandbox, SandboxGone
 from .source import parse_untrusted
 from .specs import EXERCISES
+from .timing import Budget
 
 __all__ = ["CheckGrade", "SubmissionGrade", "grade_notebook", "grade_submissions", "require_boundary",
            "submission_paths", "read_code_cells"]
@@ -229,7 +229,7 @@ class _Run:
 
     def __init__(self, cells: list[tuple[int, str]], allowed: tuple[str, ...], limits: Limits, confine: bool = True):
         self.cells, self.allowed, self.limits, self.confine = cells, allowed, limits, confine
-        self.deadline = time.monotonic() + limits.submission_timeout
+        self.budget = Budget(limits.submission_timeout, limits.wall_factor)    # CPU seconds, with a wall cap
         self.sandbox: Sandbox | None = None
         self.skip: dict[int, str] = {}                     # cells that hung or ended their process
         self.errors: dict[int, dict] = {}                  # cells that raised
@@ -239,12 +239,12 @@ class _Run:
     def ready(self) -> Sandbox:
         while self.sandbox is None or not self.sandbox.alive:
             self._retire()
-            if time.monotonic() >= self.deadline:
-                raise SandboxGone(f"the submission's time limit ({self.limits.submission_timeout:g} s) ran out")
+            if self.budget.over() is not None:
+                raise SandboxGone(self.budget.over())
             if self.starts >= _MAX_RESTARTS:
                 raise SandboxGone(f"the notebook's process died {self.starts} times; the remaining checks are not run")
             self.starts += 1
-            sandbox = Sandbox(self.allowed, self.limits, self.deadline, confine=self.confine)
+            sandbox = Sandbox(self.allowed, self.limits, self.budget, confine=self.confine)
             self.sandbox = sandbox
             sandbox.start()
             for i, src in self.cells:
@@ -253,7 +253,7 @@ class _Run:
                 try:
                     result = sandbox.run_cell(i, src)
                 except SandboxGone as gone:
-                    if time.monotonic() >= self.deadline:
+                    if self.budget.over() is not None:
                         raise
                     self.skip[i] = gone.reason
                     break                                   # a fresh process, without this cell

@@ -18,15 +18,20 @@ notebook. The grader
   wire module, :mod:`transformer_np.grader.wire`, for the format and the checks on every array received);
 * serves, during a call, the student's calls of the functions the notebook hands out (``Exercise.allowed``):
   the library's function runs here, on the arrays received, and its cache stays here behind a numbered handle;
-* waits for every reply with a deadline — per call (``Limits.call_timeout``) and per submission
-  (``Limits.submission_timeout``) — and on a timeout, a crash or a reply that breaks the format kills the
-  child's whole process group and raises :class:`SandboxGone` (a ``BaseException``: it ends the check that was
-  running and nothing in the checks catches it);
+* reads and writes every message with a deadline — per call (``Limits.call_timeout``, the whole exchange with
+  its handed-out calls) and per submission (``Limits.submission_timeout``), both CPU seconds with wall-clock
+  caps ``Limits.wall_factor`` times larger (:mod:`transformer_np.grader.timing`) — and on a timeout, a crash, a
+  pipe the child does not read or a reply that breaks the format kills the child's whole process group and
+  raises :class:`SandboxGone` (a ``BaseException``: it ends the check that was running and nothing in the
+  checks catches it);
 * drains what the student prints (standard output and error) in a thread, keeping the first
   ``Limits.output_chars`` characters and counting the rest.
 
 Nothing the child sends is executed or unpickled here: a reply is numbers, strings, containers of them, opaque
-type names and handle numbers, bounded in size before it is read.
+type names and handle numbers, bounded in size before it is read (:data:`REPLY_LIMIT`) and its header before it
+is parsed (:func:`transformer_np.grader.wire.check_header`). The handed-out functions' caches are bounded in
+bytes per submission (:data:`HANDOUT_CACHE_BYTES`) and a handed-out call in the arrays it would make
+(:data:`HANDOUT_WORK`), so the grader's memory per worker is bounded (docs/guide/instructors.md says by what).
 """
 
 from __future__ import annotations
@@ -51,26 +56,31 @@ from typing import Any
 
 import numpy as np
 
+from ..io.jsonfile import scan_json
 from . import child as _child_program
 from . import confine, wire
+from .timing import Budget, CallClock, CpuMeter
 
 __all__ = ["Limits", "Sandbox", "SandboxGone", "StudentError"]
 
 _CHILD = Path(_child_program.__file__).resolve()
 _PASS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG", "LC_ALL")   # the machine's, never set by us
 _MAX_HANDOUT_CACHES = 50_000
-REPLY_LIMIT = 32 << 20          # bytes of one message from the child: far above any exercise's arrays
+REPLY_LIMIT = wire.MAX_REPLY    # bytes of one message from the child (16 MB): far above any exercise's arrays
 HANDOUT_LIMIT = 1 << 20         # array elements a handed-out function may be given in one call
+HANDOUT_WORK = 4 << 20          # elements of the largest array a handed-out call makes (B·h·n·n for attention)
+HANDOUT_CACHE_BYTES = 64 << 20  # bytes of handed-out caches kept per submission (the oldest dropped first)
 
 
 @dataclass(frozen=True)
 class Limits:
     """The limits of one submission's process."""
 
-    call_timeout: float = 10.0          # wall seconds for one cell or one call of a student's function
-    submission_timeout: float = 300.0   # wall seconds for the whole submission (its cells and every check)
+    call_timeout: float = 10.0          # CPU seconds for one cell or one call of a student's function
+    submission_timeout: float = 300.0   # CPU seconds for the whole submission (its cells and every check)
+    wall_factor: float = 4.0            # each has a wall-clock cap of wall_factor × its CPU seconds
     memory_mb: int = 1024               # address space of the child (RLIMIT_AS), NumPy included
-    cpu_seconds: int = 600              # CPU time of the child (RLIMIT_CPU): a backstop behind the wall timeouts
+    cpu_seconds: int = 600              # CPU time of one child (RLIMIT_CPU): a backstop behind the timeouts
     file_mb: int = 16                   # the largest file it may write in its working folder (RLIMIT_FSIZE)
     output_chars: int = 20_000          # characters kept of what the student's code prints
 
@@ -267,7 +277,7 @@ class _Output:
 class Sandbox:
     """One student's notebook in a child process (see the module doc). Use as a context manager."""
 
-    def __init__(self, allowed: Iterable[str] = (), limits: Limits | None = None, deadline: float | None = None,
+    def __init__(self, allowed: Iterable[str] = (), limits: Limits | None = None, budget: Budget | None = None,
                  confine: bool = True, *, _audit_hook: bool = True, _only: tuple[str, ...] | None = None):
         """``confine``: run the child behind the kernel's boundary (:mod:`~transformer_np.grader.confine`);
         False only for formative grading (``--no-sandbox``). ``_audit_hook`` is for the project's tests alone
@@ -280,9 +290,15 @@ class Sandbox:
         self._only = tuple(_only) if _only is not None else None
         self.sandbox_state: dict | None = None
         self.allowed = tuple(allowed)
-        self.deadline = deadline if deadline is not None else time.monotonic() + self.limits.submission_timeout
+        # the submission's time (shared by every process started for it; see timing.py): CPU seconds, wall cap
+        self.budget = budget if budget is not None else Budget(self.limits.submission_timeout,
+                                                               self.limits.wall_factor)
+        self._meter: CpuMeter | None = None
+        self._cpu_seen = 0.0                     # the child's CPU seconds already charged to the budget
+        self._clock: CallClock | None = None     # the request being served, if any
         self._proc: subprocess.Popen | None = None
         self._handouts: OrderedDict[int, _HandoutCache] = OrderedDict()
+        self._handout_bytes = 0
         self._next_handout = 0
         self._output: _Output | None = None
         self._work: str | None = None
@@ -345,6 +361,8 @@ class Sandbox:
     def close(self) -> None:
         if self._proc is not None:
             self._kill()
+        self._handouts.clear()                   # the handed-out caches die with the submission's process
+        self._handout_bytes = 0
         for fd in ("_req", "_rep"):
             with contextlib.suppress(AttributeError, OSError):
                 os.close(getattr(self, fd))
@@ -385,33 +403,58 @@ class Sandbox:
         return self._proc is not None and self._proc.poll() is None
 
     # ------------------------------------------------------------------ messages
-    def _send(self, header: dict, value: Any = None) -> None:
+    def _charge(self) -> None:
+        """Bring the submission's budget up to date with the child's CPU time (and, during a request, the
+        grader's own time on it: serving handed-out functions, reading and writing messages)."""
+        if self._meter is None and self._proc is not None:
+            self._meter = CpuMeter(self._proc.pid)
+        cpu = self._meter.seconds() if self._meter is not None else None
+        if cpu is not None:
+            self.budget.charge(cpu - self._cpu_seen)
+            self._cpu_seen = max(self._cpu_seen, cpu)
+        if self._clock is not None:
+            now = time.thread_time()
+            self.budget.charge(now - self._grader_seen)
+            self._grader_seen = now
+
+    def _wait(self, fd: int, writing: bool, clock: CallClock, doing: str) -> None:
+        """Wait until ``fd`` is ready, charging the time used meanwhile; past a limit the child is killed."""
+        while True:
+            self._charge()
+            reason = clock.over(doing)
+            if reason is not None:
+                self._die(reason)
+            ready = select.select([] if writing else [fd], [fd] if writing else [], [], clock.poll())
+            if ready[0] or ready[1]:
+                return
+
+    def _send(self, header: dict, value: Any = None, doing: str = "sending a request") -> None:
+        """Send one request, never blocking past the call's limits: a child that does not read its requests
+        (a full pipe) is killed when they run out."""
         if self._proc is None:
             raise SandboxGone(self.gone or "the process is not running")
+        clock = self._clock or CallClock(self.budget, self.limits.call_timeout)
+        payload = wire.pack(header, value, max_str=None)      # cells of any size travel whole
         try:
-            wire.write_frame(self._req, wire.pack(header, value))
+            os.set_blocking(self._req, False)
+            wire.write_frame(self._req, payload, lambda fd: self._wait(fd, True, clock, doing))
         except (BrokenPipeError, OSError):
             self._die("the process running the notebook ended")
 
-    def _receive(self, timeout: float, doing: str) -> tuple[dict, Any]:
-        end = min(time.monotonic() + timeout, self.deadline)
-        whole = end == self.deadline
-
-        def wait() -> None:
-            left = end - time.monotonic()
-            if left <= 0 or not select.select([self._rep], [], [], left)[0]:
-                if whole:
-                    self._die(f"the submission's time limit ({self.limits.submission_timeout:g} s) ran out while "
-                              f"{doing}")
-                self._die(f"{doing} took longer than {timeout:g} s (an endless loop?)")
-
+    def _receive(self, timeout: float, doing: str, clock: CallClock | None = None) -> tuple[dict, Any]:
+        """The child's next message, within ``clock`` (default: a fresh one of ``timeout`` CPU seconds). The
+        frame is bounded (:data:`REPLY_LIMIT`) before it is read, its header (bytes, depth, values) before it is
+        parsed."""
+        clock = clock or CallClock(self.budget, timeout)
         try:
-            return wire.unpack(wire.read_frame(self._rep, wait, limit=REPLY_LIMIT), self._resolve)
+            frame = wire.read_frame(self._rep, lambda: self._wait(self._rep, False, clock, doing), limit=REPLY_LIMIT)
+            return wire.unpack(frame, self._resolve, scan=scan_json)
         except EOFError:
             self._die(f"the process running the notebook ended while {doing} (a memory limit of "
                       f"{self.limits.memory_mb} MB, os._exit or a crash)")
         except (wire.WireError, KeyError, TypeError, ValueError, AttributeError, RecursionError, MemoryError) as e:
-            self._die(f"the process sent a malformed reply while {doing}: {type(e).__name__}")
+            detail = f": {e}" if isinstance(e, wire.WireError) else ""
+            self._die(f"the process sent a malformed reply while {doing}: {type(e).__name__}{detail}"[:300])
         raise AssertionError("unreachable")
 
     def _resolve(self, handle: wire.Handle) -> Any:
@@ -422,16 +465,24 @@ class Sandbox:
         return _UnknownHandle(handle.id)
 
     def _request(self, header: dict, value: Any, doing: str) -> tuple[dict, Any]:
-        """Send a request and wait for its reply, serving handed-out functions meanwhile."""
-        self._send(header, value)
-        while True:
-            reply, result = self._receive(self.limits.call_timeout, doing)
-            if reply.get("op") == "handout":
-                self._serve_handout(str(reply.get("name", "")), result)
-                continue
-            if reply.get("op") != "reply":
-                self._die(f"the process sent an unexpected message while {doing}")
-            return reply, result
+        """Send a request and wait for its reply, serving handed-out functions meanwhile: the whole exchange is
+        one call's time (:class:`~transformer_np.grader.timing.CallClock`), handed-out calls included."""
+        self._clock = clock = CallClock(self.budget, self.limits.call_timeout)
+        self._grader_seen = time.thread_time()
+        try:
+            self._send(header, value, doing)
+            while True:
+                reply, result = self._receive(self.limits.call_timeout, doing, clock)
+                if reply.get("op") == "handout":
+                    self._serve_handout(str(reply.get("name", "")), result, doing)
+                    continue
+                if reply.get("op") != "reply":
+                    self._die(f"the process sent an unexpected message while {doing}")
+                return reply, result
+        finally:
+            if self._proc is not None:
+                self._charge()
+            self._clock = None
 
     # ------------------------------------------------------------------ what the grader asks
     def run_cell(self, index: int, source: str) -> dict:
@@ -470,10 +521,11 @@ class Sandbox:
         proxy.__name__ = proxy.__qualname__ = name
         return proxy
 
-    def _serve_handout(self, name: str, value: Any) -> None:
-        """Run the library's handed-out function ``name`` on the arrays the student passed; reply to the child."""
+    def _serve_handout(self, name: str, value: Any, doing: str) -> None:
+        """Run the library's handed-out function ``name`` on the arrays the student passed; reply to the child.
+        Its time is the call's (:meth:`_request`); its cache is kept here within :data:`HANDOUT_CACHE_BYTES`."""
         if name not in self.allowed:
-            self._reply_error("ImportError", f"{name} is not handed out by this assignment")
+            self._reply_error("ImportError", f"{name} is not handed out by this assignment", doing)
             return
         if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], dict)):
             self._die("the process sent a malformed request")
@@ -483,7 +535,12 @@ class Sandbox:
         size = sum(a.size for a in wire.arrays_in([args, kwargs]))
         if size > HANDOUT_LIMIT:
             self._reply_error("ValueError", f"{fn_name} was given {size:,} array elements; when grading, a handed-out "
-                              f"function takes at most {HANDOUT_LIMIT:,}")
+                              f"function takes at most {HANDOUT_LIMIT:,}", doing)
+            return
+        work = _handout_work(fn_name, args, kwargs)
+        if work > HANDOUT_WORK:
+            self._reply_error("ValueError", f"{fn_name} would make an array of about {work:,} elements; when "
+                              f"grading, a handed-out function makes at most {HANDOUT_WORK:,}", doing)
             return
         try:
             for a in list(args) + list(kwargs.values()):
@@ -494,15 +551,23 @@ class Sandbox:
             with np.errstate(all="ignore"):
                 result = fn(*args, **kwargs)
         except Exception as e:     # the library refusing the student's arguments: the student's error, in the child
-            self._reply_error(_builtin_base(e), str(e).splitlines()[0] if str(e) else "")
+            self._reply_error(_builtin_base(e), str(e).splitlines()[0] if str(e) else "", doing)
             return
         if fn_name.endswith("_forward") and isinstance(result, tuple) and len(result) == 2:
-            self._next_handout += 1
-            self._handouts[self._next_handout] = _HandoutCache(fn_name, result[1])
-            while len(self._handouts) > _MAX_HANDOUT_CACHES:
-                self._handouts.popitem(last=False)
+            self._keep_handout(_HandoutCache(fn_name, result[1]))
             result = (result[0], wire.Handle("handout", self._next_handout))
-        self._send({"op": "reply", "ok": True}, result)
+        self._send({"op": "reply", "ok": True}, result, doing)
+
+    def _keep_handout(self, cache: _HandoutCache) -> None:
+        """Keep a handed-out forward's cache; drop the oldest while more than :data:`HANDOUT_CACHE_BYTES` (or
+        ``_MAX_HANDOUT_CACHES``) are kept. The newest is always kept: a backward asked for a dropped one says so."""
+        self._next_handout += 1
+        self._handouts[self._next_handout] = cache
+        self._handout_bytes += cache.nbytes
+        while len(self._handouts) > 1 and (self._handout_bytes > HANDOUT_CACHE_BYTES
+                                           or len(self._handouts) > _MAX_HANDOUT_CACHES):
+            _, old = self._handouts.popitem(last=False)
+            self._handout_bytes -= old.nbytes
 
     @staticmethod
     def _unwrap_cache(fn_name: str, value: Any) -> Any:
@@ -515,8 +580,8 @@ class Sandbox:
             raise ValueError(f"{fn_name} was given a cache of your own function, not the one its forward returned")
         return value
 
-    def _reply_error(self, type_name: str, message: str) -> None:
-        self._send({"op": "reply", "ok": False, "error": {"type": type_name, "message": message[:500]}})
+    def _reply_error(self, type_name: str, message: str, doing: str) -> None:
+        self._send({"op": "reply", "ok": False, "error": {"type": type_name, "message": message[:500]}}, None, doing)
 
 
 def _error_of(err: Any) -> dict[str, str]:
@@ -531,6 +596,38 @@ class _HandoutCache:
 
     def __init__(self, maker: str, cache: Any):
         self.maker, self.cache = maker, cache
+        self.nbytes = _nbytes(cache)
+
+
+def _nbytes(value: Any, depth: int = 0) -> int:
+    """The bytes of the arrays in a cache (dicts, lists, tuples walked), plus a little for everything else."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes) + 112
+    if depth < 8 and type(value) in (dict, list, tuple):
+        items = value.values() if type(value) is dict else value
+        return 64 + sum(_nbytes(v, depth + 1) for v in items)
+    return 64
+
+
+def _handout_work(fn_name: str, args: list, kwargs: dict) -> int:
+    """The elements of the largest array a handed-out call would make, estimated from its arguments' shapes
+    before it runs (so a small request cannot make the grader allocate gigabytes): attention's scores are
+    batch × heads × n × n, the feed-forward's hidden layer rows × d_ff; elementwise ops their input."""
+    arrays = wire.arrays_in([args, kwargs])
+    largest = max((a.size for a in arrays), default=0)
+    first = args[0] if args and isinstance(args[0], np.ndarray) else None
+    if fn_name == "attention_forward" and len(arrays) >= 2 and arrays[0].ndim >= 1 and arrays[1].ndim >= 2:
+        q, k = arrays[0], arrays[1]
+        return max(largest, int(np.prod(q.shape[:-1], dtype=np.float64) * k.shape[-2]))
+    if fn_name == "mha_forward" and first is not None and first.ndim >= 2:
+        heads = args[2] if len(args) > 2 else kwargs.get("n_heads", 1)
+        heads = heads if isinstance(heads, int) and heads > 0 else 1
+        n = first.shape[-2]
+        return max(largest, int(np.prod(first.shape[:-1], dtype=np.float64) * n * heads))
+    if fn_name == "ffn_forward" and first is not None and first.ndim >= 1:
+        widest = max((a.shape[-1] for a in arrays if a.ndim >= 1), default=1)
+        return max(largest, int(np.prod(first.shape[:-1], dtype=np.float64) * widest))
+    return largest
 
 
 class _UnknownHandle:
