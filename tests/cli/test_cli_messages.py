@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -367,13 +368,27 @@ def test_the_student_sheet_says_where_answers_go_and_how_to_check_them(tmp_path)
 
     raw = new_worksheet(seed=1, layers=2)
     sheet = student_markdown(raw)
-    for words in ("`[answers.layer1]`, `[answers.layer2]` sections", "ending `.toml` instead of `_student.md`",
+    for words in ("`[answers.layer1]`, `[answers.layer2]` sections", "the `.toml` file handed out with it",
                   "transformer-np check FILE.toml", "correct, follows", "first mistake"):
         assert words in sheet, words
     assert "Where your answers go" not in key_markdown(raw)                        # the key needs no instructions
     toml_path, student_path = write_worksheet(raw, str(tmp_path))[:2]
     assert student_path.endswith("_student.md") and toml_path == student_path.removesuffix("_student.md") + ".toml"
+    name = os.path.basename(toml_path)                 # the written sheet names its own TOML file
     assert "[answers.layer2]" in Path(toml_path).read_text()                       # the sections it names exist
+    assert f"`{name}`" in open(student_path).read() and f"transformer-np check {name}" in open(student_path).read()
+
+
+def test_a_class_sheet_names_its_students_toml_file(tmp_path):
+    """``worksheet class`` writes students/<id>.toml and students/<id>.md: the sheet names <id>.toml (it used to
+    say "ending .toml instead of _student.md", the name ``worksheet new`` uses)."""
+    from transformer_np.worksheets.classroom import class_worksheets
+
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,name\nst-7,Ann Öz\n", encoding="utf-8")
+    class_worksheets(str(roster), str(tmp_path / "out"))
+    sheet = (tmp_path / "out" / "students" / "st-7.md").read_text(encoding="utf-8")
+    assert "`st-7.toml`" in sheet and "transformer-np check st-7.toml" in sheet and "_student.md" not in sheet
 
 
 def test_bench_says_what_it_does_before_loading_pytorch(monkeypatch, capsys):

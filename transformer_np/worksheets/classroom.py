@@ -193,7 +193,8 @@ def class_worksheets(roster: str, out: str, secret_file: str | None = None, forc
         for sid, targets in plan:
             raw = _problem(secret, sid, options, assignment, taken)
             raw["setup"]["reveal"] = bool(reveal)   # check and the page show correct values? (worksheets.withheld)
-            files += list(zip(targets, sheet_texts(raw, student=sid, marks=marks, marks_source=marks_source)))
+            files += list(zip(targets, sheet_texts(raw, student=sid, marks=marks, marks_source=marks_source,
+                                                       toml_name=f"{sid}.toml")))
         written = write_all_or_none(files, error=InputValueError)
     except BaseException:
         if made and secret is not None:

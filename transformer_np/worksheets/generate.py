@@ -358,7 +358,7 @@ def _as_rows(a: np.ndarray, name: str) -> np.ndarray:
     return a
 
 
-def _markdown(raw: dict, with_answers: bool, marks: dict | None = None) -> str:
+def _markdown(raw: dict, with_answers: bool, marks: dict | None = None, toml_name: str | None = None) -> str:
     ws, steps, v = _values(raw)
     dec = ws.decimals
     s = raw["setup"]
@@ -377,10 +377,11 @@ def _markdown(raw: dict, with_answers: bool, marks: dict | None = None) -> str:
          "## Input H^(0)", ""]
     if not with_answers:      # the student's sheet says where the answers go and how they are checked
         sections = ", ".join(f"`[answers.layer{l}]`" for l in range(1, ws.layers + 1))
+        where = f"`{toml_name}`" if toml_name else "the `.toml` file handed out with it"
         L[-2:-2] = ["**Where your answers go.** Work each step below on paper, or in its blank table. To have them "
                     f"checked, type them into the {sections} section{'s' if ws.layers > 1 else ''} of the problem "
-                    "file next to this sheet (the same name, ending `.toml` instead of `_student.md`): each step "
-                    "has a commented line there to fill in. Then run `transformer-np check FILE.toml`: it marks "
+                    f"file next to this sheet, {where}: each step has a commented line there to fill in. Then run "
+                    f"`transformer-np check {toml_name or 'FILE.toml'}`: it marks "
                     "each answer correct, follows (wrong, but right from your own earlier answers), wrong or "
                     "missing, and names your first mistake.", ""]
     L += _md_table(ws.H0, ws.tokens, [str(j + 1) for j in range(ws.d_model)], _dec_exact(ws.H0))
@@ -422,10 +423,10 @@ def _dec_exact(a) -> int:
     return 6
 
 
-def student_markdown(raw: dict, marks: dict | None = None) -> str:
+def student_markdown(raw: dict, marks: dict | None = None, toml_name: str | None = None) -> str:
     """The problem and a blank table per step, in Markdown (``marks``: a full scheme, :func:`mark_scheme`, whose
     marks each step's heading then shows)."""
-    return _markdown(raw, with_answers=False, marks=marks)
+    return _markdown(raw, with_answers=False, marks=marks, toml_name=toml_name)
 
 
 def key_markdown(raw: dict, marks: dict | None = None) -> str:
@@ -460,7 +461,7 @@ def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: b
         existing = [t for t in targets if os.path.lexists(t)]
         if existing:
             raise InputValueError(f"{existing[0]} already exists (use --force to overwrite)")
-    texts = sheet_texts(raw, marks=marks, marks_source=marks_source)
+    texts = sheet_texts(raw, marks=marks, marks_source=marks_source, toml_name=names[0])
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:         # a file on the way, no permission, an empty path: one line, not a raw [Errno …]
@@ -469,13 +470,13 @@ def write_worksheet(raw: dict, out: str = ".", stem: str | None = None, force: b
 
 
 def sheet_texts(raw: dict, student: str | None = None, marks: dict | None = None,
-                marks_source: str = "--marks") -> list[str]:
+                marks_source: str = "--marks", toml_name: str | None = None) -> list[str]:
     """The four texts of a problem: its TOML (for the student to fill in), the student sheet (Markdown), the key
     (Markdown) and the key as TOML, marked as a key by its ``[key]`` table (``student``: the roster id). The key
     TOML carries the full mark scheme (:func:`mark_scheme` of ``marks``, one mark per step when None); the
     student's TOML and both Markdown sheets (each step's marks in its heading) carry it too when ``marks`` is
-    given."""
+    given. ``toml_name``: the file name the student's TOML is written under, which the sheet names."""
     scheme = mark_scheme(raw, marks, marks_source)
     shown = scheme if marks is not None else None
-    return [to_toml(raw, marks=shown), student_markdown(raw, shown), key_markdown(raw, shown),
+    return [to_toml(raw, marks=shown), student_markdown(raw, shown, toml_name), key_markdown(raw, shown),
             to_toml(raw, answers=answer_key(raw), key=student if student is not None else True, marks=scheme)]
