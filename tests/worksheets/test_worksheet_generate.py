@@ -166,3 +166,16 @@ def test_cli_worksheet_new(tmp_path):
         assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, (bad, r.stderr)
     r = _cli("worksheet")
     assert r.returncode == 2 and "ACTION" in r.stderr
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_the_sheet_writes_out_the_layernorm_backward(norm):
+    """The two LayerNorm backward steps — the hardest by hand — carry their formula on the student sheet, with x̂ and
+    σ defined there (the sheet said only "LayerNorm backward of d_H at residual2"), as the page shows it."""
+    from transformer_np.worksheets.generate import new_worksheet, student_markdown
+
+    sheet = student_markdown(new_worksheet(seed=3, backward=True, norm=norm))
+    heads = [line for line in sheet.splitlines() if line.startswith("### ") and "x̂" in line]
+    assert len([h for h in heads if "mean(g ⊙ x̂)) / σ" in h]) == 2, heads         # both LayerNorms of the layer
+    assert all("σ = √(var + ε)" in h for h in heads if "mean(g ⊙ x̂)" in h)
+    assert "LayerNorm backward of" not in sheet and "LN-normalised" not in sheet

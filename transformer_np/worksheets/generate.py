@@ -43,6 +43,7 @@ from ..ops.activations import ACTIVATIONS
 from .format import LIMITS, load_worksheet, quantity_shape
 from .keys import problem_id
 from .names import PARAM_NAMES, is_per_token
+from .notation import written_out
 from .steps import DH_KEY, H0_KEY, build_steps, evaluate
 from .tomlio import toml_value
 
@@ -407,7 +408,7 @@ def _markdown(raw: dict, with_answers: bool, marks: dict | None = None, toml_nam
         rows, cols = _labels(ws, st.name, shape)
         worth = "" if marks is None else marks.get(f"layer{st.layer}", {}).get(st.name)
         worth = "" if worth in ("", None) else f" ({worth:g} mark{'s' if worth != 1 else ''})"
-        L += [f"### {i}. Layer {st.layer}: `{st.name}` = {st.formula}{worth}", ""]
+        L += [f"### {i}. Layer {st.layer}: `{st.name}` = {written_out(st.formula)}{worth}", ""]
         vals = _as_rows(_round(v[st.key], dec), st.name) if with_answers else np.zeros((len(rows), len(cols)))
         L += _md_table(vals, rows, cols, dec if with_answers else None)
         L.append("")

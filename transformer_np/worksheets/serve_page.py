@@ -22,6 +22,7 @@ import numpy as np
 
 from .format import quantity_shape
 from .names import PARAM_NAMES, is_per_token
+from .notation import written_out
 from .serve_save import grid_shape, problem_fingerprint, read_sheet_text
 
 __all__ = ["page_state", "page_report", "formula_html", "unicode_text", "labels", "symbols", "SYMBOLS",
@@ -49,27 +50,12 @@ _SUB = {"gamma1": "γ<sub>1</sub>", "gamma2": "γ<sub>2</sub>", "beta1": "β<sub
 
 _SUPER = str.maketrans("0123456789()", "⁰¹²³⁴⁵⁶⁷⁸⁹⁽⁾")
 
-# The two LayerNorm backward steps, written out (steps.py names them "LayerNorm backward of G at X"): every
-# symbol is defined in SYMBOLS, which the page shows under the problem.
-_LN_BACKWARD = re.compile(r"LayerNorm backward of (\w+) at (\w+(?:\^\(\d\))?)")
-_LN_NORMALISED = re.compile(r"(\w+) \* LN-normalised (\w+(?:\^\(\d\))?)")
-
-
-def _ln_backward(m) -> str:
-    g, x = m.group(1), m.group(2)
-    # the second LayerNorm: Post-LN's is at residual2, Pre-LN's gradient arrives as d_layer_norm2
-    gamma = "gamma2" if x == "residual2" or g.endswith("norm2") else "gamma1"
-    return (f"(g − mean(g) − x̂ ⊙ mean(g ⊙ x̂)) / σ, row by row, with g = {gamma} ⊙ {g}, "
-            f"x̂ = ({x} − μ) / σ and σ = √(var + ε) of {x}")
-
-
 def formula_html(text: str) -> str:
     """A step's formula (plain text, as ``check`` prints it) as HTML in the notation of the headings: ``W_Q`` →
     W<sub>Q</sub>, ``X^T`` → Xᵀ, ``H^(0)`` → H⁽⁰⁾, ``sqrt(d_k)`` → √dₖ, ``*`` → ⊙, ``relu'`` → relu′, γ, β, ε,
     −; the LayerNorm backward written out with x̂ and σ (see :data:`SYMBOLS`). Every character of ``text`` is
     escaped first; only these fixed tags are added."""
-    text = _LN_BACKWARD.sub(_ln_backward, text)
-    text = _LN_NORMALISED.sub(lambda m: f"{m.group(1)} * x̂ (x̂: {m.group(2)} normalised)", text)
+    text = written_out(text)
     s = re.sub(r"(\w)&#x27;\(", r"\1′(", html.escape(text, quote=True))     # relu'(z) → relu′(z); head 1's stays
     s = re.sub(r"sqrt\(d_k\)", "√dₖ", s)
     s = s.replace("sqrt(", "√(")
