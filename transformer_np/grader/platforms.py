@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import sys
 import uuid
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputValueError
+from ..worksheets.prairielearn import copy_library
 from .grading import POINTS
 
 __all__ = ["find_notebook", "gradescope_results", "prairielearn_results", "run_gradescope", "run_prairielearn",
@@ -237,16 +237,6 @@ _PL_QUESTION = """<pl-question-panel>
 """
 
 
-def _copy_library(dest: Path) -> None:
-    """This package's source (no caches, no data files: the grader needs neither) into ``dest/transformer_np``."""
-    src = Path(__file__).resolve().parents[1]
-    target = dest / "transformer_np"
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "data", "static",
-                                                               "examples"))
-
-
 def write_prairielearn_course(out_dir: str | os.PathLike, exercises: list[str] | None = None) -> Path:
     """Write a PrairieLearn course folder ``out_dir``: ``questions/<exercise>/`` (``info.json``,
     ``question.html``, ``tests/exercise.txt``) per exercise (default: all) and ``serverFilesCourse/``
@@ -255,7 +245,7 @@ def write_prairielearn_course(out_dir: str | os.PathLike, exercises: list[str] |
     out = Path(out_dir)
     server = out / "serverFilesCourse"
     server.mkdir(parents=True, exist_ok=True)
-    _copy_library(server)
+    copy_library(server)
     entry = server / "transformer_np_grade.py"
     entry.write_text(_PL_ENTRYPOINT, encoding="utf-8")
     entry.chmod(0o755)
