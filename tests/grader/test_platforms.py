@@ -254,3 +254,19 @@ def test_a_missing_or_ambiguous_notebook_is_named_and_scores_zero(tmp_path):
     assert "a.ipynb" in results["output"] and f"{EXERCISE}.ipynb" in results["output"]
     with pytest.raises(InputValueError, match="exercise must be one of"):
         run_gradescope("07_nope", tmp_path)
+
+
+def test_without_the_boundary_nothing_is_graded_and_the_platform_is_told(tmp_path, monkeypatch, capsys):
+    from transformer_np.grader import confine, platforms
+
+    monkeypatch.setattr(confine, "probe", lambda: ["Landlock (test)"])
+    _notebook(tmp_path / "gs" / "submission" / f"{EXERCISE}.ipynb", SUBMISSIONS["solution"])
+    monkeypatch.setenv("AUTOGRADER_ROOT", str(tmp_path / "gs"))
+    assert platforms.main(["gradescope-run", EXERCISE]) == 2
+    assert "Landlock (test)" in capsys.readouterr().err
+    assert not (tmp_path / "gs" / "results" / "results.json").exists()     # Gradescope reports a failed run
+    _notebook(tmp_path / "pl" / "student" / f"{EXERCISE}.ipynb", SUBMISSIONS["solution"])
+    results = platforms.run_prairielearn(EXERCISE, tmp_path / "pl")
+    validate(results, PRAIRIELEARN_SCHEMA)
+    assert results["succeeded"] is False and results["score"] == 0 and "Landlock (test)" in results["message"]
+    assert json.loads((tmp_path / "pl" / "results" / "results.json").read_text()) == results

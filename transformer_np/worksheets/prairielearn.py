@@ -226,7 +226,7 @@ def variant_key(data: dict) -> dict:
     return key
 
 
-def _feedback(step: dict, first: dict | None, reveal: bool) -> str:
+def _feedback(step: dict, first: dict | None) -> str:
     words = {"correct": "correct", "follows": "follows: right from your own earlier numbers (error carried "
              "forward)", "wrong": "wrong", "missing": "missing: not answered"}
     text = words[step["verdict"]]
@@ -259,7 +259,7 @@ def grade_submission(data: dict) -> None:
         out_of = s["out_of"] or 0
         data["partial_scores"][st["field"]] = {
             "score": (s["marks"] / out_of) if out_of else float(s["verdict"] in ("correct", "follows")),
-            "weight": out_of, "feedback": _feedback(s, first, reveal)}
+            "weight": out_of, "feedback": _feedback(s, first)}
     m = d["marks"]
     data["score"] = m["awarded"] / m["available"] if m["available"] else 0.0
     data["feedback"]["verdicts"] = verdicts
