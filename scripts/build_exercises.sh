@@ -9,7 +9,11 @@
 #   OUT_DIR/NAME/student/NAME.ipynb      the hand-out: solutions replaced by `...`, public checks kept,
 #                                        hidden checks removed
 #   OUT_DIR/NAME/autograder/NAME.ipynb   the solution notebook with every check (keep it private)
-#   OUT_DIR/NAME/autograder/NAME-autograder_<timestamp>.zip   for `otter run` / `otter grade` / Gradescope
+#   OUT_DIR/NAME/autograder/NAME-autograder_<timestamp>.zip   for `otter run` / `otter grade` (formative)
+#   OUT_DIR/NAME/gradescope/NAME-gradescope.zip   a Gradescope autograder running the grade of record
+#                                        (transformer_np/grader/platforms.py; not with --no-wheel)
+#   OUT_DIR/prairielearn/                a PrairieLearn course folder: questions/NAME/ (an externally graded
+#                                        upload of the notebook) and serverFilesCourse/ (the library, the entrypoint)
 # The zip's environment.yml installs otter and a wheel of this checkout (built once, shipped in the zip
 # under files/wheels/), hence NumPy; nothing else (--no-wheel: otter's default environment, which lacks
 # transformer_np — only for local `otter run` in an environment that has it).
@@ -28,7 +32,7 @@ while (( $# )); do
         -o|--out) out="${2:?$1 needs a directory}"; shift 2 ;;
         --no-run-tests) assign_opts+=(--no-run-tests); shift ;;
         --no-wheel) wheel=0; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         -*) echo "build_exercises.sh: unknown option $1 (expected -o OUT_DIR, --no-run-tests, --no-wheel, NAME ...)" >&2; exit 2 ;;
         *) names+=("${1%.ipynb}"); shift ;;
     esac
@@ -65,5 +69,12 @@ for name in "${names[@]}"; do
     python -m transformer_np.grader.grading stage "exercises/$name.ipynb" "$stage/$name/$name.ipynb" $whl
     echo "== $name -> $out/$name"
     (cd "$stage/$name" && otter assign "${assign_opts[@]}" "$name.ipynb" "$out/$name")
+    if [[ -n "$whl" ]]; then
+        python -m transformer_np.grader.platforms gradescope-zip "$name" "$out/$name/gradescope" "$stage/wheels/$whl"
+    fi
 done
-echo "student notebooks: $out/*/student/   autograders: $out/*/autograder/*.zip"
+rm -rf "${out:?}/prairielearn"
+python -m transformer_np.grader.platforms prairielearn-course "$out/prairielearn" "${names[@]}"
+echo "student notebooks: $out/*/student/   otter autograders: $out/*/autograder/*.zip"
+[[ -n "$whl" ]] && echo "Gradescope autograders (grade of record): $out/*/gradescope/*-gradescope.zip"
+echo "PrairieLearn course folder: $out/prairielearn/"

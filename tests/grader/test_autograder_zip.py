@@ -273,3 +273,33 @@ def test_a_notebook_whose_kernel_did_not_start_is_run_again(monkeypatch):
     with pytest.warns(UserWarning), pytest.raises(RuntimeError, match=KERNEL_DID_NOT_START):
         execute_notebook(nb, ".")
     assert len(calls) == 3
+
+
+def test_the_gradescope_zip_grades_with_what_its_setup_installs(built, tmp_path):
+    """The build's Gradescope zip (issue 47): a fresh venv gets exactly its requirements.txt (the shipped wheel
+    and the pinned NumPy), as its setup.sh does; its run_autograder, in a root laid out as Gradescope's, then
+    grades with that venv alone (no PYTHONPATH): the built solution full marks, the student notebook 0."""
+    name = "01_softmax"
+    (zip_path,) = (built / name / "gradescope").glob("*-gradescope.zip")
+    assert (built / "prairielearn" / "questions" / name / "info.json").is_file()
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(root / "source")
+    assert "requirements.txt" in (root / "source" / "setup.sh").read_text()
+    reqs = [line.replace("/autograder/", f"{root}/", 1)
+            for line in (root / "source" / "requirements.txt").read_text().split()]
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *reqs], timeout=1200, env=_clean_env(venv))
+    (root / "source" / "run_autograder").chmod(0o755)
+    for which, expected in (("autograder", sum(POINTS[name].values())), ("student", 0)):
+        (root / "submission").mkdir(parents=True, exist_ok=True)
+        for old in (root / "submission").iterdir():
+            old.unlink()
+        (root / "submission" / f"{name}.ipynb").write_bytes((built / name / which / f"{name}.ipynb").read_bytes())
+        env = _clean_env(venv)
+        env.update(AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=str(venv / "bin" / "python"))
+        _run(["bash", str(root / "source" / "run_autograder")], cwd=tmp_path, env=env, timeout=600)
+        results = json.loads((root / "results" / "results.json").read_text())
+        assert results["score"] == expected, results
+        assert results["extra_data"]["sandbox"] == "kernel"

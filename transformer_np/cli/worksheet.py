@@ -1,5 +1,6 @@
 """The ``worksheet`` command: ``worksheet new`` writes a fresh problem for hand calculation;
-``worksheet class`` one problem per student of a roster; ``worksheet serve`` a local page to type the answers in.
+``worksheet class`` one problem per student of a roster; ``worksheet serve`` a local page to type the answers in;
+``worksheet prairielearn`` a PrairieLearn question (:mod:`transformer_np.worksheets.prairielearn`).
 
 ``worksheet new``: four files: the problem as TOML (the student fills in its [answers] and runs
 ``transformer-np check``), a student sheet in Markdown with a blank table per step, the answer key in
@@ -52,6 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--reveal", action="store_true",
                    help="let check and the page show correct values (writes [setup] reveal = true; default: "
                         "reveal = false, the verdicts, marks and diagnoses only)")
+    pl = sub.add_parser("prairielearn", help="a PrairieLearn question: each variant its own problem, marked on the "
+                                             "server as check --key marks",
+                        description="Write a PrairieLearn question (DIR/questions/NAME/: info.json, question.html, "
+                                    "server.py) and the library it imports (DIR/serverFilesCourse/transformer_np/). "
+                                    "Each variant draws its own problem; the key never leaves the server.")
+    pl.add_argument("--out", required=True, help="the course folder to write into")
+    pl.add_argument("--name", default="worksheet", help="the question's folder name, its QID (default worksheet)")
+    _options(pl, seed_help="another set of problems for the same variants, e.g. a second assignment (default 0)")
+    _marks_option(pl)
+    pl.add_argument("--reveal", action="store_true",
+                    help="show the correct values in PrairieLearn's answer panel and the feedback (default: the "
+                         "verdicts, marks and diagnoses only)")
+    pl.add_argument("--force", action="store_true", help="overwrite the question's files")
     from . import worksheet_serve  # worksheet serve SHEET: the local page (worksheet_serve.py)
 
     worksheet_serve.add_parser(sub)
@@ -94,6 +108,8 @@ def run(args) -> int:
         return worksheet_serve.run(args)
     if args.action == "class":
         return _class(args)
+    if args.action == "prairielearn":
+        return _prairielearn(args)
     from ..worksheets.generate import new_worksheet, write_worksheet
 
     marks = _marks(args)
@@ -103,6 +119,19 @@ def run(args) -> int:
     for path in write_worksheet(raw, args.out, args.name, force=args.force, marks=marks,
                                 marks_source=f"--marks: {args.marks}"):
         print(printable(path))
+    return 0
+
+
+def _prairielearn(args) -> int:
+    from ..worksheets.prairielearn import write_question
+
+    options = dict(tokens=args.tokens, d_model=args.d_model, heads=args.heads, norm=args.norm,
+                   backward=args.backward, layers=args.layers, d_ff=args.d_ff, activation=args.activation,
+                   decimals=args.decimals)
+    for path in write_question(args.out, options, marks=_marks(args), reveal=args.reveal, name=args.name,
+                               assignment=args.seed, force=args.force):
+        print(printable(str(path)))
+    print(printable(os.path.join(args.out, "serverFilesCourse", "transformer_np")) + os.sep)
     return 0
 
 
