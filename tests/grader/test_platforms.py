@@ -1,6 +1,6 @@
 """The grade of record on Gradescope and PrairieLearn (issue 47, items 1 and 2), run in laid-out temporary roots.
 
-For exercise 01_softmax, three submissions go through each platform's entrypoint as the platform runs it
+For every exercise, three submissions go through each platform's entrypoint as the platform runs it
 (Gradescope: ``bash <root>/run_autograder`` with the working folder at the root; PrairieLearn: the entrypoint
 script of ``serverFilesCourse`` with the question's ``tests/`` at ``<root>/tests``): the solution notebook (full
 marks), the untouched student notebook (0) and an attack (the library imported from the checkout's folder on
@@ -37,6 +37,7 @@ from transformer_np.grader.platforms import find_notebook, write_gradescope_zip,
 
 REPO = Path(__file__).resolve().parents[2]
 EXERCISE = "01_softmax"
+EXERCISES = sorted(POINTS)                      # every exercise, through both platforms
 
 VISIBILITY = {"enum": ["hidden", "after_due_date", "after_published", "visible"]}
 GRADESCOPE_SCHEMA = {
@@ -112,8 +113,16 @@ def _student(name: str) -> list[str]:
 ATTACK = [f"import sys\nsys.path.insert(0, {str(REPO)!r})\n"
           "from transformer_np.ops.softmax import softmax_forward, softmax_backward\n",
           "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"]
-SUBMISSIONS = {"solution": _cells(EXERCISE), "untouched": _student(EXERCISE),
-               "attack": _student(EXERCISE) + ATTACK}
+WHICH = ("solution", "untouched", "attack")
+
+
+def submission(exercise: str, which: str) -> list[str]:
+    """The solution notebook's cells, the student version's (solutions cut), or the student version with the
+    attack cells appended (import the library from the checkout, then kill the grader)."""
+    return {"solution": _cells, "untouched": _student}.get(which, lambda e: _student(e) + ATTACK)(exercise)
+
+
+SUBMISSIONS = {which: submission(EXERCISE, which) for which in WHICH}
 
 
 def _notebook(path: Path, cells: list[str]) -> None:
@@ -131,8 +140,9 @@ def _env(**extra) -> dict:
     return env
 
 
-def _check_marks(which: str, results_points: dict[str, tuple[float, float]], outputs: dict[str, str]) -> None:
-    full = POINTS[EXERCISE]
+def _check_marks(which: str, results_points: dict[str, tuple[float, float]], outputs: dict[str, str],
+                 exercise: str = EXERCISE) -> None:
+    full = POINTS[exercise]
     assert {q: m for q, (_, m) in results_points.items()} == {q: float(p) for q, p in full.items()}
     earned = {q: e for q, (e, _) in results_points.items()}
     if which == "solution":
@@ -144,12 +154,17 @@ def _check_marks(which: str, results_points: dict[str, tuple[float, float]], out
 
 
 @pytest.fixture(scope="module")
-def gradescope_zip(tmp_path_factory) -> Path:
+def gradescope_zips(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("gs")
     wheel = out / "transformer_np-0.0.0-py3-none-any.whl"      # a stand-in: the test runs on the checkout
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("transformer_np-0.0.0.dist-info/METADATA", "Name: transformer_np\n")
-    return write_gradescope_zip(EXERCISE, out, wheel)
+    return {e: write_gradescope_zip(e, out / e, wheel) for e in EXERCISES}
+
+
+@pytest.fixture(scope="module")
+def gradescope_zip(gradescope_zips) -> Path:
+    return gradescope_zips[EXERCISE]
 
 
 def test_the_gradescope_zip_holds_setup_and_run_autograder_at_its_root(gradescope_zip):
@@ -166,14 +181,15 @@ def test_the_gradescope_zip_holds_setup_and_run_autograder_at_its_root(gradescop
         assert "requirements.txt" in z.read("setup.sh").decode()
 
 
-@pytest.mark.parametrize("which", list(SUBMISSIONS))
-def test_gradescope_run_autograder_grades_in_a_laid_out_root(which, gradescope_zip, tmp_path):
+@pytest.mark.parametrize("exercise", EXERCISES)
+@pytest.mark.parametrize("which", WHICH)
+def test_gradescope_run_autograder_grades_in_a_laid_out_root(which, exercise, gradescope_zips, tmp_path):
     root = tmp_path / "autograder"
-    with zipfile.ZipFile(gradescope_zip) as z:
+    with zipfile.ZipFile(gradescope_zips[exercise]) as z:
         z.extractall(root / "source")
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")   # as Gradescope's image build does
     (root / "results").mkdir()
-    _notebook(root / "submission" / f"{EXERCISE}.ipynb", SUBMISSIONS[which])
+    _notebook(root / "submission" / f"{exercise}.ipynb", submission(exercise, which))
     proc = subprocess.run(["bash", str(root / "run_autograder")], cwd=root, capture_output=True, text=True,
                           env=_env(AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=sys.executable), timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -181,18 +197,18 @@ def test_gradescope_run_autograder_grades_in_a_laid_out_root(which, gradescope_z
     validate(results, GRADESCOPE_SCHEMA)
     tests = results["tests"]
     _check_marks(which, {t["name"]: (t["score"], t["max_score"]) for t in tests},
-                 {t["name"]: t["output"] for t in tests})
+                 {t["name"]: t["output"] for t in tests}, exercise)
     assert results["score"] == sum(t["score"] for t in tests)
     assert results["extra_data"]["sandbox"] == "kernel"
     seed = str(results["extra_data"]["seed"])       # the seed remakes the hidden cases: never shown to the student
     assert seed not in results["output"] and not any(seed in t["output"] for t in tests)
 
 
-def _pl_root(course: Path, tmp_path: Path) -> Path:
+def _pl_root(course: Path, tmp_path: Path, exercise: str = EXERCISE) -> Path:
     """/grade as PrairieLearn's external grader lays it out for a question of ``course``."""
     root = tmp_path / "grade"
     shutil.copytree(course / "serverFilesCourse", root / "serverFilesCourse")
-    shutil.copytree(course / "questions" / EXERCISE / "tests", root / "tests")
+    shutil.copytree(course / "questions" / exercise / "tests", root / "tests")
     (root / "results").mkdir()
     (root / "data").mkdir()
     (root / "data" / "data.json").write_text("{}", encoding="utf-8")
@@ -201,7 +217,7 @@ def _pl_root(course: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    return write_prairielearn_course(tmp_path_factory.mktemp("pl") / "course", [EXERCISE, "02_layernorm"])
+    return write_prairielearn_course(tmp_path_factory.mktemp("pl") / "course", EXERCISES)
 
 
 def test_the_prairielearn_course_has_an_externally_graded_upload_question_per_exercise(course):
@@ -222,10 +238,11 @@ def test_the_prairielearn_course_has_an_externally_graded_upload_question_per_ex
     assert (course / "serverFilesCourse" / "transformer_np" / "grader" / "grade.py").is_file()
 
 
-@pytest.mark.parametrize("which", list(SUBMISSIONS))
-def test_prairielearn_entrypoint_grades_in_a_laid_out_root(which, course, tmp_path):
-    root = _pl_root(course, tmp_path)
-    _notebook(root / "student" / f"{EXERCISE}.ipynb", SUBMISSIONS[which])
+@pytest.mark.parametrize("exercise", EXERCISES)
+@pytest.mark.parametrize("which", WHICH)
+def test_prairielearn_entrypoint_grades_in_a_laid_out_root(which, exercise, course, tmp_path):
+    root = _pl_root(course, tmp_path, exercise)
+    _notebook(root / "student" / f"{exercise}.ipynb", submission(exercise, which))
     env = _env(GRADE_ROOT=str(root))
     env.pop("PYTHONPATH")                             # the library comes from serverFilesCourse alone
     proc = subprocess.run([sys.executable, str(root / "serverFilesCourse" / "transformer_np_grade.py")],
@@ -236,7 +253,7 @@ def test_prairielearn_entrypoint_grades_in_a_laid_out_root(which, course, tmp_pa
     assert results["succeeded"] is True
     tests = results["tests"]
     _check_marks(which, {t["name"]: (t["points"], t["max_points"]) for t in tests},
-                 {t["name"]: t["message"] for t in tests})
+                 {t["name"]: t["message"] for t in tests}, exercise)
     total = sum(t["points"] for t in tests) / sum(t["max_points"] for t in tests)
     assert abs(results["score"] - total) < 1e-12
 
