@@ -14,7 +14,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 
-# old module name (under transformer_np) -> new dotted path (under transformer_np)
+# old module name (under transformer_np, dotted below a subpackage) -> new dotted path (under transformer_np)
 MOVED = {
     **{m: f"ops.{m}" for m in ("linear", "softmax", "attention", "masks", "layernorm", "activations", "erf",
                                "feedforward", "residual", "dropout", "embeddings")},
@@ -33,6 +33,17 @@ MOVED = {
     "figures": "course.figures",
     "bench": "perf.bench",
     "memory": "perf.memory",
+    # redesign (issue 46): the engine out of ops/ into fast/, ops/head_split.py folded back into ops/attention.py
+    "ops.fast": "fast",
+    "ops.fast_attention": "fast.attention",
+    "ops.fast_mha": "fast.mha",
+    "ops.fast_ffn": "fast.ffn",
+    "ops._attention_blocks": "fast.blocks",
+    "ops._threads": "fast.threads",
+    "ops._gelu64": "fast.gelu64",
+    "ops.plain": "fast.reference",
+    "ops.head_split": "ops.attention",
+    "model.inference": "fast.inference",
 }
 
 

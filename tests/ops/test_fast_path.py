@@ -1,4 +1,4 @@
-"""The fast path (``transformer_np.ops.fast``) computes what the plain path computes.
+"""The fast path (``transformer_np.fast``) computes what the plain path computes.
 
 For every op that has both paths, and for the whole encoder stack (Post-LN and Pre-LN, forward,
 every parameter gradient and every ∂L/∂H^(ℓ)), the two agree to ≤ 1e-12 in float64 and, op by
@@ -29,9 +29,14 @@ from hypothesis import strategies as st
 
 import transformer_np as tnp
 from helpers import PATH_C, assert_paths_close, attention_mask_case, lagrange_monomials, nontrivial_params
+from transformer_np import fast
+from transformer_np.fast import attention as fast_attention
+from transformer_np.fast import blocks as _attention_blocks
+from transformer_np.fast import ffn as fast_ffn
+from transformer_np.fast import gelu64 as _gelu64
+from transformer_np.fast import reference as plain
 from transformer_np.model.gradcheck import rel_error
 from transformer_np.model.params import sub_params
-from transformer_np.ops import _attention_blocks, _gelu64, fast, fast_attention, fast_ffn, plain
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -200,7 +205,7 @@ def test_layernorm(B, n, d, scale, dtype, seed):
 @given(st.integers(1, 70_000), st.sampled_from(["gelu", "gelu_tanh", "relu"]), DTYPES, st.integers(0, 2**16))
 def test_activation_blocks_are_bit_for_bit_the_whole_array(size, act, dtype, seed):
     """Sizes past several blocks: the blocked evaluation is the same arithmetic per element — except
-    exact GELU, whose fused kernels (float32: fast_ffn._gelu32, float64: ops/_gelu64.py) round
+    exact GELU, whose fused kernels (float32: fast_ffn._gelu32, float64: fast/gelu64.py) round
     differently: there, within the dtype's tolerance like every other op, and blocks still change
     nothing (the same kernel on one block of the whole array)."""
     z = (3 * _rng(seed).standard_normal(size)).astype(dtype)
@@ -433,8 +438,11 @@ def test_plain_path_caches_the_scores_and_the_fast_path_does_not():
     assert all("scores" not in lc["attn"]["attn"] for lc in cf["layers"])
 
 
-def test_public_backwards_accept_the_fast_paths_caches():
-    """mha_backward / attention_backward given a cache of the (default, fast) encoder layer."""
+def test_public_backwards_refuse_the_engines_caches_naming_the_engines_backward():
+    """The textbook mha_backward / ffn_backward / attention_backward take textbook caches only (issue 46): a
+    cache of the engine's own layout is refused with the name of the engine's backward, which takes it and
+    agrees with the textbook backward on the textbook cache. An engine cache with the textbook's entries
+    (the attention core's, A kept) is still taken."""
     cfg = tnp.EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
     p = sub_params(nontrivial_params(cfg, 3, np.float64), "layers.0.")
     attn_p = sub_params(p, "attn.")
@@ -442,10 +450,17 @@ def test_public_backwards_accept_the_fast_paths_caches():
     dout = _rng(4).standard_normal((2, 5, 8))
     _, lc = tnp.encoder_layer_forward(x, p, cfg)
     _, pc = tnp.mha_forward(x, attn_p, 2)
-    dx_fast, g_fast = tnp.mha_backward(dout, lc["attn"])
+    with pytest.raises(ValueError, match=r"transformer_np\.fast\.mha_backward"):
+        tnp.mha_backward(dout, lc["attn"])
+    with pytest.raises(ValueError, match=r"transformer_np\.fast\.ffn_backward"):
+        tnp.ffn_backward(dout, lc["ffn"])
+    _, rc = tnp.encoder_layer_forward(x, p, cfg, store_attention=False)
+    dO = _rng(5).standard_normal(lc["attn"]["attn"]["Q"].shape)
+    with pytest.raises(ValueError, match=r"transformer_np\.fast\.attention_backward"):
+        tnp.attention_backward(dO, rc["attn"]["attn"])
+    dx_fast, g_fast = fast.mha_backward(dout, lc["attn"])
     dx_plain, g_plain = tnp.mha_backward(dout, pc)
     assert_grads_agree({"x": dx_fast, **g_fast}, {"x": dx_plain, **g_plain}, np.float64)
-    dO = _rng(5).standard_normal(lc["attn"]["attn"]["Q"].shape)
     ga = dict(zip("QKV", tnp.attention_backward(dO, lc["attn"]["attn"])))
     gb = dict(zip("QKV", fast.attention_backward(dO, lc["attn"]["attn"])))
     assert_grads_agree(ga, gb, np.float64)

@@ -69,6 +69,15 @@ def check_for_backward(cache: dict, forward: str) -> None:
                               f"default) to take a backward")
 
 
+def raise_engine_cache(backward: str, what: str) -> None:
+    """Refuse a cache of the engine's own layout in a textbook backward, naming the backward that takes it:
+    the textbook ops know only their own caches (the engine, :mod:`transformer_np.fast`, is built on
+    them, never the other way round)."""
+    raise InputValueError(f"cache is the speed engine's ({what}), which the textbook {backward} does not "
+                          f"take: pass it to transformer_np.fast.{backward} (an encoder run with fast=False keeps "
+                          f"textbook caches)")
+
+
 def reader(cache: dict, free_cache: bool) -> Callable[[str], Any]:
     """``take(key)`` for a backward: ``cache[key]``, or — with ``free_cache`` — ``cache.pop(key)``,
     so the entry's arrays are released as soon as the step that reads them returns. Marks the

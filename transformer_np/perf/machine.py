@@ -51,10 +51,11 @@ def _limit_blas_threads(threads: int):
 @contextmanager
 def library_thread_defaults() -> Iterator[dict]:
     """The fast path's thread settings at the library's defaults while the block runs, restored after it:
-    elementwise threads (:func:`transformer_np.ops.fast.set_num_threads`, default 1) and batch threads
-    (:func:`~transformer_np.ops.fast.set_batch_threads`, default BLAS's thread count, so the run's
+    elementwise threads (:func:`transformer_np.fast.set_num_threads`, default 1) and batch threads
+    (:func:`~transformer_np.fast.set_batch_threads`, default BLAS's thread count, so the run's
     ``threads``). Yields ``{"elementwise_threads": …, "batch_threads": …}`` as they are in the block."""
-    from ..ops import _threads, fast
+    from .. import fast
+    from ..fast import threads as _threads
     saved = _threads._THREADS, _threads._BATCH_THREADS
     fast.set_num_threads(None)
     _threads._BATCH_THREADS = None               # (set_batch_threads(None) without its threadpoolctl check)
