@@ -73,14 +73,15 @@ def test_ops_never_imports_the_engine(path):
 
 
 # ----------------------------------------------------------------------------- old paths
-REDESIGN = {old: new for old, new in _compat.MOVED.items() if "." in old}   # the moves out of a subpackage
+REDESIGN = {old: new for old, new in _compat.MOVED.items()                  # issue 46's moves
+            if "." in old or old.startswith("_comparison")}
 
 
 def test_every_redesign_move_is_listed():
     """The modules issue 46 moved (the engine out of ops/, inference out of model/, head_split folded)."""
     assert set(REDESIGN) >= {"ops.fast", "ops.fast_attention", "ops.fast_mha", "ops.fast_ffn",
                              "ops._attention_blocks", "ops._threads", "ops._gelu64", "ops.plain", "ops.head_split",
-                             "model.inference"}
+                             "model.inference", "_comparison", "_comparison_inputs", "_comparison_modules"}
 
 
 @pytest.mark.parametrize("old", sorted(REDESIGN))
@@ -88,8 +89,8 @@ def test_old_import_path_gives_the_module_at_its_new_home(old):
     new = importlib.import_module(f"transformer_np.{REDESIGN[old]}")
     assert not (PACKAGE / (old.replace(".", os.sep) + ".py")).exists()      # it did move
     assert importlib.import_module(f"transformer_np.{old}") is new
-    parent, _, leaf = old.rpartition(".")
-    assert getattr(importlib.import_module(f"transformer_np.{parent}"), leaf) is new   # from ... import leaf
+    parent, _, leaf = f"transformer_np.{old}".rpartition(".")
+    assert getattr(importlib.import_module(parent), leaf) is new                      # from ... import leaf
 
 
 def test_old_names_still_import():
@@ -101,6 +102,21 @@ def test_old_names_still_import():
     assert split_heads is tnp.split_heads and merge_heads is tnp.merge_heads
     assert ffn_forward.__module__ == "transformer_np.ops.feedforward"
     assert _layer_infer.__module__ == "transformer_np.fast.inference"
+    from transformer_np._comparison import ComparisonReport, _compare
+    from transformer_np._comparison_inputs import __name__ as inputs_name
+    from transformer_np.testing import ComparisonReport as public_report
+    assert ComparisonReport is public_report and _compare.__module__ == "transformer_np.testing.criterion"
+    assert inputs_name == "transformer_np.testing.inputs"
+
+
+def test_the_testing_package_keeps_every_public_name():
+    """``from transformer_np.testing import …`` gives what the module gave before it became a package."""
+    import transformer_np.testing as testing
+    assert set(testing.__all__) >= {"compare_with_torch", "assert_matches_torch", "ComparisonReport",
+                                    "TensorComparison", "TOLERANCES", "NORM_TOLERANCES", "default_tolerances"}
+    for name in testing.__all__:
+        assert getattr(testing, name) is not None, name
+    assert (PACKAGE / "testing" / "__init__.py").exists() and not (PACKAGE / "testing.py").exists()
 
 
 # ----------------------------------------------------------------------------- the textbook path

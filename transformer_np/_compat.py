@@ -44,6 +44,10 @@ MOVED = {
     "ops.plain": "fast.reference",
     "ops.head_split": "ops.attention",
     "model.inference": "fast.inference",
+    # redesign (issue 46): testing.py and its three private modules, one package
+    "_comparison": "testing.criterion",
+    "_comparison_inputs": "testing.inputs",
+    "_comparison_modules": "testing.modules",
 }
 
 
@@ -76,9 +80,11 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder):
 
 
 def install(package: str) -> None:
-    """Put the finder on ``sys.meta_path`` once (idempotent across reloads)."""
+    """Put the finder on ``sys.meta_path`` once (idempotent across reloads), first: an old path is answered
+    by the alias even where another finder would still find a file there (a stale copy left by an upgrade in
+    place, or an editable install of another checkout, whose finder maps the package's names to its tree)."""
     if not any(isinstance(f, _MovedModuleFinder) and f.prefix == package + "." for f in sys.meta_path):
-        sys.meta_path.append(_MovedModuleFinder(package))
+        sys.meta_path.insert(0, _MovedModuleFinder(package))
 
 
 
