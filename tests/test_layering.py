@@ -72,6 +72,23 @@ def test_ops_never_imports_the_engine(path):
     assert _reaches(_imported(path), "fast") == []
 
 
+def test_the_engine_fills_the_one_table_the_textbook_backwards_consult(monkeypatch):
+    """ops/ never imports fast/: a public textbook backward reaches the engine's backward for an engine cache
+    through ops.cache.ENGINE_BACKWARDS, which transformer_np.fast fills when imported."""
+    from transformer_np.ops import cache as ops_cache
+    assert ops_cache.ENGINE_BACKWARDS == {"mha_backward": tnp.fast.mha_backward,
+                                          "ffn_backward": tnp.fast.ffn_backward,
+                                          "attention_backward": tnp.fast.attention_backward}
+    x = np.random.default_rng(0).standard_normal((1, 3, 4))
+    p = {k: np.random.default_rng(1).standard_normal(s) for k, s in
+         (("W_Q", (4, 4)), ("b_Q", (4,)), ("W_K", (4, 4)), ("b_K", (4,)), ("W_V", (4, 4)), ("b_V", (4,)),
+          ("W_O", (4, 4)), ("b_O", (4,)))}
+    _, cache = tnp.fast.mha_forward(x, p, 2)                   # the engine's fused Q, K, V layout
+    monkeypatch.setattr(ops_cache, "ENGINE_BACKWARDS", {})
+    with pytest.raises(ValueError, match=r"transformer_np\.fast\.mha_backward is not loaded"):
+        tnp.mha_backward(np.ones_like(x), cache)
+
+
 # ----------------------------------------------------------------------------- old paths
 REDESIGN = {old: new for old, new in _compat.MOVED.items()                  # issue 46's moves
             if "." in old or old.startswith("_comparison")}

@@ -48,6 +48,10 @@ MOVED = {
     "_comparison": "testing.criterion",
     "_comparison_inputs": "testing.inputs",
     "_comparison_modules": "testing.modules",
+    # redesign (issue 46): one way out for untrusted text (``_text.printable`` is ``textout.printable``)
+    "_text": "textout",
+    # redesign (issue 46): one "BLAS threads around a block" helper (course's one_blas_thread, perf's limiter)
+    "course._blas": "fast.threads",
 }
 
 

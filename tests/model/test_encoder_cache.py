@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import transformer_np as tnp
-from transformer_np import fast as fast_engine
 from transformer_np.errors import StaleCacheError
 from transformer_np.model.encoder import FREED_MESSAGE
 from transformer_np.model.params import sub_params
@@ -107,8 +106,7 @@ def test_op_level_free_cache_is_the_same_mechanism(fast):
     x = np.random.default_rng(2).standard_normal((2, 5, cfg.d_model))
     dy = np.random.default_rng(3).standard_normal(x.shape)
     _, lc = tnp.encoder_layer_forward(x, p, cfg, fast=fast)
-    ops = fast_engine if fast else tnp      # a textbook backward takes textbook caches only (issue 46)
-    for name, backward in (("attn", ops.mha_backward), ("ffn", ops.ffn_backward)):
+    for name, backward in (("attn", tnp.mha_backward), ("ffn", tnp.ffn_backward)):
         c = lc[name]
         dx1, g1 = backward(dy, c)
         dx2, g2 = backward(dy, c, free_cache=True)

@@ -438,11 +438,8 @@ def test_plain_path_caches_the_scores_and_the_fast_path_does_not():
     assert all("scores" not in lc["attn"]["attn"] for lc in cf["layers"])
 
 
-def test_public_backwards_refuse_the_engines_caches_naming_the_engines_backward():
-    """The textbook mha_backward / ffn_backward / attention_backward take textbook caches only (issue 46): a
-    cache of the engine's own layout is refused with the name of the engine's backward, which takes it and
-    agrees with the textbook backward on the textbook cache. An engine cache with the textbook's entries
-    (the attention core's, A kept) is still taken."""
+def test_public_backwards_accept_the_fast_paths_caches():
+    """mha_backward / attention_backward given a cache of the (default, fast) encoder layer."""
     cfg = tnp.EncoderConfig(n_layers=1, d_model=8, n_heads=2, d_ff=16, dropout=0.0)
     p = sub_params(nontrivial_params(cfg, 3, np.float64), "layers.0.")
     attn_p = sub_params(p, "attn.")
@@ -450,17 +447,10 @@ def test_public_backwards_refuse_the_engines_caches_naming_the_engines_backward(
     dout = _rng(4).standard_normal((2, 5, 8))
     _, lc = tnp.encoder_layer_forward(x, p, cfg)
     _, pc = tnp.mha_forward(x, attn_p, 2)
-    with pytest.raises(ValueError, match=r"transformer_np\.fast\.mha_backward"):
-        tnp.mha_backward(dout, lc["attn"])
-    with pytest.raises(ValueError, match=r"transformer_np\.fast\.ffn_backward"):
-        tnp.ffn_backward(dout, lc["ffn"])
-    _, rc = tnp.encoder_layer_forward(x, p, cfg, store_attention=False)
-    dO = _rng(5).standard_normal(lc["attn"]["attn"]["Q"].shape)
-    with pytest.raises(ValueError, match=r"transformer_np\.fast\.attention_backward"):
-        tnp.attention_backward(dO, rc["attn"]["attn"])
-    dx_fast, g_fast = fast.mha_backward(dout, lc["attn"])
+    dx_fast, g_fast = tnp.mha_backward(dout, lc["attn"])
     dx_plain, g_plain = tnp.mha_backward(dout, pc)
     assert_grads_agree({"x": dx_fast, **g_fast}, {"x": dx_plain, **g_plain}, np.float64)
+    dO = _rng(5).standard_normal(lc["attn"]["attn"]["Q"].shape)
     ga = dict(zip("QKV", tnp.attention_backward(dO, lc["attn"]["attn"])))
     gb = dict(zip("QKV", fast.attention_backward(dO, lc["attn"]["attn"])))
     assert_grads_agree(ga, gb, np.float64)

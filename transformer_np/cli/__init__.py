@@ -21,6 +21,8 @@ import re
 import sys
 import textwrap
 
+from ..textout import terminal
+
 __all__ = ["COMMANDS", "build_parser", "main", "plain_text"]
 
 # command -> (module, one-line help). Order is the order shown by --help.
@@ -192,11 +194,11 @@ def _main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except BrokenPipeError:                   # a reader closed the pipe: main ends quietly
         raise
-    except (ValueError, TypeError) as e:
-        print(f"transformer-np {args.command}: error: {e}", file=sys.stderr)
+    except (ValueError, TypeError) as e:   # one line, its file names and keys shown escaped (textout)
+        print(f"transformer-np {args.command}: error: {terminal(e)}", file=sys.stderr)
         return 2
     except (ImportError, OSError) as e:  # a missing optional package, an unwritable --out
-        print(f"transformer-np {args.command}: error: {e}", file=sys.stderr)
+        print(f"transformer-np {args.command}: error: {terminal(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

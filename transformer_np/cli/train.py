@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .._text import printable
 from ..course.plots.stability import plot_loss_curve
 from ..errors import InputValueError
+from ..textout import terminal
 from ..training.checkpoint import read_checkpoint_config
 from ..training.loop import CHECKPOINT, CURVE_JSON, CURVE_PNG, SCHEDULES, RunConfig, train
 from ..training.tasks import TASKS
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         kept = f"the checkpoint of step {_saved_step(out)} is kept" if (out / CHECKPOINT).is_file() else \
             "there is no earlier checkpoint"
         msg += f"; {state.not_saved} ({kept})"
-    print(printable(msg))
+    print(terminal(msg))
     wrote = ([out / CHECKPOINT] if ran and not state.not_saved else []) + [out / CURVE_JSON] + ([png] if png else [])
-    print("wrote " + ", ".join(printable(w) for w in wrote))
+    print("wrote " + ", ".join(terminal(w) for w in wrote))
     return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .._text import printable
+from ..textout import terminal
 from ..worksheets.format import LIMITS
 
 
@@ -81,7 +81,7 @@ def run(args) -> int:
                         backward=args.backward, seed=args.seed, layers=args.layers, d_ff=args.d_ff,
                         activation=args.activation, decimals=args.decimals)
     for path in write_worksheet(raw, args.out, args.name, force=args.force):
-        print(printable(path))
+        print(terminal(path))
     return 0
 
 
@@ -94,9 +94,10 @@ def _class(args) -> int:
                             activation=args.activation, decimals=args.decimals)
     n = len(done["students"])
     print(f"{n} problem{'s' if n != 1 else ''}, one per student:")
-    print(f"  {os.path.join(args.out, 'students')}{os.sep}  the sheets to hand out (<id>.toml, <id>.md)")
-    print(f"  {os.path.join(args.out, 'keys')}{os.sep}  the keys: keep them (check --key "
-          f"{os.path.join(args.out, 'keys')} SUBMISSIONS...)")
-    print(f"  {done['secret']}  the secret the seeds come from ({'made now' if done['secret_made'] else 'kept'}): "
+    out, secret = terminal(args.out), terminal(done["secret"])      # paths the user gave: shown, never sent raw
+    print(f"  {os.path.join(out, 'students')}{os.sep}  the sheets to hand out (<id>.toml, <id>.md)")
+    print(f"  {os.path.join(out, 'keys')}{os.sep}  the keys: keep them (check --key "
+          f"{os.path.join(out, 'keys')} SUBMISSIONS...)")
+    print(f"  {secret}  the secret the seeds come from ({'made now' if done['secret_made'] else 'kept'}): "
           f"keep it; with it the same roster and options give the same problems again")
     return 0

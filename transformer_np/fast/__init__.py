@@ -26,13 +26,14 @@ The map:
   engine's tests hold it to.
 
 The rule: ``ops`` ← ``fast`` ← ``model``. This package imports the textbook ops it builds on and never
-``model`` (``tests/test_core_imports.py`` parses the imports); the textbook ops never import it. A cache of
-the engine's own layout (fused Q, K, V; attention without its weights; an FFN input kept as its LayerNorm)
-passed to a textbook backward is refused with an error that names the backward here that takes it
-(:func:`transformer_np.ops.cache.raise_engine_cache`). That, rather than a dispatch table the textbook
-backwards would consult, because a table would still have the textbook backwards reach the engine (or the
-engine register itself into them), and the one caller that needs both paths — the encoder — picks a path
-once per forward and once per backward anyway (:func:`transformer_np.model.encoder._kernels`).
+``model`` (``tests/test_layering.py`` parses the imports); the textbook ops never import it. The encoder
+picks a path once per forward and once per backward (:func:`transformer_np.model.encoder._kernels`). A cache
+of the engine's own layout (fused Q, K, V; attention without its weights; an FFN input kept as its LayerNorm)
+passed to a public textbook backward goes to the engine's backward through one dispatch table,
+:data:`transformer_np.ops.cache.ENGINE_BACKWARDS`, which this package fills when it is imported. A table
+rather than an error, because code above both takes a sublayer's cache from the default (engine) layer and
+hands it to the public backward — the exercise grader's reference layer and the gradient-flow study do — and
+a table keeps the arrow one way: the engine registers itself, the textbook never imports it.
 
 The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
 ``docs/guide/performance.md``):
@@ -107,6 +108,7 @@ by the dtype for both paths (it is also the more accurate one in float32: ≤ 1.
 
 from __future__ import annotations
 
+from ..ops.cache import ENGINE_BACKWARDS
 from ..ops.dropout import _dropout_backward as dropout_backward
 from ..ops.dropout import _dropout_forward as dropout_forward
 from ..ops.residual import _residual_backward as residual_backward
@@ -130,3 +132,6 @@ __all__ = ["attention_weights", "get_num_threads", "set_num_threads", "get_batch
            "mha_forward", "mha_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
            "activation_backward", "ffn_forward", "ffn_backward", "dropout_forward", "dropout_backward",
            "residual_forward", "residual_backward"]
+
+# the textbook backwards hand a cache of the engine's own layout to these (transformer_np.ops.cache)
+ENGINE_BACKWARDS.update(mha_backward=mha_backward, ffn_backward=ffn_backward, attention_backward=attention_backward)

@@ -7,16 +7,21 @@ on OpenBLAS's. Every element is computed by the same operations whichever thread
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
 
+from .._optional import require
 from ..errors import InputTypeError, InputValueError
 
-__all__ = ["get_num_threads", "set_num_threads", "get_batch_threads", "set_batch_threads"]
+__all__ = ["get_num_threads", "set_num_threads", "get_batch_threads", "set_batch_threads", "limit_blas_threads",
+           "one_blas_thread"]
 
 
 # ----------------------------------------------------------------------------- threads
@@ -262,3 +267,43 @@ def _in_shards(fn: Callable[[int], None], count: int) -> None:
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
+
+
+# ----------------------------------------------------------------------------- BLAS threads around a block
+# The library's one way to set BLAS's thread count around a block (the bench, the course's studies); the
+# engine's own regions use _blas_single (reference-counted across threads, see above).
+_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_warned = False           # one_blas_thread's missing-threadpoolctl warning is given once per process
+
+
+def limit_blas_threads(count: int):
+    """threadpoolctl's limiter running BLAS at ``count`` threads: a context manager, or call
+    ``.restore_original_limits()`` to undo. Without threadpoolctl an ImportError says what to install."""
+    threadpoolctl = require("threadpoolctl", "setting the BLAS thread count needs threadpoolctl: pip install "
+                                             "threadpoolctl (or set OPENBLAS_NUM_THREADS before starting Python)")
+    return threadpoolctl.threadpool_limits(count, user_api="blas")
+
+
+def _one_thread_already() -> bool:
+    return any(os.environ.get(v, "").strip() == "1" for v in _THREAD_VARIABLES) or (os.cpu_count() or 1) == 1
+
+
+def one_blas_thread():
+    """A context manager running its block with one BLAS thread (the caller's setting is restored), for the
+    course's studies: small products, where BLAS threads bring nothing and, on a busy 2-core machine,
+    OpenBLAS's spinning idle threads made each product 25–100× slower (notebook 02: 148–174 s with OpenBLAS's
+    default threads, 34 s at one). Without threadpoolctl (optional: the ``notebooks`` extra installs it) the
+    limit cannot be set inside a running process: a no-op that warns once (:class:`RuntimeWarning`) with what
+    to install — unless ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` is 1 already."""
+    global _warned
+    try:
+        return limit_blas_threads(1)
+    except ImportError:
+        if not _warned and not _one_thread_already():
+            _warned = True
+            warnings.warn("threadpoolctl is not installed, so this study runs its small matrix products on all of "
+                          "OpenBLAS's threads, which on a busy machine makes it several times slower (notebook 02: "
+                          "148-174 s instead of 34). Install it with: pip install threadpoolctl (it comes with "
+                          "pip install 'transformer_np[notebooks]'), or start Python with OPENBLAS_NUM_THREADS=1.",
+                          RuntimeWarning, stacklevel=3)
+        return contextlib.nullcontext()

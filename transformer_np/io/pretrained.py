@@ -60,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from .._compat import forward_moved as _forward_moved
-from .._validate import FLOAT_DTYPES, all_finite, as_int_array, check_int, describe
+from .._validate import all_finite, as_int_array, check_float_dtype, check_int, describe
 from ..errors import InputTypeError, InputValueError, ModelFolderError, ResourceLimitError, TransformerNPError
 from ..fast.threads import _in_shards, get_batch_threads
 from ..model.budget import ENV_VAR, MemoryEstimate, check_memory, estimate_encoder
@@ -253,16 +253,6 @@ def cosine_similarity_matrix(E: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the model
-def _check_dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be np.float32 or np.float64, got {dtype!r}") from None
-    if dt not in FLOAT_DTYPES:
-        raise TypeError(f"dtype must be np.float32 or np.float64, got {dt}")
-    return dt
-
-
 def _check_sentences(sentences) -> list[str]:
     if isinstance(sentences, str):
         return [sentences]
@@ -322,7 +312,7 @@ class PretrainedEncoder:
 
     def params_as(self, dtype) -> dict[str, np.ndarray]:
         """The weights in ``dtype`` (cached)."""
-        dt = _check_dtype(dtype)
+        dt = check_float_dtype(dtype)
         if dt not in self._by_dtype:
             self._by_dtype[dt] = _qkv_layout({k: v.astype(dt) for k, v in self.params.items()})
         return self._by_dtype[dt]
@@ -364,7 +354,7 @@ class PretrainedEncoder:
         fingerprints and no cache for a backward; the attention matrices are kept only when
         ``output_attentions`` asks for them.
         """
-        dt = _check_dtype(dtype)
+        dt = check_float_dtype(dtype)
         for flag, name in ((output_hidden_states, "output_hidden_states"), (output_attentions, "output_attentions")):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {describe(flag)}")
@@ -408,7 +398,7 @@ class PretrainedEncoder:
         if not isinstance(normalize, bool):
             raise TypeError(f"normalize must be a bool, got {describe(normalize)}")
         check_int(batch_size, "batch_size", minimum=1)
-        dt = _check_dtype(dtype)
+        dt = check_float_dtype(dtype)
         out = np.empty((len(sentences), self.embedding_dim), dtype=dt)
         chunk = _SORT_CHUNK * batch_size
         for c0 in range(0, len(sentences), chunk):

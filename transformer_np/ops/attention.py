@@ -50,7 +50,7 @@ from .._validate import (
     describe,
 )
 from ..errors import InputTypeError, InputValueError, NonFiniteError
-from .cache import check_not_freed, raise_engine_cache, release
+from .cache import check_not_freed, engine_backward, release
 from .dropout import _dropout_backward, _dropout_forward
 from .linear import _linear_backward, _linear_forward
 from .softmax import _softmax as softmax  # the unchecked kernel: S was built here
@@ -224,13 +224,13 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
 def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns ``(dQ, dK, dV)``; see the module docstring.
 
-    Takes the cache of :func:`attention_forward` (or one of the engine's that keeps the same entries:
-    Q, K, V, the weights A, A_drop and the dropout mask); the engine's cache without A
-    (``store_attention=False``) is refused, naming :func:`transformer_np.fast.attention_backward`."""
+    Takes the cache of :func:`attention_forward`, or one of the speed engine's: with the same entries (Q, K, V,
+    the weights A, A_drop and the dropout mask) it is read here; without A (``store_attention=False``) it
+    goes to the engine's own backward (:func:`transformer_np.ops.cache.engine_backward`)."""
     check_cache(cache, "cache", "attention")
     check_dout(dO, "dO", cache["Q"].shape[:-1] + (cache["V"].shape[-1],))
-    if cache.get("weights") is None:
-        raise_engine_cache("attention_backward", "an attention cache without its weights (store_attention=False)")
+    if cache.get("weights") is None:                     # the engine's store_attention=False: A recomputed
+        return engine_backward("attention_backward")(dO, cache)
     return _attention_backward(dO, cache)
 
 
@@ -252,17 +252,18 @@ def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = 
 def mha_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Returns ``(dx, grads)`` with grads keyed W_Q, b_Q, …, b_O (same shapes as the params).
 
-    Takes the cache of :func:`mha_forward`; the engine's (fused QKV) cache is refused, naming
-    :func:`transformer_np.fast.mha_backward`. ``free_cache=True`` frees the cache; it cannot be
-    backpropagated again (:class:`~transformer_np.errors.StaleCacheError`).
+    Takes the cache of :func:`mha_forward`; the speed engine's (fused Q, K, V layout) goes to the engine's own
+    backward (:func:`transformer_np.ops.cache.engine_backward`). ``free_cache=True`` frees the cache (the
+    engine's as it goes, sublayer by sublayer); it cannot be backpropagated again
+    (:class:`~transformer_np.errors.StaleCacheError`).
     """
     check_cache(cache, "cache", "mha")
     check_bool(free_cache, "free_cache")
     check_not_freed(cache)
     o = cache["o"]
     check_dout(dout, "dout", o["x"].shape[:-1] + (o["W"].shape[1],))
-    if "qkv" in cache:
-        raise_engine_cache("mha_backward", "a multi-head attention cache of the fused Q, K, V layout")
+    if "qkv" in cache:                                   # the engine's fused layout
+        return engine_backward("mha_backward")(dout, cache, free_cache)
     out = _mha_backward(dout, cache)
     if free_cache:
         release(cache)

@@ -24,7 +24,7 @@ import numpy as np
 from .._validate import as_float_array, check_bool, check_cache, check_choice, check_dout, describe
 from ..errors import InputTypeError, InputValueError
 from .activations import ACTIVATIONS, _activation_backward, _activation_forward
-from .cache import check_not_freed, raise_engine_cache, release
+from .cache import check_not_freed, engine_backward, release
 from .linear import _linear_backward, _linear_forward, check_linear_args
 
 __all__ = ["ffn_forward", "ffn_backward", "FFN_PARAM_NAMES"]
@@ -80,17 +80,18 @@ def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu") -> tuple[np.nd
 def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Returns ``(dz, grads)`` with grads keyed W_1, b_1, W_2, b_2.
 
-    ``free_cache=True`` frees the cache; it cannot be backpropagated again
-    (:class:`~transformer_np.errors.StaleCacheError`). The engine's training-layer cache (its input kept as
-    the LayerNorm that made it) is refused, naming :func:`transformer_np.fast.ffn_backward`.
+    ``free_cache=True`` frees the cache (the engine's, f(z) and f'(z) first, mid-backward); it cannot be
+    backpropagated again (:class:`~transformer_np.errors.StaleCacheError`). The speed engine's training-layer
+    cache (its input kept as the LayerNorm that made it) goes to the engine's own backward
+    (:func:`transformer_np.ops.cache.engine_backward`).
     """
     check_cache(cache, "cache", "ffn")
     check_bool(free_cache, "free_cache")
     check_not_freed(cache)
     lin2 = cache["lin2"]
     check_dout(dout, "dout", lin2["x"].shape[:-1] + (lin2["W"].shape[1],))
-    if "ln" in cache.get("lin1", {}):
-        raise_engine_cache("ffn_backward", "a feed-forward cache that keeps its input as a LayerNorm")
+    if "ln" in cache.get("lin1", {}):                    # an engine training layer's: z kept as its LayerNorm
+        return engine_backward("ffn_backward")(dout, cache, free_cache)
     out = _ffn_backward(dout, cache)
     if free_cache:
         release(cache)

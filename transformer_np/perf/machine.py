@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from .._optional import require
+from ..fast.threads import limit_blas_threads as _limit_blas_threads  # noqa: F401  (the one setter; bench's name)
 
 __all__ = ["matmul_peak", "machine_info", "OtherLoad", "other_load", "busy_warnings", "recommended_threads",
            "BUSY_CORES", "UNSTEADY_SPREAD", "library_thread_defaults"]
@@ -39,13 +40,6 @@ def _blas_threads() -> tuple[int, str]:
     if not blas:
         return os.cpu_count() or 1, "os.cpu_count() (no BLAS found by threadpoolctl)"
     return int(blas[0]["num_threads"]), "threadpoolctl"
-
-
-def _limit_blas_threads(threads: int):
-    """threadpoolctl's limiter for OpenBLAS (call ``.restore_original_limits()`` to undo)."""
-    threadpoolctl = require("threadpoolctl", "setting the BLAS thread count needs threadpoolctl: pip install "
-                                             "threadpoolctl (or set OPENBLAS_NUM_THREADS before starting Python)")
-    return threadpoolctl.threadpool_limits(threads, user_api="blas")
 
 
 @contextmanager

@@ -91,7 +91,7 @@ import math
 
 import numpy as np
 
-from .._validate import describe
+from .._validate import check_float_dtype, describe
 from ..errors import InputTypeError, InputValueError
 from . import inputs as _inputs
 from . import modules as _modules
@@ -129,15 +129,10 @@ def default_tolerances(dtype, n_layers: int = 1) -> tuple[float, float, float]:
 
 # ----------------------------------------------------------------------------- dtype
 def _np_dtype(dtype) -> np.dtype:
+    """float32 or float64, given as NumPy's or torch's (``torch.float64``): the library's one dtype check."""
     if dtype is not None and "torch." in str(dtype):
         dtype = str(dtype).replace("torch.", "")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise InputTypeError(f"dtype must be float32 or float64 (NumPy or torch), got {dtype!r}") from None
-    if dt not in TOLERANCES:
-        raise InputTypeError(f"dtype must be float32 or float64 (NumPy or torch), got {dt}")
-    return dt
+    return check_float_dtype(dtype)
 
 
 # ----------------------------------------------------------------------------- both sides
