@@ -41,7 +41,7 @@ MOVED = {
     "ops._attention_blocks": "fast.blocks",
     "ops._threads": "fast.threads",
     "ops._gelu64": "fast.gelu64",
-    "ops.plain": "fast.reference",
+    "ops.plain": "ops.kernels",
     "ops.head_split": "ops.attention",
     "model.inference": "fast.inference",
     # redesign (issue 46): testing.py and its three private modules, one package

@@ -25,8 +25,8 @@ from transformer_np import fast
 from transformer_np.errors import NonFiniteError
 from transformer_np.fast import attention as fast_attention
 from transformer_np.fast import mha as fast_mha
-from transformer_np.fast import reference as plain
 from transformer_np.io.pretrained import _qkv_layout
+from transformer_np.ops import kernels as plain
 
 DTYPES = [np.float32, np.float64]
 

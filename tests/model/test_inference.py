@@ -16,10 +16,10 @@ from transformer_np import fast
 from transformer_np.errors import InputTypeError, InputValueError, NonFiniteError
 from transformer_np.fast import ffn as fast_ffn
 from transformer_np.fast import gelu64 as _gelu64
-from transformer_np.fast import reference as plain
 from transformer_np.io.hf_model import hf_backward, hf_forward
 from transformer_np.model.encoder import encoder_layer_backward, encoder_layer_forward
 from transformer_np.model.params import sub_params
+from transformer_np.ops import kernels as plain
 from transformer_np.ops.masks import _padding_mask
 
 

@@ -35,10 +35,10 @@ from helpers import assert_paths_close, nontrivial_params, spy_split_counts
 from transformer_np import fast
 from transformer_np.fast import attention as fast_attention
 from transformer_np.fast import blocks as _attention_blocks
-from transformer_np.fast import reference as plain
 from transformer_np.fast import threads as _threads
 from transformer_np.model import encoder
 from transformer_np.model.params import sub_params
+from transformer_np.ops import kernels as plain
 
 DTYPES = (np.float32, np.float64)
 pytestmark = pytest.mark.usefixtures("fast_thread_defaults")   # (tests/conftest.py)

@@ -16,7 +16,7 @@ from helpers import assert_paths_close, attention_mask_case
 from transformer_np import fast
 from transformer_np.fast import attention as fast_attention
 from transformer_np.fast import blocks as _attention_blocks
-from transformer_np.fast import reference as plain
+from transformer_np.ops import kernels as plain
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

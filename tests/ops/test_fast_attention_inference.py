@@ -21,7 +21,7 @@ from helpers import assert_paths_close, attention_mask_case
 from transformer_np import fast
 from transformer_np.fast import attention as fast_attention
 from transformer_np.fast import blocks as _attention_blocks
-from transformer_np.fast import reference as plain
+from transformer_np.ops import kernels as plain
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = st.sampled_from([np.float64, np.float32])

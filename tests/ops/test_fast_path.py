@@ -34,9 +34,9 @@ from transformer_np.fast import attention as fast_attention
 from transformer_np.fast import blocks as _attention_blocks
 from transformer_np.fast import ffn as fast_ffn
 from transformer_np.fast import gelu64 as _gelu64
-from transformer_np.fast import reference as plain
 from transformer_np.model.gradcheck import rel_error
 from transformer_np.model.params import sub_params
+from transformer_np.ops import kernels as plain
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])

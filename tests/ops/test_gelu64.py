@@ -21,7 +21,7 @@ import pytest
 from helpers import assert_paths_close
 from transformer_np import fast
 from transformer_np.fast import gelu64 as _gelu64
-from transformer_np.fast import reference as plain
+from transformer_np.ops import kernels as plain
 from transformer_np.ops.activations import _gelu
 
 pytestmark = pytest.mark.usefixtures("fast_thread_defaults")   # (tests/conftest.py)

@@ -7,7 +7,7 @@ r"""The speed engine: the encoder's ops and layer rearranged for speed and memor
 agree (≤ 1e-12 relative in float64; in float32 ≤ 1e-6 op by op, and a whole stack as accurate as the plain
 path against the same stack in float64; with masks and dropout, forward and every gradient). Read the
 textbook module first: every function here has the same name, arguments and result as its textbook
-kernel (:mod:`~transformer_np.fast.reference` lists them), and none checks its arguments — the public
+kernel (:mod:`transformer_np.ops.kernels` lists them), and none checks its arguments — the public
 entry points have done that once.
 
 The map:
@@ -21,9 +21,10 @@ The map:
   the float64 GELU) and the FFN;
 * :mod:`~transformer_np.fast.layer` — the encoder layer, forward and backward, and the stack's embedding
   block and final LayerNorm; :mod:`~transformer_np.fast.inference` — the layer for inference;
-* :mod:`~transformer_np.fast.threads` — the thread pool, the batch split and "one BLAS thread";
-* :mod:`~transformer_np.fast.reference` — the textbook kernels under this package's names: what the
-  engine's tests hold it to.
+* :mod:`~transformer_np.fast.threads` — the thread pool, the batch split and BLAS's thread count around a
+  block (:func:`~transformer_np.fast.threads.one_blas_thread`).
+
+What the engine is held to: :mod:`transformer_np.ops.kernels`, the textbook kernels under these names.
 
 The rule: ``ops`` ← ``fast`` ← ``model``. This package imports the textbook ops it builds on and never
 ``model`` (``tests/test_layering.py`` parses the imports); the textbook ops never import it. The encoder
@@ -109,10 +110,7 @@ by the dtype for both paths (it is also the more accurate one in float32: ≤ 1.
 from __future__ import annotations
 
 from ..ops.cache import ENGINE_BACKWARDS
-from ..ops.dropout import _dropout_backward as dropout_backward
-from ..ops.dropout import _dropout_forward as dropout_forward
-from ..ops.residual import _residual_backward as residual_backward
-from ..ops.residual import _residual_forward as residual_forward
+from ..ops.kernels import dropout_backward, dropout_forward, residual_backward, residual_forward
 from .attention import attention_backward, attention_forward, attention_weights, softmax
 from .ffn import (
            activation_backward,

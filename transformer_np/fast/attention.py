@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import InputTypeError, InputValueError
 from ..ops.cache import check_for_backward
-from ..ops.dropout import _dropout_forward as dropout_forward
+from ..ops.kernels import dropout_forward
 from .blocks import (
     _block_buffer,
     _block_pass,

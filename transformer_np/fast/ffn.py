@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from ..ops.activations import _FUNCS as _ACTIVATION_FUNCS
-from ..ops.activations import _VALUE_FUNCS as _ACTIVATION_VALUES
 from ..ops.cache import check_for_backward, reader
+from ..ops.kernels import ACTIVATION_FUNCS as _ACTIVATION_FUNCS
+from ..ops.kernels import ACTIVATION_VALUES as _ACTIVATION_VALUES
 from ..ops.layernorm import check_variance
 from .gelu64 import _gelu64, _gelu64_value
 from .threads import _parallel, _row_slices, _rows_parallel, get_num_threads

@@ -27,8 +27,8 @@ from contextlib import nullcontext
 import numpy as np
 
 from .. import fast as kernels  # looked up at call time: a spy on transformer_np.fast.mha_forward sees the layer
+from ..ops import kernels as op
 from ..ops.cache import reader
-from ..ops.embeddings import _embeddings_forward
 from . import blocks
 from .ffn import _ffn_backward, _layernorm_backward, _layernorm_forward, _layernorm_value, lin1_from_layernorm
 from .inference import _embeddings_infer, _layer_infer, _sub
@@ -173,11 +173,11 @@ def _layer_grads(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.nd
 def embeddings_forward(p: dict, ids: np.ndarray, token_type_ids: np.ndarray | None, config,
                        for_backward: bool) -> tuple[np.ndarray, dict | None]:
     """The embedding block: for inference with learned positions :func:`_embeddings_infer` (no cache),
-    else the textbook block (:func:`~transformer_np.ops.embeddings._embeddings_forward`)."""
+    else the textbook block (:func:`transformer_np.ops.kernels.embeddings_forward`)."""
     eps = float(config.layer_norm_eps)
     if not for_backward and config.positional == "learned":
         return _embeddings_infer(p, ids, token_type_ids, eps, config.embedding_layer_norm), None
-    return _embeddings_forward(p, ids, token_type_ids, config.positional, eps, config.embedding_layer_norm)
+    return op.embeddings_forward(p, ids, token_type_ids, config.positional, eps, config.embedding_layer_norm)
 
 
 def final_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float,

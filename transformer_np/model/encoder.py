@@ -56,14 +56,11 @@ from .._validate import (
 )
 from ..errors import InputTypeError, InputValueError, NonFiniteError
 from ..fast import layer as engine
-from ..ops.attention import MHA_PARAM_NAMES, _mha_backward, _mha_forward, check_attention_mask
-from ..ops.cache import FREED_MESSAGE, ParamGuard, check_for_backward, check_not_freed, reader, release
-from ..ops.dropout import _dropout_backward, _dropout_forward
-from ..ops.embeddings import _embeddings_backward, _embeddings_forward, _raise_table_row
-from ..ops.feedforward import FFN_PARAM_NAMES, _ffn_backward, _ffn_forward
-from ..ops.layernorm import _layernorm_backward, _layernorm_forward
-from ..ops.masks import _padding_mask, combine_masks
-from ..ops.residual import _residual_backward, _residual_forward
+from ..ops import kernels as op  # the ops' unchecked kernels: the arguments are checked here, once
+from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
+from ..ops.cache import FREED_MESSAGE, ParamGuard, check_for_backward, check_not_freed, reader
+from ..ops.feedforward import FFN_PARAM_NAMES
+from ..ops.masks import combine_masks
 from .checks import (
     _check_dropout_rng,
     _check_finite_params,
@@ -94,23 +91,23 @@ def _layer_train(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray
     drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
     c: dict = {"kind": "encoder_layer", "norm_position": config.norm_position, "fast": False, "shape": x.shape}
     if config.norm_position == "post":
-        a, c["attn"] = _mha_forward(x, attn_p, h, mask, drop, training, rng)              # MHA(H): (B, n, d)
-        a, c["drop1"] = _dropout_forward(a, drop, training, rng)
-        r, c["res1"] = _residual_forward(x, a)                                            # H + MHA(H)
-        z, c["ln1"] = _layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)           # Z
-        f, c["ffn"] = _ffn_forward(z, ffn_p, config.activation)                           # FFN(Z): (B, n, d)
-        f, c["drop2"] = _dropout_forward(f, drop, training, rng)
-        r, c["res2"] = _residual_forward(z, f)                                            # Z + FFN(Z)
-        out, c["ln2"] = _layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)         # H^(ℓ)
+        a, c["attn"] = op.mha_forward(x, attn_p, h, mask, drop, training, rng)              # MHA(H): (B, n, d)
+        a, c["drop1"] = op.dropout_forward(a, drop, training, rng)
+        r, c["res1"] = op.residual_forward(x, a)                                            # H + MHA(H)
+        z, c["ln1"] = op.layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)           # Z
+        f, c["ffn"] = op.ffn_forward(z, ffn_p, config.activation)                           # FFN(Z): (B, n, d)
+        f, c["drop2"] = op.dropout_forward(f, drop, training, rng)
+        r, c["res2"] = op.residual_forward(z, f)                                            # Z + FFN(Z)
+        out, c["ln2"] = op.layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)         # H^(ℓ)
     else:
-        y, c["ln1"] = _layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)           # LN(H)
-        a, c["attn"] = _mha_forward(y, attn_p, h, mask, drop, training, rng)              # MHA(LN(H))
-        a, c["drop1"] = _dropout_forward(a, drop, training, rng)
-        z, c["res1"] = _residual_forward(x, a)                                            # Z = H + MHA(LN(H))
-        y, c["ln2"] = _layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)           # LN(Z)
-        f, c["ffn"] = _ffn_forward(y, ffn_p, config.activation)                           # FFN(LN(Z))
-        f, c["drop2"] = _dropout_forward(f, drop, training, rng)
-        out, c["res2"] = _residual_forward(z, f)                                          # H^(ℓ) = Z + FFN(LN(Z))
+        y, c["ln1"] = op.layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)           # LN(H)
+        a, c["attn"] = op.mha_forward(y, attn_p, h, mask, drop, training, rng)              # MHA(LN(H))
+        a, c["drop1"] = op.dropout_forward(a, drop, training, rng)
+        z, c["res1"] = op.residual_forward(x, a)                                            # Z = H + MHA(LN(H))
+        y, c["ln2"] = op.layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)           # LN(Z)
+        f, c["ffn"] = op.ffn_forward(y, ffn_p, config.activation)                           # FFN(LN(Z))
+        f, c["drop2"] = op.dropout_forward(f, drop, training, rng)
+        out, c["res2"] = op.residual_forward(z, f)                                          # H^(ℓ) = Z + FFN(LN(Z))
     return out, c
 
 
@@ -118,32 +115,24 @@ def _layer_grads(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.nd
     """Backward of :func:`_layer_train`, unchecked: the chain rule through the same equations, in reverse.
     With ``free_cache`` each sublayer's cache is dropped as soon as its backward returns."""
     take, g = reader(cache, free_cache), {}
-
-    def through(backward, dy, key):           # a composite sublayer's backward, its cache freed after it
-        c = take(key)
-        out = backward(dy, c)
-        if free_cache:
-            release(c)
-        return out
-
     if cache["norm_position"] == "post":
-        dr, g["ln2.gamma"], g["ln2.beta"] = _layernorm_backward(dout, take("ln2"))
-        dz, df = _residual_backward(dr, take("res2"))             # the skip path: dz gets dr as is
-        dz_ffn, gf = through(_ffn_backward, _dropout_backward(df, take("drop2")), "ffn")
+        dr, g["ln2.gamma"], g["ln2.beta"] = op.layernorm_backward(dout, take("ln2"))
+        dz, df = op.residual_backward(dr, take("res2"))             # the skip path: dz gets dr as is
+        dz_ffn, gf = op.ffn_backward(op.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
         dz_ffn += dz                                              # dZ = dr + ∂FFN/∂Z
-        dr, g["ln1.gamma"], g["ln1.beta"] = _layernorm_backward(dz_ffn, take("ln1"))
-        dx, da = _residual_backward(dr, take("res1"))
-        dx_attn, ga = through(_mha_backward, _dropout_backward(da, take("drop1")), "attn")
+        dr, g["ln1.gamma"], g["ln1.beta"] = op.layernorm_backward(dz_ffn, take("ln1"))
+        dx, da = op.residual_backward(dr, take("res1"))
+        dx_attn, ga = op.mha_backward(op.dropout_backward(da, take("drop1")), take("attn"), free_cache)
         dx_attn += dx                                             # dH = dr + ∂MHA/∂H
         dx = dx_attn
     else:
-        dz, df = _residual_backward(dout, take("res2"))           # both are dout itself: not ours
-        dy, gf = through(_ffn_backward, _dropout_backward(df, take("drop2")), "ffn")
-        dz_ln, g["ln2.gamma"], g["ln2.beta"] = _layernorm_backward(dy, take("ln2"))
+        dz, df = op.residual_backward(dout, take("res2"))           # both are dout itself: not ours
+        dy, gf = op.ffn_backward(op.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
+        dz_ln, g["ln2.gamma"], g["ln2.beta"] = op.layernorm_backward(dy, take("ln2"))
         dz_ln += dz                                               # dZ = dout + ∂LN_2/∂Z
-        dx, da = _residual_backward(dz_ln, take("res1"))
-        dy, ga = through(_mha_backward, _dropout_backward(da, take("drop1")), "attn")
-        dx_ln, g["ln1.gamma"], g["ln1.beta"] = _layernorm_backward(dy, take("ln1"))
+        dx, da = op.residual_backward(dz_ln, take("res1"))
+        dy, ga = op.mha_backward(op.dropout_backward(da, take("drop1")), take("attn"), free_cache)
+        dx_ln, g["ln1.gamma"], g["ln1.beta"] = op.layernorm_backward(dy, take("ln1"))
         dx_ln += dx                                               # dH = dZ + ∂LN_1/∂H
         dx = dx_ln
     g.update(_prefixed("attn.", ga))
@@ -171,14 +160,14 @@ class Textbook:
 
     @staticmethod
     def embeddings_forward(p, ids, token_type_ids, config, for_backward):
-        return _embeddings_forward(p, ids, token_type_ids, config.positional, float(config.layer_norm_eps),
-                                   config.embedding_layer_norm)
+        return op.embeddings_forward(p, ids, token_type_ids, config.positional, float(config.layer_norm_eps),
+                                     config.embedding_layer_norm)
 
     @staticmethod
     def final_norm_forward(x, gamma, beta, eps, for_backward):
-        return _layernorm_forward(x, gamma, beta, eps)
+        return op.layernorm_forward(x, gamma, beta, eps)
 
-    final_norm_backward = staticmethod(_layernorm_backward)
+    final_norm_backward = staticmethod(op.layernorm_backward)
 
 
 def _kernels(fast: bool):
@@ -353,7 +342,7 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
     x, attention_mask, token_type_ids = _check_inputs(config, dtype, input_ids, attention_mask,
                                                       token_type_ids, inputs_embeds)
     B, n = x.shape[:2]
-    mask = None if attention_mask is None else _padding_mask(attention_mask, dtype)  # (B, 1, 1, n)
+    mask = None if attention_mask is None else op.padding_mask(attention_mask, dtype)  # (B, 1, 1, n)
     if extra_mask is not None:
         check_attention_mask(extra_mask, (B, config.n_heads, n, n), dtype, "extra_mask")
         mask = combine_masks(mask, extra_mask)
@@ -373,11 +362,11 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
                 with np.errstate(over="ignore", invalid="ignore"):
                     e, cache["embeddings"] = _embed(emb, x, token_type_ids, config, fast, for_backward)
             except NonFiniteError:
-                _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
+                op.raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
                 raise
             if not all_finite(e):   # lookup tables are checked on the rows read, here, not in full at every call
-                _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
-            H, cache["emb_drop"] = _dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
+                op.raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
+            H, cache["emb_drop"] = op.dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
         else:
             H = x                                                                       # H^(0) = inputs_embeds
         hidden, attns, layer_caches = [H], [], []
@@ -474,8 +463,8 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
         if free_cache:
             cache["hidden_states"][0] = None
         if cache["from_ids"]:
-            de = _dropout_backward(dH, take("emb_drop"))
-            grads.update(_prefixed("embeddings.", _embeddings_backward(de, take("embeddings"))))
+            de = op.dropout_backward(dH, take("emb_drop"))
+            grads.update(_prefixed("embeddings.", op.embeddings_backward(de, take("embeddings"))))
         else:
             grads["inputs_embeds"] = dH
     bad = [k for k, g in grads.items() if not all_finite(g)]

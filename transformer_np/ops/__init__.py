@@ -13,10 +13,12 @@ The map — one module per op, the forward and backward next to their derivation
   :mod:`~transformer_np.ops.relative_position` (MPNet), :mod:`~transformer_np.ops.rotary`,
   :mod:`~transformer_np.ops.glu`, :mod:`~transformer_np.ops.local_attention` (ModernBERT);
 * :mod:`~transformer_np.ops.cache` — the cache protocol (freeing, the stale-parameter guard, and the
-  refusal of an engine cache by a textbook backward).
+  table through which a textbook backward hands an engine cache to the engine);
+* :mod:`~transformer_np.ops.kernels` — every op's unchecked kernel under a public name, for the layers
+  above (the textbook encoder layer runs them; the engine is tested against them).
 
 A public function checks its arguments; the same name with a leading underscore is its unchecked
-kernel, which the layers above call once they have checked.
+kernel inside its module, which other packages reach as :mod:`transformer_np.ops.kernels`.
 
 The functions ``erf`` and ``softmax`` are not re-exported here: their names are those of their
 modules (``transformer_np.ops.erf``, ``transformer_np.ops.softmax``), which a package attribute

@@ -2,19 +2,19 @@ r"""The inputs of :func:`transformer_np.testing.compare_with_torch`, checked (a 
 
 Every mask torch's encoder modules take, and Hugging Face's, with the two conventions side by side:
 
-==========================  ===========================  ==========================================================
-argument                    convention                   shape
-==========================  ===========================  ==========================================================
-``attention_mask``          Hugging Face: integers,      (B, n)
-                            1 = real token, 0 = padding
-``src_key_padding_mask``    torch: boolean,              (B, n)
-                            True = padding
-``src_mask`` / ``attn_mask``  torch: boolean (True = may  (n, n), or (B·h, n, n) per head (torch's batch-major
-                            not attend) or float (added   order: row b·h + head)
-                            to the scores, −inf blocks)
-``is_causal``               torch: position i attends    — (alone: the causal mask is built and given to torch
-                            to j ≤ i only                with its hint; with ``src_mask``: that mask must be causal)
-==========================  ===========================  ==========================================================
+==============================  ===========================  ==========================================================
+argument                        convention                   shape
+==============================  ===========================  ==========================================================
+``attention_mask``              Hugging Face: integers,      (B, n)
+                                1 = real token, 0 = padding
+``src_key_padding_mask``        torch: boolean,              (B, n)
+                                True = padding
+``src_mask`` / ``attn_mask``    torch: boolean (True = may   (n, n), or (B·h, n, n) per head (torch's batch-major
+                                not attend) or float (added  order: row b·h + head)
+                                to the scores, −inf blocks)
+``is_causal``                   torch: position i attends    — (alone: the causal mask is built and given to torch
+                                to j ≤ i only                with its hint; with ``src_mask``: that mask must be causal)
+==============================  ===========================  ==========================================================
 
 A mask that fits neither padding convention (a boolean ``attention_mask``, an integer ``src_key_padding_mask``,
 values other than 0/1) is refused with a message saying which is which; so is a query that may attend to no key
