@@ -23,9 +23,6 @@ from .. import fast as kernels  # looked up at call time (spies on transformer_n
 from .ffn import _layernorm_value
 from .threads import _chunks, _in_shards, get_batch_threads
 
-__all__: list[str] = []
-
-
 # The fast inference layer splits a batch over get_batch_threads() threads (fast/threads.py has the rule and
 # the measurements) when every thread gets at least one sequence and the layer has at least _SHARD_MIN_FLOPS
 # of products: a split costs ~0.1 ms (handing a shard to a pool thread, waiting for it, OpenBLAS's thread
