@@ -197,9 +197,9 @@ def rng():
 @pytest.fixture
 def fast_thread_defaults():
     """The fast path's thread settings back at the library's defaults after the test (batch and
-    elementwise threads: ``transformer_np.ops.fast.set_batch_threads`` / ``set_num_threads``)."""
+    elementwise threads: ``transformer_np.fast.set_batch_threads`` / ``set_num_threads``)."""
     yield
-    from transformer_np.ops import fast
+    from transformer_np import fast
 
     fast.set_batch_threads(None)
     fast.set_num_threads(None)

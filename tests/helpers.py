@@ -172,7 +172,7 @@ def attention_mask_case(kind: str, B: int, n_q: int, n_k: int, dtype, r) -> np.n
 def spy_split_counts(monkeypatch, module) -> list[int]:
     """The ``count`` of every ``module._in_shards(fn, count)`` call from now on (the calls still run;
     1: the work was not split). ``module`` is the one that imported ``_in_shards`` and looks it up at
-    call time: model.inference, ops.fast_attention or io.pretrained."""
+    call time: fast.inference, fast.attention or io.pretrained."""
     calls: list[int] = []
     real = module._in_shards
 

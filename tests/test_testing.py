@@ -227,7 +227,7 @@ def test_the_message_names_one_element_the_one_furthest_outside_the_tolerance():
     """Three planted errors, each the worst by another measure: C has the largest |ours − ref| but is within its
     tolerance, A the largest ratio to its tolerance, B the largest excess |ours − ref| − (atol·S + rtol·|ref|).
     The message names B alone, with B's values, error and tolerance."""
-    from transformer_np._comparison import ComparisonReport, _compare, _set_scales
+    from transformer_np.testing.criterion import ComparisonReport, _compare, _set_scales
 
     ref = np.array([[0.0, 1.0, 1e4, 2.0]])
     ours = ref + np.array([[1e-3, 1.0, 9.0, 0.0]])               # A = (0, 0), B = (0, 1), C = (0, 2)
@@ -278,8 +278,8 @@ def test_pytest_shows_the_message_without_the_librarys_source(tmp_path):
            "(ours: layers.0.ffn.W_2[5, 3])" in out, out
     assert "E         at index (3, 5) (the element furthest outside the tolerance)" in out, out
     assert ">       assert_matches_torch(layer" in out, out                  # the user's line is the last frame
-    for library_frame in ("_comparison.py", "transformer_np/testing.py", "__tracebackhide__", "raise AssertionError",
-                          "def check(", "report.check()", "lines = ["):
+    for library_frame in ("testing/criterion.py", "transformer_np/testing/", "__tracebackhide__",
+                          "raise AssertionError", "def check(", "report.check()", "lines = ["):
         assert library_frame not in out, (library_frame, out)
     failure = out[out.index("test_planted_difference ___"):out.index("short test summary")]
     assert len(failure.splitlines()) < 25, failure                       # the test's source and the message only

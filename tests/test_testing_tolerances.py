@@ -178,7 +178,7 @@ def test_the_defaults_grow_with_the_square_root_of_the_depth():
 
 # ----------------------------------------------------------------------------- reports that read true
 def test_an_exactly_zero_reference_is_read_by_its_absolute_error():
-    from transformer_np._comparison import ComparisonReport, _compare, _set_scales
+    from transformer_np.testing.criterion import ComparisonReport, _compare, _set_scales
 
     w = _compare("key.weight", "grad", np.array([[1.0, -2.0]]), np.array([[1.0, -2.0 + 1e-16]]))
     b = _compare("key.bias", "grad", np.array([1e-17, 0.0]), np.array([0.0, 0.0]))      # exactly 0 in torch

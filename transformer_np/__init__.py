@@ -15,7 +15,6 @@ and an N-layer stack. Quick start::
 """
 
 from . import _compat
-from .io.pretrained import load_pretrained
 from .model.config import EncoderConfig, count_parameters
 from .model.encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 from .model.heads import (
@@ -56,18 +55,35 @@ from .ops.linear import linear_backward, linear_forward
 from .ops.masks import causal_mask, combine_masks, padding_mask
 from .ops.residual import residual_backward, residual_forward
 from .ops.softmax import softmax, softmax_backward, softmax_forward
-from .worksheets import check
 
 __version__ = "0.2.0"
 
 _compat.install(__name__)   # ``transformer_np.interop`` & co. (the flat layout of 0.1) keep importing
 
 
-def __getattr__(name: str):
-    """``tnp.interop``, ``tnp.trace``, …: a module of the old flat layout, imported on first use."""
-    if name in _compat.MOVED:
-        import importlib
+#: The application entry points, imported on first use (``tnp.check``, ``from transformer_np import
+#: load_pretrained``): the core (``ops``, ``fast``, ``model``) imports NumPy and nothing of ``io``,
+#: ``worksheets`` or the rest (``tests/test_core_imports.py``).
+_LAZY = {
+    "check": "transformer_np.worksheets",
+    "load_pretrained": "transformer_np.io.pretrained",
+}
+#: the application packages, ``tnp.worksheets.example_path()`` & co. without importing them first (as when
+#: the top level imported them eagerly)
+_SUBPACKAGES = ("io", "worksheets", "training", "testing", "perf", "course", "grader", "cli", "fast")
 
+
+def __getattr__(name: str):
+    """``tnp.check``, ``tnp.load_pretrained``: an application entry point, imported on first use;
+    ``tnp.worksheets``, ``tnp.io``, …: an application package, likewise; ``tnp.interop``, ``tnp.trace``, …:
+    a module of the old flat layout, likewise."""
+    import importlib
+
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value                      # the next lookup is a plain attribute
+        return value
+    if name in _SUBPACKAGES or name in _compat.MOVED:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -14,7 +14,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 
-# old module name (under transformer_np) -> new dotted path (under transformer_np)
+# old module name (under transformer_np, dotted below a subpackage) -> new dotted path (under transformer_np)
 MOVED = {
     **{m: f"ops.{m}" for m in ("linear", "softmax", "attention", "masks", "layernorm", "activations", "erf",
                                "feedforward", "residual", "dropout", "embeddings")},
@@ -40,6 +40,25 @@ MOVED = {
         ("_exercise_base", "exercise_base"), ("_exercise_specs", "specs"), ("_specs_blocks", "specs_blocks"),
         ("_specs_ops", "specs_ops"), ("_hidden_cases", "hidden_cases"), ("_source", "source"),
         ("_sandbox_child", "child"))},
+    # redesign (issue 46): the engine out of ops/ into fast/, ops/head_split.py folded back into ops/attention.py
+    "ops.fast": "fast",
+    "ops.fast_attention": "fast.attention",
+    "ops.fast_mha": "fast.mha",
+    "ops.fast_ffn": "fast.ffn",
+    "ops._attention_blocks": "fast.blocks",
+    "ops._threads": "fast.threads",
+    "ops._gelu64": "fast.gelu64",
+    "ops.plain": "ops.kernels",
+    "ops.head_split": "ops.attention",
+    "model.inference": "fast.inference",
+    # redesign (issue 46): testing.py and its three private modules, one package
+    "_comparison": "testing.criterion",
+    "_comparison_inputs": "testing.inputs",
+    "_comparison_modules": "testing.modules",
+    # redesign (issue 46): one way out for untrusted text (``_text.printable`` is ``textout.printable``)
+    "_text": "textout",
+    # redesign (issue 46): one "BLAS threads around a block" helper (course's one_blas_thread, perf's limiter)
+    "course._blas": "fast.threads",
 }
 
 
@@ -72,9 +91,11 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder):
 
 
 def install(package: str) -> None:
-    """Put the finder on ``sys.meta_path`` once (idempotent across reloads)."""
+    """Put the finder on ``sys.meta_path`` once (idempotent across reloads), first: an old path is answered
+    by the alias even where another finder would still find a file there (a stale copy left by an upgrade in
+    place, or an editable install of another checkout, whose finder maps the package's names to its tree)."""
     if not any(isinstance(f, _MovedModuleFinder) and f.prefix == package + "." for f in sys.meta_path):
-        sys.meta_path.append(_MovedModuleFinder(package))
+        sys.meta_path.insert(0, _MovedModuleFinder(package))
 
 
 

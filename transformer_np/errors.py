@@ -35,13 +35,13 @@ subclasses.
 
 A message is one printable line: ``str(error)`` shows the control characters of a file name, key or token that
 came from a file (a newline, ``\\x1b[2J``, a bidirectional override) as escapes
-(:func:`transformer_np._text.printable`), so the command line's one error line is one line and cannot drive the
+(:func:`transformer_np.textout.terminal`), so the command line's one error line is one line and cannot drive the
 terminal. ``error.args[0]`` keeps the text as built.
 """
 
 from __future__ import annotations
 
-from ._text import printable
+from .textout import terminal
 
 __all__ = ["TransformerNPError", "InputTypeError", "InputValueError", "NonFiniteError", "StaleCacheError",
            "ResourceLimitError", "FileFormatError", "CheckpointError", "ModelFolderError", "WorksheetError",
@@ -52,7 +52,7 @@ class TransformerNPError(Exception):
     """Base class of every error raised on purpose by transformer_np; its ``str`` is one printable line."""
 
     def __str__(self) -> str:
-        return printable(super().__str__())
+        return terminal(super().__str__())
 
 
 class InputTypeError(TransformerNPError, TypeError):

@@ -15,8 +15,9 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 from helpers import assert_paths_close, spy_split_counts
+from transformer_np import fast
+from transformer_np.fast import threads as _threads
 from transformer_np.io import pretrained as P
-from transformer_np.ops import _threads, fast
 
 SENTENCES = ["a", "The quick brown fox jumps over the lazy dog near the river bank today.",
              "short one", "Attention is all you need, said the paper.", "x y z",

@@ -1,14 +1,14 @@
 """The fused inference paths of round 4 (MiniLM-like shapes: short rows, many small calls) against the
 plain path (``assert_paths_close``, k = the longest reduction), hostile inputs included.
 
-* the attention's optimistic softmax (:func:`transformer_np.ops.fast_attention._sums_safe`): inference rows
+* the attention's optimistic softmax (:func:`transformer_np.fast.attention._sums_safe`): inference rows
   without the [V | 1] product are exponentiated without their maxima and checked by their row sums
   afterwards; a block that overflows, underflows to 0 or to subnormals, or holds a NaN is recomputed
   with the maxima;
-* one product per attention projection (:func:`transformer_np.ops.fast_mha._stacked`) for weights laid
+* one product per attention projection (:func:`transformer_np.fast.mha._stacked`) for weights laid
   out as ``load_pretrained`` lays them out — views of [W_Q | W_K | W_V ; b_Q | b_K | b_V] and [W_O ; b_O] — an
   edit through a view seen, a replaced entry used as given;
-* the inference embedding block (:func:`transformer_np.model.inference._embeddings_infer`), non-finite rows
+* the inference embedding block (:func:`transformer_np.fast.inference._embeddings_infer`), non-finite rows
   still named.
 """
 
@@ -21,9 +21,12 @@ import pytest
 
 import transformer_np as tnp
 from helpers import assert_paths_close, attention_mask_case, nontrivial_params
+from transformer_np import fast
 from transformer_np.errors import NonFiniteError
+from transformer_np.fast import attention as fast_attention
+from transformer_np.fast import mha as fast_mha
 from transformer_np.io.pretrained import _qkv_layout
-from transformer_np.ops import fast, fast_attention, fast_mha, plain
+from transformer_np.ops import kernels as plain
 
 DTYPES = [np.float32, np.float64]
 

@@ -12,11 +12,14 @@ import pytest
 
 import transformer_np as tnp
 from helpers import assert_paths_close, lagrange_monomials, nontrivial_params
+from transformer_np import fast
 from transformer_np.errors import InputTypeError, InputValueError, NonFiniteError
+from transformer_np.fast import ffn as fast_ffn
+from transformer_np.fast import gelu64 as _gelu64
 from transformer_np.io.hf_model import hf_backward, hf_forward
 from transformer_np.model.encoder import encoder_layer_backward, encoder_layer_forward
 from transformer_np.model.params import sub_params
-from transformer_np.ops import _gelu64, fast, fast_ffn, plain
+from transformer_np.ops import kernels as plain
 from transformer_np.ops.masks import _padding_mask
 
 
@@ -204,7 +207,7 @@ def test_value_only_gelu_coefficients_are_the_interpolant_they_claim_to_be():
                                   3 * fast_ffn._GELU64_VALUE_BLOCK - 1])
 def test_value_only_kernels_by_blocks(size):
     """f(z) by blocks is the one-block kernel (GELU: float32 fast_ffn._gelu32_value, float64
-    ops/_gelu64.py), and the plain op's value bit for bit (the other activations); the fused kernel's
+    fast/gelu64.py), and the plain op's value bit for bit (the other activations); the fused kernel's
     f(z) agrees with the value-only one."""
     r = np.random.default_rng(size)
     for dtype in (np.float32, np.float64):

@@ -17,16 +17,15 @@ import numpy as np
 import pytest
 
 from helpers import assert_paths_close, nontrivial_params
-from transformer_np import EncoderConfig
-from transformer_np.model.encoder import encoder_layer_backward, encoder_layer_forward
-from transformer_np.model.params import sub_params
-from transformer_np.ops import fast
-from transformer_np.ops.fast_ffn import (
+from transformer_np import EncoderConfig, fast
+from transformer_np.fast.ffn import (
     _ffn_backward,
     _layernorm_backward,
     _layernorm_forward,
     lin1_from_layernorm,
 )
+from transformer_np.model.encoder import encoder_layer_backward, encoder_layer_forward
+from transformer_np.model.params import sub_params
 from transformer_np.perf.memory import cache_nbytes
 
 # activations outweigh the FFN weights as in bert-base at B = 8, n = 128 (B·n = 512 rows, d_ff = 4d)

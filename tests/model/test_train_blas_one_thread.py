@@ -1,5 +1,5 @@
 """The fast training layer's products at one OpenBLAS thread when the attention dominates it
-(model/encoder.py, ``_blas_one_thread``): OpenBLAS's idle workers spin after a multi-threaded product and
+(fast/layer.py, ``_blas_one_thread``): OpenBLAS's idle workers spin after a multi-threaded product and
 took a core from the attention core's second thread, so an attention-bound layer runs its whole forward and
 backward with OpenBLAS at one thread while the attention core still splits its heads over the batch threads.
 
@@ -18,9 +18,12 @@ import pytest
 
 import transformer_np as tnp
 from helpers import assert_paths_close, nontrivial_params, spy_split_counts
-from transformer_np.model import encoder
+from transformer_np import fast
+from transformer_np.fast import attention as fast_attention
+from transformer_np.fast import blocks as _attention_blocks
+from transformer_np.fast import layer as encoder
+from transformer_np.fast import threads as _threads
 from transformer_np.model.params import sub_params
-from transformer_np.ops import _attention_blocks, _threads, fast, fast_attention
 
 pytestmark = pytest.mark.usefixtures("tpc")
 

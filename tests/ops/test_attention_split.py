@@ -1,5 +1,5 @@
-"""The attention core's blocks split over threads (``_shard_blocks`` in ops/_attention_blocks.py, run by
-ops/fast_attention.py's ``_in_shards``).
+"""The attention core's blocks split over threads (``_shard_blocks`` in fast/blocks.py, run by
+fast/attention.py's ``_in_shards``).
 
 Without attention dropout, the forward (``_forward_heads``: training or inference, A stored or not) and
 ``attention_backward`` give their blocks of heads (``_head_blocks``) to ``get_batch_threads()`` threads in
@@ -32,9 +32,13 @@ import pytest
 
 import transformer_np as tnp
 from helpers import assert_paths_close, nontrivial_params, spy_split_counts
+from transformer_np import fast
+from transformer_np.fast import attention as fast_attention
+from transformer_np.fast import blocks as _attention_blocks
+from transformer_np.fast import threads as _threads
 from transformer_np.model import encoder
 from transformer_np.model.params import sub_params
-from transformer_np.ops import _attention_blocks, _threads, fast, fast_attention, plain
+from transformer_np.ops import kernels as plain
 
 DTYPES = (np.float32, np.float64)
 pytestmark = pytest.mark.usefixtures("fast_thread_defaults")   # (tests/conftest.py)

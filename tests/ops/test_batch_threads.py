@@ -1,4 +1,4 @@
-"""A batch split over threads for inference (``set_batch_threads``; ops/_threads.py, model/inference.py).
+"""A batch split over threads for inference (``set_batch_threads``; fast/threads.py, fast/inference.py).
 
 The fast inference layer (``for_backward=False``) runs shards of the batch on their own threads, OpenBLAS
 at one thread while they run, each shard writing its sequences' rows of the output and of A. Here:
@@ -31,10 +31,12 @@ import pytest
 
 import transformer_np as tnp
 from helpers import assert_paths_close, nontrivial_params, spy_split_counts
+from transformer_np import fast
 from transformer_np.errors import InputTypeError, InputValueError
-from transformer_np.model import encoder, inference
+from transformer_np.fast import inference
+from transformer_np.fast import threads as _threads
+from transformer_np.model import encoder
 from transformer_np.model.params import sub_params
-from transformer_np.ops import _threads, fast
 
 B, N, D, HEADS, FF = 4, 12, 32, 4, 64          # B = HEADS: a (h, n, n) mask has B rows too (it must stay whole)
 K = FF                                          # the longest reduction of a layer (d_ff > d > n)

@@ -21,7 +21,8 @@ import pytest
 
 import transformer_np as tnp
 from helpers import assert_paths_close
-from transformer_np.ops import _attention_blocks, fast
+from transformer_np import fast
+from transformer_np.fast import blocks as _attention_blocks
 
 pytestmark = pytest.mark.torch          # threadpoolctl comes with the torch extra (tests/conftest.py)
 threadpoolctl = pytest.importorskip("threadpoolctl", reason="pip install threadpoolctl (in the torch extra)")

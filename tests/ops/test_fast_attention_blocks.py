@@ -1,7 +1,7 @@
 """The fast attention's head-by-head training loops against the plain path, with several row blocks per head.
 
 Without attention dropout the forward and the backward go head by head, by blocks of one head's query rows
-(:func:`transformer_np.ops._attention_blocks._head_blocks`); the row sums come from the P [V | 1] product and
+(:func:`transformer_np.fast.blocks._head_blocks`); the row sums come from the P [V | 1] product and
 dA − D from the [dO | −D] [V | 1]ᵀ product. Forced small blocks here (the last one partial), n_q ≠ n_k,
 d_k = 12 (1/√d_k on the scores) and 16 (on Q), masks, stored and recomputed A, with and without attention
 dropout (the rows-across-heads loop): O, A and every gradient within ``assert_paths_close`` of the plain path.
@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 
 from helpers import assert_paths_close, attention_mask_case
-from transformer_np.ops import _attention_blocks, fast, fast_attention, plain
+from transformer_np import fast
+from transformer_np.fast import attention as fast_attention
+from transformer_np.fast import blocks as _attention_blocks
+from transformer_np.ops import kernels as plain
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -124,8 +127,8 @@ def test_the_patched_block_constants_are_bound_only_where_they_are_read():
     import importlib
     import pkgutil
 
-    import transformer_np.ops as ops
+    import transformer_np.fast as ops
 
-    modules = [importlib.import_module(f"transformer_np.ops.{m.name}") for m in pkgutil.iter_modules(ops.__path__)]
+    modules = [importlib.import_module(f"transformer_np.fast.{m.name}") for m in pkgutil.iter_modules(ops.__path__)]
     for name in ("_BLOCK_SCORES", "_SPLIT_MIN_FLOPS", "_POOL_MIN"):
-        assert [m.__name__ for m in modules if name in vars(m)] == ["transformer_np.ops._attention_blocks"], name
+        assert [m.__name__ for m in modules if name in vars(m)] == ["transformer_np.fast.blocks"], name

@@ -1,6 +1,6 @@
 """The fast attention's inference forward (``for_backward=False``) against the plain path.
 
-Inference runs the loop of :func:`transformer_np.ops.fast_attention._forward_heads` and keeps nothing for a
+Inference runs the loop of :func:`transformer_np.fast.attention._forward_heads` and keeps nothing for a
 backward: blocks of heads or of one head's rows; for rows of ≥ _ONES_MIN·d_v keys the row sums from the A V
 product with a column of ones appended to V and the normalisation deferred to the (n_q, d_v) result; A (when
 stored) scaled by 1/ℓ in place. Here it is
@@ -18,7 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import assert_paths_close, attention_mask_case
-from transformer_np.ops import _attention_blocks, fast, fast_attention, plain
+from transformer_np import fast
+from transformer_np.fast import attention as fast_attention
+from transformer_np.fast import blocks as _attention_blocks
+from transformer_np.ops import kernels as plain
 
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = st.sampled_from([np.float64, np.float32])

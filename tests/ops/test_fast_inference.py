@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from helpers import assert_paths_close
+from transformer_np import fast
 from transformer_np.errors import InputValueError
-from transformer_np.ops import fast
 
 
 def _mha_params(rng, d: int) -> dict:

@@ -1,4 +1,4 @@
-"""The fast path (``transformer_np.ops.fast``) computes what the plain path computes.
+"""The fast path (``transformer_np.fast``) computes what the plain path computes.
 
 For every op that has both paths, and for the whole encoder stack (Post-LN and Pre-LN, forward,
 every parameter gradient and every ∂L/∂H^(ℓ)), the two agree to ≤ 1e-12 in float64 and, op by
@@ -29,9 +29,14 @@ from hypothesis import strategies as st
 
 import transformer_np as tnp
 from helpers import PATH_C, assert_paths_close, attention_mask_case, lagrange_monomials, nontrivial_params
+from transformer_np import fast
+from transformer_np.fast import attention as fast_attention
+from transformer_np.fast import blocks as _attention_blocks
+from transformer_np.fast import ffn as fast_ffn
+from transformer_np.fast import gelu64 as _gelu64
 from transformer_np.model.gradcheck import rel_error
 from transformer_np.model.params import sub_params
-from transformer_np.ops import _attention_blocks, _gelu64, fast, fast_attention, fast_ffn, plain
+from transformer_np.ops import kernels as plain
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -200,7 +205,7 @@ def test_layernorm(B, n, d, scale, dtype, seed):
 @given(st.integers(1, 70_000), st.sampled_from(["gelu", "gelu_tanh", "relu"]), DTYPES, st.integers(0, 2**16))
 def test_activation_blocks_are_bit_for_bit_the_whole_array(size, act, dtype, seed):
     """Sizes past several blocks: the blocked evaluation is the same arithmetic per element — except
-    exact GELU, whose fused kernels (float32: fast_ffn._gelu32, float64: ops/_gelu64.py) round
+    exact GELU, whose fused kernels (float32: fast_ffn._gelu32, float64: fast/gelu64.py) round
     differently: there, within the dtype's tolerance like every other op, and blocks still change
     nothing (the same kernel on one block of the whole array)."""
     z = (3 * _rng(seed).standard_normal(size)).astype(dtype)

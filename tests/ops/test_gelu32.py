@@ -1,4 +1,4 @@
-"""The float32 GELU kernels (transformer_np/ops/fast_ffn.py: _gelu32 with f', _gelu32_value without) at
+"""The float32 GELU kernels (transformer_np/fast/ffn.py: _gelu32 with f', _gelu32_value without) at
 the inputs their polynomial and exp2 do not see in the accuracy tests: huge, subnormal and non-finite z.
 The accuracy against math.erfc is tested in tests/ops/test_fast_path.py (fused) and
 tests/model/test_inference.py (value only)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_np.ops import fast
+from transformer_np import fast
 
 
 @pytest.mark.parametrize("for_backward", [True, False])

@@ -1,4 +1,4 @@
-"""The fast path's float64 exact GELU (``transformer_np/ops/_gelu64.py``): against exact values, its
+"""The fast path's float64 exact GELU (``transformer_np/fast/gelu64.py``): against exact values, its
 coefficients against their definition, non-finite and signed inputs as the plain op, blocks and
 threads changing nothing, and the fast op against the plain op within the tolerance rule.
 
@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from helpers import assert_paths_close
-from transformer_np.ops import _gelu64, fast, plain
+from transformer_np import fast
+from transformer_np.fast import gelu64 as _gelu64
+from transformer_np.ops import kernels as plain
 from transformer_np.ops.activations import _gelu
 
 pytestmark = pytest.mark.usefixtures("fast_thread_defaults")   # (tests/conftest.py)

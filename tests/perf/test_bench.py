@@ -12,11 +12,11 @@ import time
 import numpy as np
 import pytest
 
+from transformer_np.fast import attention_forward, mha_forward  # the fast path's cache economy
 from transformer_np.model.config import EncoderConfig
 from transformer_np.model.encoder import encoder_forward, encoder_layer_forward
 from transformer_np.model.flops import layer_flops
 from transformer_np.model.params import init_params, sub_params
-from transformer_np.ops.fast import attention_forward, mha_forward  # the fast path's cache economy
 from transformer_np.ops.linear import linear_forward
 from transformer_np.perf import bench, machine, timing
 from transformer_np.perf.memory import cache_nbytes

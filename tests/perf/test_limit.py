@@ -70,7 +70,8 @@ def test_limit_exp_pass_runs_on_the_rows_threads(monkeypatch, elementwise_thread
     """The exp pass is spread over the row's ``threads`` threads — the caller and a pool thread at 2 —
     whatever the fast path's elementwise thread count (its pool runs inline at the default of one: the
     pass ran on one thread at any row count until session 8), and each thread's blocks are its own."""
-    from transformer_np.ops import _threads, fast
+    from transformer_np import fast
+    from transformer_np.fast import threads as _threads
 
     monkeypatch.setattr(limit, "EXP_BLOCK", 50)
     monkeypatch.setattr(_threads, "_THREADS", _threads._THREADS)   # the count set below is undone after the test

@@ -22,6 +22,7 @@ import sys
 import textwrap
 
 from .. import __version__
+from ..textout import terminal
 
 __all__ = ["COMMANDS", "build_parser", "flag_names", "main", "plain_text"]
 
@@ -226,11 +227,11 @@ def _main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except BrokenPipeError:                   # a reader closed the pipe: main ends quietly
         raise
-    except (ValueError, TypeError) as e:
-        print(f"transformer-np {args.command}: error: {flag_names(str(e), args._flags)}", file=sys.stderr)
+    except (ValueError, TypeError) as e:   # one line, its file names and keys shown escaped (textout)
+        print(f"transformer-np {args.command}: error: {terminal(flag_names(str(e), args._flags))}", file=sys.stderr)
         return 2
     except (ImportError, OSError) as e:  # a missing optional package, an unwritable --out
-        print(f"transformer-np {args.command}: error: {flag_names(_os_error(e, args), args._flags)}",
+        print(f"transformer-np {args.command}: error: {terminal(flag_names(_os_error(e, args), args._flags))}",
               file=sys.stderr)
         return 2
     except KeyboardInterrupt:

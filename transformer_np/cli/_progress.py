@@ -10,6 +10,8 @@ import shutil
 import sys
 import time
 
+from ..textout import terminal
+
 _now = time.monotonic              # the clock (a test replaces it)
 
 
@@ -40,7 +42,7 @@ class Progress:
         if self.tty:
             width = shutil.get_terminal_size((80, 24)).columns
             filled = int(20 * (i - 1) / max(total, 1))
-            line = f"{self.what} [{'#' * filled}{'.' * (20 - filled)}] {i}/{total} {label}"
+            line = f"{self.what} [{'#' * filled}{'.' * (20 - filled)}] {i}/{total} {terminal(label)}"
             if len(line) > width - 1:
                 line = line[:width - 2] + "…"
             self.stream.write("\r\033[K" + line)
@@ -50,7 +52,7 @@ class Progress:
                     and not (i == total and self._last[1] != i):
                 return
             self._last = (now, i)
-            self.stream.write(f"{self.what} [{i}/{total}] {label}\n")
+            self.stream.write(f"{self.what} [{i}/{total}] {terminal(label)}\n")
         self.stream.flush()
 
     def close(self) -> None:

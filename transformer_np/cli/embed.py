@@ -16,8 +16,8 @@ import json
 
 import numpy as np
 
-from .._text import printable
 from ..io.pretrained import MODEL_NAME, cosine_similarity_matrix, load_pretrained
+from ..textout import terminal
 
 # ----------------------------------------------------------------------------- CLI
 PARAMETER_FLAGS = {"path_or_name": "--model", "dtype": "--dtype"}   # load_pretrained's names: errors name the flag
@@ -44,9 +44,9 @@ def run(args) -> int:
         return 0
     S = cosine_similarity_matrix(E)
     n = len(args.sentences)
-    print(f"cosine similarity ({E.shape[1]}-d {model.pooling}-pooled embeddings, {printable(args.model)})")
+    print(f"cosine similarity ({E.shape[1]}-d {model.pooling}-pooled embeddings, {terminal(args.model)})")
     for i, s in enumerate(args.sentences):
-        print(f"  [{i}] {printable(s)}")                 # control characters shown as escapes, never sent raw
+        print(f"  [{i}] {terminal(s)}")                 # control characters shown as escapes, never sent raw
     print("      " + "".join(f"{f'[{j}]':>8}" for j in range(n)))
     for i in range(n):
         print(f"  [{i}] " + "".join(f"{S[i, j]:8.4f}" for j in range(n)))

@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from ..course import figures
+from ..textout import terminal
 from ._progress import Progress
 
 # --only names of 0.1, whose figures moved with their study code
@@ -56,20 +57,20 @@ def run(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         if bar is not None:
             bar.close()
-            print(f"  {line}", file=sys.stderr, flush=True)
+            print(f"  {terminal(line)}", file=sys.stderr, flush=True)
         elif not line.startswith("wrote "):          # --quiet: a skipped or failed set is still told
-            print(line, file=sys.stderr, flush=True)
+            print(terminal(line), file=sys.stderr, flush=True)
 
     try:
         done = figures.generate(args.out, modules, timings=args.timings, log=log, progress=bar)
     except figures.FigureError as e:
         total = sum(len(v) for v in e.done.values())
-        print(f"{total} figure(s) written to {args.out}; {len(e.failed)} figure set(s) failed: "
+        print(f"{total} figure(s) written to {terminal(args.out)}; {len(e.failed)} figure set(s) failed: "
               f"{'; '.join(figures.title(m) for m in e.failed)}", file=sys.stderr)
         return 1
     finally:
         if bar is not None:
             bar.close()
     total = sum(len(v) for v in done.values())
-    print(f"{total} figure(s) written to {args.out}")
+    print(f"{total} figure(s) written to {terminal(args.out)}")
     return 0

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .._text import printable
 from ..course.plots.stability import plot_loss_curve
 from ..errors import InputValueError
+from ..textout import terminal
 from ..training.checkpoint import read_checkpoint_config
 from ..training.loop import CHECKPOINT, CURVE_JSON, CURVE_PNG, SCHEDULES, RunConfig, train
 from ..training.tasks import TASKS
@@ -124,10 +124,10 @@ def _interrupted(out: Path) -> str:
     lead = "\n" if sys.stderr.isatty() else ""          # the bar redraws in place: end its line first
     if (out / CHECKPOINT).is_file():
         command = f"transformer-np train --out {shlex.quote(str(out))} --resume"
-        return printable(f"{lead}transformer-np train: interrupted; the checkpoint of step {_saved_step(out)} is "
-                         f"kept in {out / CHECKPOINT}: continue with {command}")
-    return printable(f"{lead}transformer-np train: interrupted before the first checkpoint (written every "
-                     f"--eval-every steps): nothing was kept; run the command again to start over")
+        return lead + terminal(f"transformer-np train: interrupted; the checkpoint of step {_saved_step(out)} is "
+                               f"kept in {out / CHECKPOINT}: continue with {command}")
+    return lead + terminal("transformer-np train: interrupted before the first checkpoint (written every "
+                           "--eval-every steps): nothing was kept; run the command again to start over")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         kept = f"the checkpoint of step {_saved_step(out)} is kept" if (out / CHECKPOINT).is_file() else \
             "there is no earlier checkpoint"
         msg += f"; {state.not_saved} ({kept})"
-    print(printable(msg))
+    print(terminal(msg))
     wrote = ([out / CHECKPOINT] if ran and not state.not_saved else []) + [out / CURVE_JSON] + ([png] if png else [])
-    print("wrote " + ", ".join(printable(w) for w in wrote))
+    print("wrote " + ", ".join(terminal(w) for w in wrote))
     return 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .._text import printable
+from ..textout import terminal
 from ..worksheets.format import LIMITS
 
 
@@ -118,7 +118,7 @@ def run(args) -> int:
                         activation=args.activation, decimals=args.decimals)
     for path in write_worksheet(raw, args.out, args.name, force=args.force, marks=marks,
                                 marks_source=f"--marks: {args.marks}"):
-        print(printable(path))
+        print(terminal(path))
     return 0
 
 
@@ -130,8 +130,8 @@ def _prairielearn(args) -> int:
                    decimals=args.decimals)
     for path in write_question(args.out, options, marks=_marks(args), reveal=args.reveal, name=args.name,
                                assignment=args.seed, force=args.force):
-        print(printable(str(path)))
-    print(printable(os.path.join(args.out, "serverFilesCourse", "transformer_np")) + os.sep)
+        print(terminal(str(path)))
+    print(terminal(os.path.join(args.out, "serverFilesCourse", "transformer_np")) + os.sep)
     return 0
 
 
@@ -145,9 +145,10 @@ def _class(args) -> int:
                             activation=args.activation, decimals=args.decimals, reveal=args.reveal)
     n = len(done["students"])
     print(f"{n} problem{'s' if n != 1 else ''}, one per student:")
-    print(f"  {os.path.join(args.out, 'students')}{os.sep}  the sheets to hand out (<id>.toml, <id>.md)")
-    print(f"  {os.path.join(args.out, 'keys')}{os.sep}  the keys: keep them (check --key "
-          f"{os.path.join(args.out, 'keys')} SUBMISSIONS...)")
-    print(f"  {done['secret']}  the secret the seeds come from ({'made now' if done['secret_made'] else 'kept'}): "
+    out, secret = terminal(args.out), terminal(done["secret"])      # paths the user gave: shown, never sent raw
+    print(f"  {os.path.join(out, 'students')}{os.sep}  the sheets to hand out (<id>.toml, <id>.md)")
+    print(f"  {os.path.join(out, 'keys')}{os.sep}  the keys: keep them (check --key "
+          f"{os.path.join(out, 'keys')} SUBMISSIONS...)")
+    print(f"  {secret}  the secret the seeds come from ({'made now' if done['secret_made'] else 'kept'}): "
           f"keep it; with it the same roster and options give the same problems again")
     return 0

@@ -37,9 +37,9 @@ import numpy as np
 
 from .._compat import forward_moved as _forward_moved
 from .._validate import check_int, describe
+from ..fast.threads import one_blas_thread
 from ..model.config import EncoderConfig
 from ..model.flops import crossover_n, layer_flops
-from ._blas import one_blas_thread
 
 __all__ = ["time_layer", "measure", "fit", "fit_complexity", "save_measurements", "load_measurements",
            "attention_share", "crossover_measured", "predict", "DATA_FILE", "N_SWEEP", "D_SWEEP"]

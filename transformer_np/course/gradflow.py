@@ -40,6 +40,7 @@ import numpy as np
 from .._compat import forward_moved as _forward_moved
 from .._validate import check_choice, check_int, describe
 from ..errors import InputTypeError
+from ..fast.threads import one_blas_thread
 from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
 from ..model.encoder import encoder_layer_backward, encoder_layer_forward
@@ -49,7 +50,6 @@ from ..ops.dropout import dropout_backward
 from ..ops.feedforward import ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.residual import residual_backward, residual_forward
-from ._blas import one_blas_thread
 
 __all__ = ["VARIANTS", "INITS", "DEPTHS", "LOSS", "make_stack", "measure_estimate", "layer_forward", "layer_backward",
            "identity_backward", "sublayers", "stack_forward", "backprop_hidden", "measure", "sweep",

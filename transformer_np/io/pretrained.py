@@ -60,12 +60,12 @@ from pathlib import Path
 import numpy as np
 
 from .._compat import forward_moved as _forward_moved
-from .._validate import FLOAT_DTYPES, all_finite, as_int_array, check_int, describe
+from .._validate import all_finite, as_int_array, check_float_dtype, check_int, describe
 from ..errors import InputTypeError, InputValueError, ModelFolderError, ResourceLimitError, TransformerNPError
+from ..fast.threads import _in_shards, get_batch_threads
 from ..model.budget import ENV_VAR, MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
 from ..model.heads import token_count
-from ..ops._threads import _in_shards, get_batch_threads
 from .interop import config_from_hf_dict, hf_forward, hf_tensors_needed, params_from_hf_state_dict
 from .safetensors import open_safetensors
 from .st_modules import _FLOAT_ST, POOLING_MODES, DenseModule, _read_json, _sentence_transformers_setup
@@ -191,7 +191,7 @@ def _qkv_layout(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``params`` with each layer's attention weights laid out as views of two arrays (same values):
     S = [W_Q | W_K | W_V ; b_Q | b_K | b_V] (d + 1, 3d) — ``W_Q = S[:d, :d]``, ``b_Q = S[d, :d]``, … — and
     [W_O ; b_O] (d + 1, d). The fast attention then projects with one product each, the bias inside it
-    for inference (:func:`transformer_np.ops.fast_mha._stacked`); an entry replaced by another
+    for inference (:func:`transformer_np.fast.mha._stacked`); an entry replaced by another
     array simply gets the separate products, and an entry edited in place edits the array it views."""
     out = dict(params)
     for name in params:
@@ -253,16 +253,6 @@ def cosine_similarity_matrix(E: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the model
-def _check_dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be np.float32 or np.float64, got {dtype!r}") from None
-    if dt not in FLOAT_DTYPES:
-        raise TypeError(f"dtype must be np.float32 or np.float64, got {dt}")
-    return dt
-
-
 def _check_sentences(sentences) -> list[str]:
     if isinstance(sentences, str):
         return [sentences]
@@ -322,7 +312,7 @@ class PretrainedEncoder:
 
     def params_as(self, dtype) -> dict[str, np.ndarray]:
         """The weights in ``dtype`` (cached)."""
-        dt = _check_dtype(dtype)
+        dt = check_float_dtype(dtype)
         if dt not in self._by_dtype:
             self._by_dtype[dt] = _qkv_layout({k: v.astype(dt) for k, v in self.params.items()})
         return self._by_dtype[dt]
@@ -364,7 +354,7 @@ class PretrainedEncoder:
         fingerprints and no cache for a backward; the attention matrices are kept only when
         ``output_attentions`` asks for them.
         """
-        dt = _check_dtype(dtype)
+        dt = check_float_dtype(dtype)
         for flag, name in ((output_hidden_states, "output_hidden_states"), (output_attentions, "output_attentions")):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {describe(flag)}")
@@ -400,7 +390,7 @@ class PretrainedEncoder:
         corpus. Each sentence's embedding does not depend on its batch (padding is masked)
         beyond float round-off. The stack runs for inference without attention matrices
         (``for_backward=False, store_attention=False``). With more than one batch in a chunk and
-        :func:`transformer_np.ops.fast.get_batch_threads` > 1, that many threads take the batches in
+        :func:`transformer_np.fast.get_batch_threads` > 1, that many threads take the batches in
         turn (longest first), OpenBLAS at one thread in each: a whole batch per thread instead of
         every layer split between them (measured, 2 cores, 1,000 sentences: 283 → 328 sentences/s).
         """
@@ -408,7 +398,7 @@ class PretrainedEncoder:
         if not isinstance(normalize, bool):
             raise TypeError(f"normalize must be a bool, got {describe(normalize)}")
         check_int(batch_size, "batch_size", minimum=1)
-        dt = _check_dtype(dtype)
+        dt = check_float_dtype(dtype)
         out = np.empty((len(sentences), self.embedding_dim), dtype=dt)
         chunk = _SORT_CHUNK * batch_size
         for c0 in range(0, len(sentences), chunk):
@@ -423,7 +413,7 @@ class PretrainedEncoder:
                         normalize: bool, dt: np.dtype) -> None:
         """out[idx] ← the embeddings of the sentences ``idx`` of ``tokens``, for every idx in ``batches``:
         on :func:`get_batch_threads` threads when there are several batches, each thread taking the
-        next batch not yet taken (:func:`transformer_np.ops._threads._in_shards`)."""
+        next batch not yet taken (:func:`transformer_np.fast.threads._in_shards`)."""
         def one(idx: np.ndarray) -> None:
             T = int(lengths[idx].max())                                         # this batch's longest
             batch = {k: v[idx, :T] for k, v in tokens.items()}                  # (b, T)

@@ -21,19 +21,19 @@ The stack:
 The only mask is the padding mask (``attention_mask``: 1 = real token, 0 = padding);
 encoder self-attention is otherwise unmasked — bidirectional.
 
-Two paths, one maths. ``fast=True`` (the default) runs every sublayer through
-:mod:`transformer_np.ops.fast` (row-blocked attention, fused QKV, in-place buffers, blocked
-GELU); ``fast=False`` through :mod:`transformer_np.ops.plain`, the textbook kernels of the op
-modules — the layer below is written once and takes its ops from one or the other. The cache
-records the path, and the backward follows it. ``tests/ops/test_fast_path.py`` proves that the
-two give the same outputs and gradients.
+The layer below (:func:`_layer_train`, :func:`_layer_grads`) is these equations, one op of
+:mod:`transformer_np.ops` per term, and nothing else. The speed engine (:mod:`transformer_np.fast`:
+row-blocked attention, fused QKV, in-place buffers, blocked GELU) runs the same layer rearranged, and is
+the default; :func:`_kernels` is the one place that picks it — by the ``fast`` argument for a forward, by
+the path the cache records for a backward. ``tests/ops/test_fast_path.py`` proves that the two give the
+same outputs and gradients.
 
 Checks happen here, once: :func:`encoder_forward` / :func:`encoder_layer_forward` check the
 config, the parameters, the inputs and the masks, and the kernels below them check nothing.
-``for_backward=False`` (inference) runs the same layers keeping nothing for a backward: no
-parameter fingerprints, no activation derivative, each layer's residual sums and LayerNorms in
-its own buffers (:func:`_layer_infer`); a non-finite parameter is then looked for, and named, only
-when the output is not finite.
+``for_backward=False`` (inference) runs the same layers keeping nothing for a backward (the engine:
+no activation derivative, each layer's residual sums and LayerNorms in its own buffers); no parameter
+fingerprints are taken, and a non-finite parameter is looked for, and named, only when the output is
+not finite.
 
 The backward refuses a cache that can no longer be used
 (:class:`~transformer_np.errors.StaleCacheError`): one freed by ``free_cache=True``
@@ -42,8 +42,6 @@ fingerprint per parameter, recorded by the forward: see :class:`~transformer_np.
 """
 
 from __future__ import annotations
-
-from contextlib import nullcontext
 
 import numpy as np
 
@@ -57,23 +55,12 @@ from .._validate import (
     mismatch_detail,
 )
 from ..errors import InputTypeError, InputValueError, NonFiniteError
-from ..ops import _attention_blocks
-from ..ops import fast as _fast_ops
-from ..ops import plain as _plain_ops
-from ..ops._threads import _blas_single
+from ..fast import layer as engine
+from ..ops import kernels as op  # the ops' unchecked kernels: the arguments are checked here, once
 from ..ops.attention import MHA_PARAM_NAMES, check_attention_mask
 from ..ops.cache import FREED_MESSAGE, ParamGuard, check_for_backward, check_not_freed, reader
-from ..ops.dropout import _dropout_backward, _dropout_forward
-from ..ops.embeddings import _embeddings_backward, _embeddings_forward, _raise_table_row
-from ..ops.fast_ffn import (
-    _ffn_backward,
-    _layernorm_backward,
-    _layernorm_forward,
-    _layernorm_value,
-    lin1_from_layernorm,
-)
 from ..ops.feedforward import FFN_PARAM_NAMES
-from ..ops.masks import _padding_mask, combine_masks
+from ..ops.masks import combine_masks
 from .checks import (
     _check_dropout_rng,
     _check_finite_params,
@@ -83,8 +70,6 @@ from .checks import (
     _raise_overflow,
 )
 from .config import EncoderConfig
-from .flops import layer_flops
-from .inference import _embeddings_infer, _layer_infer
 from .params import layer_prefix, param_shapes, sub_params, validate_params
 
 __all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward", "encoder_backward",
@@ -97,114 +82,62 @@ __all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward",
 LOOKUP_TABLES = ("embeddings.word", "embeddings.position", "embeddings.token_type")
 
 
-def _ops(fast: bool):
-    """The kernels of one path: :mod:`transformer_np.ops.fast` or :mod:`transformer_np.ops.plain`."""
-    return _fast_ops if fast else _plain_ops
-
-
-# ----------------------------------------------------------------------------- one layer
-def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
-                   training: bool, rng, fast: bool, store_attention: bool = True,
-                   for_backward: bool = True) -> tuple[np.ndarray, dict]:
-    """One encoder layer, unchecked (the caller has checked x, p, mask, training and rng).
-
-    ``for_backward=False``: :func:`_layer_infer` on the fast path; the plain path computes its
-    textbook cache as usual and keeps only the attention weights of it (:func:`_inference_cache`)."""
-    if not for_backward:
-        if fast:
-            return _layer_infer(x, p, config, mask, training, rng, store_attention)
-        out, c = _layer_forward(x, p, config, mask, training, rng, fast)
-        return out, _inference_cache(c)
-    single = fast and _blas_one_thread(x.shape, config, training and config.dropout > 0)
-    with _blas_single() if single else nullcontext():
-        out, c = _layer_train(x, p, config, mask, training, rng, fast, store_attention)
-    if fast:
-        c["blas_one_thread"] = single            # the backward runs the same way
-    return out, c
-
-
-# The fast training layer's products run at one OpenBLAS thread, the whole forward and backward, when the
-# attention core does most of the layer's products and splits its heads over the batch threads (when it has
-# two parts' worth of blocks and _SPLIT_MIN_FLOPS, without attention dropout: ops/_attention_blocks.py).
-# OpenBLAS's idle workers spin for ~0.1 s after each multi-threaded product (ops/_threads.py): spinning, they
-# take a core from the attention's second thread, which then gains little (the inference layer avoids the
-# same by splitting its batch: model/inference.py). Share = the attention's 4·B·n²·d flops over the layer's
-# (with the projections' and FFN's 2·B·n·d·(4d + 2·d_ff)). Measured on the 2-core VM (quiet, 2026-12-02
-# 09:50 UTC, float32 fwd+bwd, median of 5 settled calls; OpenBLAS at 2 threads and 2 batch threads against
-# the products at 1 thread): long (share 0.84) 183 → 131 ms; (2, 1024, 128, 8, 512) (0.57) 99 → 83 ms;
-# attn-512 (0.57) 12.0 → 11.1 ms; (4, 512, 256, 4, 1024) (0.25) 89 → 109 ms; (8, 256, 256, 4, 1024) (0.14)
-# 72 → 98 ms; bert-base (0.03) 186 → 299 ms. So: a share of at least one half. This rule against the
-# previous code, fresh processes interleaved (median of 5, 10:00 UTC): long fwd+bwd 0.78× (float64 0.90×),
-# attn-512 0.90× (float64 0.85×); minilm and bert-base unchanged (0.99×, 1.00×).
-_ATTENTION_SHARE = 0.5
-
-
-def _blas_one_thread(shape: tuple, config: EncoderConfig, dropout: bool) -> bool:
-    """Whether the fast training layer of input ``shape`` (B, n, d) runs its products at one OpenBLAS thread
-    (see the comment above): no attention dropout, the attention core split over the batch threads (its own
-    rule, :func:`~transformer_np.ops._attention_blocks._shard_blocks`), and the attention's products at least
-    :data:`_ATTENTION_SHARE` of the layer's."""
-    B, n, d = shape
-    h = config.n_heads
-    if dropout or len(_attention_blocks._shard_blocks((B, h), n, n, d // h)) < 2:
-        return False                                  # (a split needs B, n ≥ 1: layer_flops' arguments)
-    flops = layer_flops(config, B, n)                 # attention_scores: Q Kᵀ and A V, all heads
-    return flops["attention_scores"] >= _ATTENTION_SHARE * flops["total"]
-
-
+# ----------------------------------------------------------------------------- one layer, the textbook
 def _layer_train(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None, training: bool,
-                 rng, fast: bool, store_attention: bool) -> tuple[np.ndarray, dict]:
-    """:func:`_layer_forward` with a cache for the backward (``for_backward=True``), unchecked."""
-    ops = _ops(fast)
-    add = _residual_into if fast else ops.residual_forward   # fast: the sum in the sublayer output's buffer
-    ln_own = _layernorm_over if fast else ops.layernorm_forward   # fast: x̂ over its input (a sum of ours)
-    keep_a = {} if store_attention else {"store_attention": False}      # fast path only (checked by callers)
+                 rng) -> tuple[np.ndarray, dict]:
+    """One encoder layer with its cache for the backward, unchecked (the caller has checked x, p, mask,
+    training and rng): the equations of the module docstring, one sublayer op each."""
     attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
     drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
-    c: dict = {"kind": "encoder_layer", "norm_position": config.norm_position, "fast": fast, "shape": x.shape}
+    c: dict = {"kind": "encoder_layer", "norm_position": config.norm_position, "fast": False, "shape": x.shape}
     if config.norm_position == "post":
-        a, c["attn"] = ops.mha_forward(x, attn_p, h, mask, drop, training, rng, **keep_a)  # (B, n, d)
-        a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
-        r, c["res1"] = add(x, a)                                                          # H + MHA(H)
-        del a                                    # (fast: r is a's buffer) no sublayer output outlives its use
-        z, c["ln1"] = ln_own(r, p["ln1.gamma"], p["ln1.beta"], eps)                       # Z
-        del r
-        f, c["ffn"] = ops.ffn_forward(z, ffn_p, config.activation)                        # (B, n, d)
-        if fast:                                 # the FFN backward rebuilds Z from LN_1's cache
-            lin1_from_layernorm(c["ffn"], c["ln1"], p["ln1.beta"])
-        f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
-        r, c["res2"] = add(z, f)                                                          # Z + FFN(Z)
-        del f, z
-        out, c["ln2"] = ln_own(r, p["ln2.gamma"], p["ln2.beta"], eps)                     # H^(ℓ)
+        a, c["attn"] = op.mha_forward(x, attn_p, h, mask, drop, training, rng)              # MHA(H): (B, n, d)
+        a, c["drop1"] = op.dropout_forward(a, drop, training, rng)
+        r, c["res1"] = op.residual_forward(x, a)                                            # H + MHA(H)
+        z, c["ln1"] = op.layernorm_forward(r, p["ln1.gamma"], p["ln1.beta"], eps)           # Z
+        f, c["ffn"] = op.ffn_forward(z, ffn_p, config.activation)                           # FFN(Z): (B, n, d)
+        f, c["drop2"] = op.dropout_forward(f, drop, training, rng)
+        r, c["res2"] = op.residual_forward(z, f)                                            # Z + FFN(Z)
+        out, c["ln2"] = op.layernorm_forward(r, p["ln2.gamma"], p["ln2.beta"], eps)         # H^(ℓ)
     else:
-        y, c["ln1"] = ops.layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)        # LN(H)
-        a, c["attn"] = ops.mha_forward(y, attn_p, h, mask, drop, training, rng, **keep_a)
-        del y
-        a, c["drop1"] = ops.dropout_forward(a, drop, training, rng)
-        z, c["res1"] = add(x, a)                                                          # Z = H + MHA(LN(H))
-        del a
-        y, c["ln2"] = ops.layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)        # LN(Z)
-        f, c["ffn"] = ops.ffn_forward(y, ffn_p, config.activation)
-        del y
-        if fast:                                 # the FFN backward rebuilds LN(Z) from LN_2's cache
-            lin1_from_layernorm(c["ffn"], c["ln2"], p["ln2.beta"])
-        f, c["drop2"] = ops.dropout_forward(f, drop, training, rng)
-        out, c["res2"] = add(z, f)                                                        # H^(ℓ) = Z + FFN(LN(Z))
+        y, c["ln1"] = op.layernorm_forward(x, p["ln1.gamma"], p["ln1.beta"], eps)           # LN(H)
+        a, c["attn"] = op.mha_forward(y, attn_p, h, mask, drop, training, rng)              # MHA(LN(H))
+        a, c["drop1"] = op.dropout_forward(a, drop, training, rng)
+        z, c["res1"] = op.residual_forward(x, a)                                            # Z = H + MHA(LN(H))
+        y, c["ln2"] = op.layernorm_forward(z, p["ln2.gamma"], p["ln2.beta"], eps)           # LN(Z)
+        f, c["ffn"] = op.ffn_forward(y, ffn_p, config.activation)                           # FFN(LN(Z))
+        f, c["drop2"] = op.dropout_forward(f, drop, training, rng)
+        out, c["res2"] = op.residual_forward(z, f)                                          # H^(ℓ) = Z + FFN(LN(Z))
     return out, c
 
 
-def _residual_into(x: np.ndarray, fx: np.ndarray) -> tuple[np.ndarray, dict]:
-    """The fast path's residual: x + F(x) written into F(x)'s buffer, which the layer owns (a sublayer's
-    output is a new array, and so is its dropout's), so no (B, n, d) array is allocated; the same sum
-    bit for bit (floating-point addition is commutative) and the same cache as the residual op."""
-    fx += x
-    return fx, {"kind": "residual", "shape": x.shape}
-
-
-def _layernorm_over(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> tuple[np.ndarray, dict]:
-    """The fast path's LayerNorm of a residual sum the layer owns and does not read again (Post-LN):
-    x̂ is written over x (:func:`~transformer_np.ops.fast_ffn._layernorm_forward`), the same bits."""
-    return _layernorm_forward(x, gamma, beta, eps, overwrite=True)
+def _layer_grads(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, dict]:
+    """Backward of :func:`_layer_train`, unchecked: the chain rule through the same equations, in reverse.
+    With ``free_cache`` each sublayer's cache is dropped as soon as its backward returns."""
+    take, g = reader(cache, free_cache), {}
+    if cache["norm_position"] == "post":
+        dr, g["ln2.gamma"], g["ln2.beta"] = op.layernorm_backward(dout, take("ln2"))
+        dz, df = op.residual_backward(dr, take("res2"))             # the skip path: dz gets dr as is
+        dz_ffn, gf = op.ffn_backward(op.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
+        dz_ffn += dz                                              # dZ = dr + ∂FFN/∂Z
+        dr, g["ln1.gamma"], g["ln1.beta"] = op.layernorm_backward(dz_ffn, take("ln1"))
+        dx, da = op.residual_backward(dr, take("res1"))
+        dx_attn, ga = op.mha_backward(op.dropout_backward(da, take("drop1")), take("attn"), free_cache)
+        dx_attn += dx                                             # dH = dr + ∂MHA/∂H
+        dx = dx_attn
+    else:
+        dz, df = op.residual_backward(dout, take("res2"))           # both are dout itself: not ours
+        dy, gf = op.ffn_backward(op.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
+        dz_ln, g["ln2.gamma"], g["ln2.beta"] = op.layernorm_backward(dy, take("ln2"))
+        dz_ln += dz                                               # dZ = dout + ∂LN_2/∂Z
+        dx, da = op.residual_backward(dz_ln, take("res1"))
+        dy, ga = op.mha_backward(op.dropout_backward(da, take("drop1")), take("attn"), free_cache)
+        dx_ln, g["ln1.gamma"], g["ln1.beta"] = op.layernorm_backward(dy, take("ln1"))
+        dx_ln += dx                                               # dH = dZ + ∂LN_1/∂H
+        dx = dx_ln
+    g.update(_prefixed("attn.", ga))
+    g.update(_prefixed("ffn.", gf))
+    return dx, g
 
 
 def _inference_cache(c: dict) -> dict:
@@ -214,60 +147,45 @@ def _inference_cache(c: dict) -> dict:
                                           "attn": {"weights": c["attn"]["attn"]["weights"]}}}
 
 
+class Textbook:
+    """The textbook path's layer and the stack's other blocks, under the names and signatures of the
+    engine's (:mod:`transformer_np.fast.layer`); :func:`_kernels` picks one or the other."""
+
+    @staticmethod
+    def layer_forward(x, p, config, mask, training, rng, store_attention=True, for_backward=True):
+        out, c = _layer_train(x, p, config, mask, training, rng)   # (store_attention: True, checked)
+        return (out, c) if for_backward else (out, _inference_cache(c))
+
+    layer_backward = staticmethod(_layer_grads)
+
+    @staticmethod
+    def embeddings_forward(p, ids, token_type_ids, config, for_backward):
+        return op.embeddings_forward(p, ids, token_type_ids, config.positional, float(config.layer_norm_eps),
+                                     config.embedding_layer_norm)
+
+    @staticmethod
+    def final_norm_forward(x, gamma, beta, eps, for_backward):
+        return op.layernorm_forward(x, gamma, beta, eps)
+
+    final_norm_backward = staticmethod(op.layernorm_backward)
+
+
+def _kernels(fast: bool):
+    """The dispatch to the engine: a forward asks with its ``fast`` argument, a backward with the
+    path its cache records (``cache["fast"]``)."""
+    return engine if fast else Textbook
+
+
+def _layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
+                   training: bool, rng, fast: bool, store_attention: bool = True,
+                   for_backward: bool = True) -> tuple[np.ndarray, dict]:
+    """One encoder layer by the path asked for, unchecked."""
+    return _kernels(fast).layer_forward(x, p, config, mask, training, rng, store_attention, for_backward)
+
+
 def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, dict]:
-    """Backward of :func:`_layer_forward` by the path the forward took, unchecked (with the products at one
-    OpenBLAS thread when the forward ran so: :func:`_blas_one_thread`)."""
-    with _blas_single() if cache.get("blas_one_thread") else nullcontext():
-        return _layer_grads(dout, cache, free_cache)
-
-
-def _layer_grads(dout: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, dict]:
-    """:func:`_layer_backward`'s body."""
-    ops = _ops(cache["fast"])
-    take, g = reader(cache, free_cache), {}
-    ln_back = ops.layernorm_backward
-    if cache["fast"] and free_cache:         # dx over x̂: the LayerNorm caches' x̂ are the layer's own arrays
-        def ln_back(dy, c):
-            return _layernorm_backward(dy, c, True)
-    # Every gradient sum below goes into the buffer of a gradient this function owns (a sublayer
-    # backward's result is a new array), never into dout; the sums are the same bit for bit (addition
-    # is commutative), and no (B, n, d) gradient outlives its last use.
-    if cache["norm_position"] == "post":
-        dr, g["ln2.gamma"], g["ln2.beta"] = ln_back(dout, take("ln2"))
-        dz, df = ops.residual_backward(dr, take("res2"))          # the skip path: dz gets dr as is
-        df = ops.dropout_backward(df, take("drop2"))
-        if cache["fast"]:                                         # dZ = dr + ∂FFN/∂Z, added into dr (ours)
-            dz_ffn, gf = _ffn_backward(df, take("ffn"), free_cache, acc=dz)
-        else:
-            dz_ffn, gf = ops.ffn_backward(df, take("ffn"), free_cache)
-            dz_ffn += dz                                          # dZ = dr + ∂FFN/∂Z
-        del df, dz, dr
-        dr, g["ln1.gamma"], g["ln1.beta"] = ln_back(dz_ffn, take("ln1"))
-        del dz_ffn
-        dx, da = ops.residual_backward(dr, take("res1"))
-        del dr
-        dx_attn, ga = ops.mha_backward(ops.dropout_backward(da, take("drop1")), take("attn"), free_cache)
-        del da
-        dx_attn += dx                                             # dH = dr + ∂MHA/∂H
-        dx = dx_attn
-    else:
-        dz, df = ops.residual_backward(dout, take("res2"))        # both are dout itself: not ours
-        dy, gf = ops.ffn_backward(ops.dropout_backward(df, take("drop2")), take("ffn"), free_cache)
-        del df
-        dz_ln, g["ln2.gamma"], g["ln2.beta"] = ln_back(dy, take("ln2"))
-        del dy
-        dz_ln += dz                                               # dZ = dout + ∂LN_2/∂Z
-        dx, da = ops.residual_backward(dz_ln, take("res1"))
-        del dz, dz_ln
-        dy, ga = ops.mha_backward(ops.dropout_backward(da, take("drop1")), take("attn"), free_cache)
-        del da
-        dx_ln, g["ln1.gamma"], g["ln1.beta"] = ln_back(dy, take("ln1"))
-        del dy
-        dx_ln += dx                                               # dH = dZ + ∂LN_1/∂H
-        dx = dx_ln
-    g.update(_prefixed("attn.", ga))
-    g.update(_prefixed("ffn.", gf))
-    return dx, g
+    """Backward of :func:`_layer_forward` by the path the forward took, unchecked."""
+    return _kernels(cache["fast"]).layer_backward(dout, cache, free_cache)
 
 
 def _prefixed(prefix: str, grads: dict) -> dict:
@@ -383,15 +301,15 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
             when ``config.dropout > 0``).
         extra_mask: an additional additive mask broadcastable to (B, h, n, n), e.g.
             :func:`causal_mask` — only for contrasting an encoder with a decoder.
-        fast: True (default) runs the stack through :mod:`transformer_np.ops.fast`; False
-            through the plain textbook kernels (:mod:`transformer_np.ops.plain`) — the same
+        fast: True (default) runs the stack through the engine (:mod:`transformer_np.fast`); False
+            through the textbook layer of this module, the ops' own kernels — the same
             results to rounding, with every intermediate (e.g. the attention scores) in the cache.
         store_attention: False (fast path only) keeps no (B, h, n, n) attention matrix for the
             backward: each layer caches its rows' softmax maxima and sums, and the backward
             recomputes A by row blocks (the FlashAttention trade: an extra Q Kᵀ product and exp
             per block for O(n) memory per block instead of O(n²) per layer). The gradients are
             the same; ``cache["attentions"]`` then holds None, and
-            :func:`transformer_np.ops.fast.attention_weights` rebuilds a layer's A on request
+            :func:`transformer_np.fast.attention_weights` rebuilds a layer's A on request
             (``attention_weights(cache["layers"][ℓ]["attn"]["attn"])``).
         for_backward: False for inference (keyword only): the same output to rounding, and a cache
             that keeps only what the API reports — ``hidden_states``, and ``attentions`` (None
@@ -424,7 +342,7 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
     x, attention_mask, token_type_ids = _check_inputs(config, dtype, input_ids, attention_mask,
                                                       token_type_ids, inputs_embeds)
     B, n = x.shape[:2]
-    mask = None if attention_mask is None else _padding_mask(attention_mask, dtype)  # (B, 1, 1, n)
+    mask = None if attention_mask is None else op.padding_mask(attention_mask, dtype)  # (B, 1, 1, n)
     if extra_mask is not None:
         check_attention_mask(extra_mask, (B, config.n_heads, n, n), dtype, "extra_mask")
         mask = combine_masks(mask, extra_mask)
@@ -442,22 +360,15 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
             emb = sub_params(params, "embeddings.")
             try:
                 with np.errstate(over="ignore", invalid="ignore"):
-                    if fast and not for_backward and config.positional == "learned":
-                        e = _embeddings_infer(emb, x, token_type_ids, float(config.layer_norm_eps),
-                                              config.embedding_layer_norm)
-                    else:
-                        e, cache["embeddings"] = _embeddings_forward(emb, x, token_type_ids, config.positional,
-                                                                     float(config.layer_norm_eps),
-                                                                     config.embedding_layer_norm)
+                    e, cache["embeddings"] = _embed(emb, x, token_type_ids, config, fast, for_backward)
             except NonFiniteError:
-                _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
+                op.raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
                 raise
             if not all_finite(e):   # lookup tables are checked on the rows read, here, not in full at every call
-                _raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
-            H, cache["emb_drop"] = _dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
+                op.raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
+            H, cache["emb_drop"] = op.dropout_forward(e, config.dropout, training, rng)   # H^(0): (B, n, d)
         else:
             H = x                                                                       # H^(0) = inputs_embeds
-        ops = _ops(fast)
         hidden, attns, layer_caches = [H], [], []
         # Overflow is detected once, after the stack, and reported as an error (below) rather than
         # as a stream of RuntimeWarnings followed by a NaN output.
@@ -473,12 +384,7 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
                 attns.append(lc["attn"]["attn"]["weights"])                             # (B, h, n, n) or None
             if config.use_final_layer_norm:
                 g, b, eps = params["final_ln.gamma"], params["final_ln.beta"], float(config.layer_norm_eps)
-                if for_backward:
-                    H, cache["final_ln"] = ops.layernorm_forward(H, g, b, eps)
-                elif fast:
-                    H = _layernorm_value(H, g, b, eps)
-                else:
-                    H = ops.layernorm_forward(H, g, b, eps)[0]
+                H, cache["final_ln"] = _kernels(fast).final_norm_forward(H, g, b, eps, for_backward)
         if not all_finite(H):
             _raise_overflow("forward", hidden, dtype)
     except NonFiniteError:
@@ -487,11 +393,18 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
         raise
     if for_backward:
         cache["layers"] = layer_caches
-    else:                            # the embedding block's cache feeds only a backward
+    else:                            # the embedding block's and final LayerNorm's caches feed only a backward
         cache.pop("embeddings", None)
+        cache.pop("final_ln", None)
         cache.pop("emb_drop", None)
     cache.update(hidden_states=hidden, attentions=attns, out_shape=H.shape, dtype=dtype)
     return H, cache
+
+
+def _embed(p: dict, ids: np.ndarray, token_type_ids, config: EncoderConfig, fast: bool,
+           for_backward: bool) -> tuple[np.ndarray, dict | None]:
+    """The embedding block by the path asked for, unchecked (``bench --profile`` times it here)."""
+    return _kernels(fast).embeddings_forward(p, ids, token_type_ids, config, for_backward)
 
 
 def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = False, free_cache: bool = False):
@@ -528,12 +441,12 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
     if dH.dtype != cache["dtype"]:
         raise InputTypeError(f"dH must have the forward's dtype {cache['dtype']}, got {dH.dtype}")
     cache["guard"].check()
-    ops = _ops(cache["fast"])
     take = reader(cache, free_cache)
     grads: dict = {}
     with np.errstate(over="ignore", invalid="ignore"):
         if "final_ln" in cache:
-            dH, grads["final_ln.gamma"], grads["final_ln.beta"] = ops.layernorm_backward(dH, take("final_ln"))
+            dH, grads["final_ln.gamma"], grads["final_ln.beta"] = _kernels(cache["fast"]).final_norm_backward(
+                dH, take("final_ln"))
         dhidden = [dH]
         for layer in reversed(range(config.n_layers)):
             layer_cache = cache["layers"][layer]
@@ -550,8 +463,8 @@ def encoder_backward(dH: np.ndarray, cache: dict, return_hidden_grads: bool = Fa
         if free_cache:
             cache["hidden_states"][0] = None
         if cache["from_ids"]:
-            de = _dropout_backward(dH, take("emb_drop"))
-            grads.update(_prefixed("embeddings.", _embeddings_backward(de, take("embeddings"))))
+            de = op.dropout_backward(dH, take("emb_drop"))
+            grads.update(_prefixed("embeddings.", op.embeddings_backward(de, take("embeddings"))))
         else:
             grads["inputs_embeds"] = dH
     bad = [k for k, g in grads.items() if not all_finite(g)]

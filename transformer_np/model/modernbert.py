@@ -44,11 +44,10 @@ import numpy as np
 
 from .._validate import check_bool, check_cache, check_dout, describe
 from ..errors import InputTypeError, InputValueError, ModelConfigError
-from ..ops.attention import _attention_backward, _attention_forward
+from ..ops.attention import _attention_backward, _attention_forward, merge_heads, split_heads
 from ..ops.dropout import _dropout_backward, _dropout_forward
 from ..ops.embeddings import _embedding_backward, embedding_forward
 from ..ops.glu import _glu_ffn_backward, _glu_ffn_forward
-from ..ops.head_split import merge_heads, split_heads
 from ..ops.layernorm import _layernorm_backward, _layernorm_forward
 from ..ops.linear import _linear_backward, _linear_forward
 from ..ops.local_attention import sliding_window_mask

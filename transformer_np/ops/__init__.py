@@ -1,9 +1,24 @@
-"""The ops of the encoder, each ``x_forward(...) -> (out, cache)`` with a hand-written ``x_backward``.
+"""The ops of the encoder, each ``x_forward(...) -> (out, cache)`` with a hand-written ``x_backward``:
+the textbook, and nothing of the speed engine (that is :mod:`transformer_np.fast`, built on these).
 
-One module per op, holding the plain (textbook) forward and backward next to their derivation;
-:mod:`transformer_np.ops.fast` holds the speed-tuned versions the encoder stack uses by default,
-:mod:`transformer_np.ops.plain` the plain kernels under the same names, and
-:mod:`transformer_np.ops.cache` the cache protocol (freeing, stale-parameter guard).
+The map — one module per op, the forward and backward next to their derivation:
+
+* the README's table: :mod:`~transformer_np.ops.linear`, :mod:`~transformer_np.ops.softmax`,
+  :mod:`~transformer_np.ops.attention` (scaled dot-product and multi-head attention, the heads' layout),
+  :mod:`~transformer_np.ops.masks`, :mod:`~transformer_np.ops.layernorm`,
+  :mod:`~transformer_np.ops.activations` and :mod:`~transformer_np.ops.erf`,
+  :mod:`~transformer_np.ops.feedforward`, :mod:`~transformer_np.ops.residual`,
+  :mod:`~transformer_np.ops.dropout`, :mod:`~transformer_np.ops.embeddings`;
+* the family variants: :mod:`~transformer_np.ops.attention_bias`,
+  :mod:`~transformer_np.ops.relative_position` (MPNet), :mod:`~transformer_np.ops.rotary`,
+  :mod:`~transformer_np.ops.glu`, :mod:`~transformer_np.ops.local_attention` (ModernBERT);
+* :mod:`~transformer_np.ops.cache` — the cache protocol (freeing, the stale-parameter guard, and the
+  table through which a textbook backward hands an engine cache to the engine);
+* :mod:`~transformer_np.ops.kernels` — every op's unchecked kernel under a public name, for the layers
+  above (the textbook encoder layer runs them; the engine is tested against them).
+
+A public function checks its arguments; the same name with a leading underscore is its unchecked
+kernel inside its module, which other packages reach as :mod:`transformer_np.ops.kernels`.
 
 The functions ``erf`` and ``softmax`` are not re-exported here: their names are those of their
 modules (``transformer_np.ops.erf``, ``transformer_np.ops.softmax``), which a package attribute

@@ -17,7 +17,7 @@ most expensive elementwise work of the layer).
 
 This module is the plain path: f and f' on the whole array. The encoder stack evaluates the
 same functions on blocks of the array that stay in the CPU cache
-(:func:`transformer_np.ops.fast.activation_forward`), bit for bit the same result.
+(:func:`transformer_np.fast.activation_forward`), bit for bit the same result.
 """
 
 from __future__ import annotations

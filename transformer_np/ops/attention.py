@@ -24,7 +24,7 @@ i·d_k … (i+1)·d_k − 1 of W_Q. Backward: the chain in reverse; X feeds thre
 dX = dQ W_Qᵀ + dK W_Kᵀ + dV W_Vᵀ.
 
 This module is the plain path: the equations above, line by line. The encoder stack runs the
-same maths through :mod:`transformer_np.ops.fast` by default (scores by blocks of query rows,
+same maths through :mod:`transformer_np.fast` by default (scores by blocks of query rows,
 in-place buffers, one fused [W_Q | W_K | W_V] projection); ``tests/ops/test_fast_path.py``
 proves the two agree.
 
@@ -50,9 +50,8 @@ from .._validate import (
     describe,
 )
 from ..errors import InputTypeError, InputValueError, NonFiniteError
-from .cache import check_not_freed, release
+from .cache import check_not_freed, engine_backward, release
 from .dropout import _dropout_backward, _dropout_forward
-from .head_split import merge_heads, split_heads
 from .linear import _linear_backward, _linear_forward
 from .softmax import _softmax as softmax  # the unchecked kernel: S was built here
 
@@ -75,6 +74,19 @@ def _attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.nda
     cache = {"kind": "attention", "Q": Q, "K": K, "V": V, "scale": 1.0 / math.sqrt(d_k),
              "scores": S, "weights": A, "A_drop": A_drop, "dropout": drop_cache}
     return O, cache
+
+
+# ----------------------------------------------------------------------------- the heads' layout
+def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
+    """(B, n, d_model) → (B, h, n, d_k): a view when possible, never a loop over heads."""
+    B, n, d = x.shape
+    return x.reshape(B, n, n_heads, d // n_heads).transpose(0, 2, 1, 3)   # (B, h, n, d_k)
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    """(B, h, n, d_k) → (B, n, h·d_k): the concatenation of the heads along features."""
+    B, h, n, dk = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(B, n, h * dk)     # (B, n, d_model)
 
 
 def _attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -212,13 +224,13 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
 def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns ``(dQ, dK, dV)``; see the module docstring.
 
-    Takes the cache of :func:`attention_forward` or of the fast path's attention (both keep
-    Q, K, V, the weights A, A_drop and the dropout mask)."""
+    Takes the cache of :func:`attention_forward`, or one of the speed engine's: with the same entries (Q, K, V,
+    the weights A, A_drop and the dropout mask) it is read here; without A (``store_attention=False``) it
+    goes to the engine's own backward (:func:`transformer_np.ops.cache.engine_backward`)."""
     check_cache(cache, "cache", "attention")
     check_dout(dO, "dO", cache["Q"].shape[:-1] + (cache["V"].shape[-1],))
-    if cache.get("weights") is None:                     # the fast path's store_attention=False: A recomputed
-        from . import fast
-        return fast.attention_backward(dO, cache)
+    if cache.get("weights") is None:                     # the engine's store_attention=False: A recomputed
+        return engine_backward("attention_backward")(dO, cache)
     return _attention_backward(dO, cache)
 
 
@@ -240,18 +252,18 @@ def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = 
 def mha_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Returns ``(dx, grads)`` with grads keyed W_Q, b_Q, …, b_O (same shapes as the params).
 
-    Takes the cache of :func:`mha_forward` or of the fast path's (fused QKV) multi-head attention.
-    ``free_cache=True`` frees the cache (the fast path's as it goes, sublayer by sublayer); it
-    cannot be backpropagated again (:class:`~transformer_np.errors.StaleCacheError`).
+    Takes the cache of :func:`mha_forward`; the speed engine's (fused Q, K, V layout) goes to the engine's own
+    backward (:func:`transformer_np.ops.cache.engine_backward`). ``free_cache=True`` frees the cache (the
+    engine's as it goes, sublayer by sublayer); it cannot be backpropagated again
+    (:class:`~transformer_np.errors.StaleCacheError`).
     """
     check_cache(cache, "cache", "mha")
     check_bool(free_cache, "free_cache")
     check_not_freed(cache)
     o = cache["o"]
     check_dout(dout, "dout", o["x"].shape[:-1] + (o["W"].shape[1],))
-    if "qkv" in cache:                                   # the fast path's fused layout
-        from . import fast
-        return fast.mha_backward(dout, cache, free_cache)
+    if "qkv" in cache:                                   # the engine's fused layout
+        return engine_backward("mha_backward")(dout, cache, free_cache)
     out = _mha_backward(dout, cache)
     if free_cache:
         release(cache)

@@ -26,8 +26,8 @@ import numpy as np
 
 from .._validate import as_float_array, check_cache, check_dout
 from ..errors import InputValueError
+from .attention import merge_heads, split_heads
 from .dropout import _dropout_backward, _dropout_forward
-from .head_split import merge_heads, split_heads
 from .linear import _linear_backward, _linear_forward
 from .softmax import _softmax as softmax
 

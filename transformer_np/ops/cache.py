@@ -69,6 +69,24 @@ def check_for_backward(cache: dict, forward: str) -> None:
                               f"default) to take a backward")
 
 
+# ----------------------------------------------------------------------------- the engine's caches
+#: the speed engine's backwards for the caches of its own layout, by name (``"mha_backward"``, …): filled by
+#: :mod:`transformer_np.fast` when it is imported — the textbook ops never import the engine, and an engine
+#: cache exists only once the engine has run.
+ENGINE_BACKWARDS: dict[str, Callable] = {}
+
+
+def engine_backward(backward: str) -> Callable:
+    """The engine's ``backward`` (e.g. ``"mha_backward"``), for a cache of the engine's own layout that was
+    passed to the textbook backward of that name."""
+    try:
+        return ENGINE_BACKWARDS[backward]
+    except KeyError:     # only a hand-made cache gets here: the engine registers itself before it makes one
+        raise InputValueError(f"cache has the speed engine's layout, but transformer_np.fast.{backward} is not "
+                              f"loaded: import transformer_np.fast, or pass the cache of the textbook forward") \
+            from None
+
+
 def reader(cache: dict, free_cache: bool) -> Callable[[str], Any]:
     """``take(key)`` for a backward: ``cache[key]``, or — with ``free_cache`` — ``cache.pop(key)``,
     so the entry's arrays are released as soon as the step that reads them returns. Marks the

@@ -13,7 +13,7 @@ Backward is the chain of the three ops in reverse, with U = Z W_1 + b_1 and F = 
     dU = dF ⊙ f'(U)
     dZ = dU W_1ᵀ,   dW_1 = Zᵀ dU,   db_1 = Σ_rows dU
 
-This module is the plain path; :mod:`transformer_np.ops.fast` runs the same chain with the
+This module is the plain path; :mod:`transformer_np.fast` runs the same chain with the
 blocked activation and (``free_cache=True``) releases f(U) and f'(U) mid-backward.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 from .._validate import as_float_array, check_bool, check_cache, check_choice, check_dout, describe
 from ..errors import InputTypeError, InputValueError
 from .activations import ACTIVATIONS, _activation_backward, _activation_forward
-from .cache import check_not_freed, release
+from .cache import check_not_freed, engine_backward, release
 from .linear import _linear_backward, _linear_forward, check_linear_args
 
 __all__ = ["ffn_forward", "ffn_backward", "FFN_PARAM_NAMES"]
@@ -80,17 +80,18 @@ def ffn_forward(z: np.ndarray, p: dict, activation: str = "gelu") -> tuple[np.nd
 def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tuple[np.ndarray, dict]:
     """Returns ``(dz, grads)`` with grads keyed W_1, b_1, W_2, b_2.
 
-    ``free_cache=True`` frees the cache (the fast path's, f(z) and f'(z) first, mid-backward); it
-    cannot be backpropagated again (:class:`~transformer_np.errors.StaleCacheError`).
+    ``free_cache=True`` frees the cache (the engine's, f(z) and f'(z) first, mid-backward); it cannot be
+    backpropagated again (:class:`~transformer_np.errors.StaleCacheError`). The speed engine's training-layer
+    cache (its input kept as the LayerNorm that made it) goes to the engine's own backward
+    (:func:`transformer_np.ops.cache.engine_backward`).
     """
     check_cache(cache, "cache", "ffn")
     check_bool(free_cache, "free_cache")
     check_not_freed(cache)
     lin2 = cache["lin2"]
     check_dout(dout, "dout", lin2["x"].shape[:-1] + (lin2["W"].shape[1],))
-    if "ln" in cache.get("lin1", {}):                    # a fast training layer's: z kept as its LayerNorm
-        from . import fast
-        return fast.ffn_backward(dout, cache, free_cache)
+    if "ln" in cache.get("lin1", {}):                    # an engine training layer's: z kept as its LayerNorm
+        return engine_backward("ffn_backward")(dout, cache, free_cache)
     out = _ffn_backward(dout, cache)
     if free_cache:
         release(cache)

@@ -20,7 +20,7 @@ One numerical guard remains: if (x − μ)² overflows, σ² is not finite, r wo
 finite and silently wrong — so a non-finite σ² raises :class:`~transformer_np.errors.NonFiniteError`
 (one pass over the (…, 1) variances only).
 
-This module is the plain path; :mod:`transformer_np.ops.fast` computes the same in fewer
+This module is the plain path; :mod:`transformer_np.fast` computes the same in fewer
 temporary arrays for the encoder stack.
 """
 

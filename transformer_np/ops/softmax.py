@@ -13,7 +13,7 @@ i.e.  dx = s ⊙ (ds − ⟨ds, s⟩)  row by row.
 
 The public functions check their arguments; ``_softmax`` and ``_softmax_backward`` are the
 same computations without checks, for callers that have already checked (attention).
-An allocation-free version (in place, ``out=``) is :func:`transformer_np.ops.fast.softmax`.
+An allocation-free version (in place, ``out=``) is :func:`transformer_np.fast.softmax`.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def run_benchmark(shapes, dtypes, modes=MODES, rounds: int = 7, memory: bool = T
 
     ``recompute=True`` adds ``doc["recompute"]``: the same rows with the NumPy layer run with
     ``store_attention=False`` (A recomputed by row blocks in the backward, see
-    :func:`transformer_np.ops.fast.attention_forward`). ``clock="cpu"`` times each call by this
+    :func:`transformer_np.fast.attention_forward`). ``clock="cpu"`` times each call by this
     process's CPU time instead of the wall clock (``threads`` must then be 1: with more, CPU time
     also counts threads waiting for each other) — on a busy machine the wall clock measures the
     other processes as much as the code; a single thread's CPU time measures the work.

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from .._optional import require
+from ..fast.threads import limit_blas_threads as _limit_blas_threads  # noqa: F401  (the one setter; bench's name)
 
 __all__ = ["matmul_peak", "machine_info", "OtherLoad", "other_load", "busy_warnings", "recommended_threads",
            "BUSY_CORES", "UNSTEADY_SPREAD", "library_thread_defaults"]
@@ -41,20 +42,14 @@ def _blas_threads() -> tuple[int, str]:
     return int(blas[0]["num_threads"]), "threadpoolctl"
 
 
-def _limit_blas_threads(threads: int):
-    """threadpoolctl's limiter for OpenBLAS (call ``.restore_original_limits()`` to undo)."""
-    threadpoolctl = require("threadpoolctl", "setting the BLAS thread count needs threadpoolctl: pip install "
-                                             "threadpoolctl (or set OPENBLAS_NUM_THREADS before starting Python)")
-    return threadpoolctl.threadpool_limits(threads, user_api="blas")
-
-
 @contextmanager
 def library_thread_defaults() -> Iterator[dict]:
     """The fast path's thread settings at the library's defaults while the block runs, restored after it:
-    elementwise threads (:func:`transformer_np.ops.fast.set_num_threads`, default 1) and batch threads
-    (:func:`~transformer_np.ops.fast.set_batch_threads`, default BLAS's thread count, so the run's
+    elementwise threads (:func:`transformer_np.fast.set_num_threads`, default 1) and batch threads
+    (:func:`~transformer_np.fast.set_batch_threads`, default BLAS's thread count, so the run's
     ``threads``). Yields ``{"elementwise_threads": …, "batch_threads": …}`` as they are in the block."""
-    from ..ops import _threads, fast
+    from .. import fast
+    from ..fast import threads as _threads
     saved = _threads._THREADS, _threads._BATCH_THREADS
     fast.set_num_threads(None)
     _threads._BATCH_THREADS = None               # (set_batch_threads(None) without its threadpoolctl check)

@@ -78,16 +78,15 @@ def _patched(obj, name: str, value):
 
 
 def _ours_once(model, sentences, clock: str) -> dict:
-    """Our encode's parts; with batch threads (:func:`transformer_np.ops.fast.get_batch_threads`) > 1 the
+    """Our encode's parts; with batch threads (:func:`transformer_np.fast.get_batch_threads`) > 1 the
     parts add up every thread's seconds and "other" is threads × the total, less them."""
+    from ..fast import get_batch_threads
     from ..io import pretrained
     from ..model import encoder
-    from ..ops.fast import get_batch_threads
 
     t = _Timer(clock)
     with _patched(model, "tokenize", t.wrap("tokenisation", model.tokenize)), \
-            _patched(encoder, "_embeddings_forward", t.wrap("embeddings", encoder._embeddings_forward)), \
-            _patched(encoder, "_embeddings_infer", t.wrap("embeddings", encoder._embeddings_infer)), \
+            _patched(encoder, "_embed", t.wrap("embeddings", encoder._embed)), \
             _patched(encoder, "_layer_forward", t.wrap("layers", encoder._layer_forward)), \
             _patched(pretrained, "pool", t.wrap("pooling", pretrained.pool)), \
             _patched(pretrained, "l2_normalize", t.wrap("pooling", pretrained.l2_normalize)):

@@ -21,6 +21,7 @@ import re
 import numpy as np
 
 from .format import quantity_shape
+from .generate import _dec_exact  # the sheet's printed decimals: one definition, the generator's
 from .names import PARAM_NAMES, is_per_token
 from .notation import written_out
 from .serve_save import grid_shape, problem_fingerprint, read_sheet_text
@@ -118,15 +119,6 @@ ACTIVATION_SYMBOLS = {
 def symbols(activation: str) -> list[tuple[str, str]]:
     """The Symbols list of a sheet: :data:`SYMBOLS` and its activation's entries."""
     return SYMBOLS + ACTIVATION_SYMBOLS.get(activation, [])
-
-
-def _dec_exact(a) -> int:
-    """The fewest decimals (≤ 6) that print every entry of ``a`` exactly."""
-    a = np.asarray(a, dtype=float)
-    for k in range(7):
-        if np.allclose(a, np.round(a, k), rtol=0, atol=1e-12):
-            return k
-    return 6
 
 
 def _num(x: float, dec: int) -> str:

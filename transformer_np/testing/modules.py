@@ -1,4 +1,4 @@
-"""The modules :func:`transformer_np.testing.compare_with_torch` accepts (private: used from there).
+"""The modules :func:`transformer_np.testing.compare_with_torch` accepts (a part of it: import from there).
 
 Which kind a module is (torch encoder, ``nn.MultiheadAttention``, Hugging Face model or layer; anything else refused
 with the list of what is supported), the conversion of a bare ``nn.MultiheadAttention``, the name tables, and what
@@ -14,16 +14,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._comparison import TensorComparison
-from ._validate import describe
-from .errors import InputTypeError, InputValueError
+from .._validate import describe
+from ..errors import InputTypeError, InputValueError
+from .criterion import TensorComparison
 
 # ----------------------------------------------------------------------------- the module kinds
 SUPPORTED_TORCH = ("nn.TransformerEncoderLayer", "nn.TransformerEncoder", "nn.MultiheadAttention (self-attention)")
 
 
 def supported_text() -> str:
-    from .io.families import supported_text as families
+    from ..io.families import supported_text as families
 
     return (f"torch: {', '.join(SUPPORTED_TORCH)}; Hugging Face: {families()}, their task models' base model, "
             "or one of their layers (BertLayer, AlbertLayer, DistilBERT's TransformerBlock, ...)")
@@ -31,7 +31,7 @@ def supported_text() -> str:
 
 def kind_of(module) -> str:
     """"torch" (encoder layer / encoder), "mha", "hf_model" or "hf_layer"; anything else is refused with the list."""
-    from .io.interop import _layer_hf_config, _require_torch
+    from ..io.interop import _layer_hf_config, _require_torch
 
     torch = _require_torch()
     if isinstance(module, (torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder)):
@@ -86,7 +86,8 @@ def mha_config(mha) -> MHAConfig:
 def param_views(mod, names: dict[str, tuple[str, bool]]) -> dict[str, np.ndarray]:
     """Our params as views of the module's own tensors, through the name table: W = weightᵀ (a transposed view),
     torch's fused in_proj split into its row blocks. No copy: the comparison reads the module copy's weights
-    themselves, so its weight entries are exact by construction (see :func:`transformer_np._comparison._compare`)."""
+    themselves, so its weight entries are exact by construction (see
+    :func:`transformer_np.testing.criterion._compare`)."""
     out = {}
     for fw, p in mod.named_parameters():
         row = names.get(fw)
@@ -112,7 +113,7 @@ _MHA_NAMES = {"in_proj_weight": ("W_Q|W_K|W_V", True), "in_proj_bias": ("b_Q|b_K
 
 def _torch_names_ours(config, single: bool) -> dict[str, tuple[str, bool]]:
     """torch name → (our name, transposed?); the fused in_proj maps to "…attn.W_Q|W_K|W_V"."""
-    from .io.interop import _torch_table
+    from ..io.interop import _torch_table
 
     out = {fw: (ours, t) for fw, ours, t in _torch_table(config, single)}
     for i in range(config.n_layers):
@@ -127,8 +128,8 @@ def names_of(kind: str, config, module, torch) -> dict[str, tuple[str, bool]]:
         return dict(_MHA_NAMES)
     if kind == "torch":
         return _torch_names_ours(config, isinstance(module, torch.nn.TransformerEncoderLayer))
-    from .io.families import hf_name_table, pooler_rows
-    from .io.interop import _as_family_config
+    from ..io.families import hf_name_table, pooler_rows
+    from ..io.interop import _as_family_config
 
     fc = _as_family_config(config, "compare_with_torch")
     return {fw: (o, t) for fw, o, t in list(hf_name_table(fc)) + pooler_rows(fc)}
@@ -181,8 +182,8 @@ STRUCTURAL = ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "type_voca
 def config_fields(config) -> dict:
     """Every configuration value the output depends on (dropout only acts in training, max_len only bounds the
     input): the stack's, and around it the family's (embedding width, position table, padding id)."""
-    from .io.families import HFEncoderConfig
-    from .model.config import EncoderConfig
+    from ..io.families import HFEncoderConfig
+    from ..model.config import EncoderConfig
 
     if isinstance(config, MHAConfig):
         return {"d_model": config.d_model, "n_heads": config.n_heads}

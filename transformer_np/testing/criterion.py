@@ -1,4 +1,4 @@
-"""The criterion and the messages of :mod:`transformer_np.testing` (private: import from there).
+"""The criterion and the messages of :mod:`transformer_np.testing` (a part of it: import from there).
 
 One tensor's comparison (:class:`TensorComparison`: the errors, the two criteria and the element that violates
 the element-wise one most), the scales of every tensor (:func:`_set_scales`), and the report of one call with the
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validate import describe
-from .errors import InputValueError
+from .._validate import describe
+from ..errors import InputValueError
 
 #: Default element-wise (rtol, atol) by dtype; see ``docs/guide/testing.md`` for the measurements behind them.
 TOLERANCES = {np.dtype(np.float64): (1e-10, 1e-12), np.dtype(np.float32): (1e-4, 1e-5)}

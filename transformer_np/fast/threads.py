@@ -1,4 +1,4 @@
-"""The fast path's thread pool for elementwise passes (see :mod:`transformer_np.ops.fast`).
+"""The fast path's thread pool for elementwise passes (see :mod:`transformer_np.fast`).
 
 NumPy releases the GIL inside a ufunc's inner loop, so the elementwise passes of disjoint parts of an
 array (GELU blocks, rows of a softmax block) run in parallel on Python threads, as the BLAS calls run
@@ -7,26 +7,28 @@ on OpenBLAS's. Every element is computed by the same operations whichever thread
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
 
+from .._optional import require
 from ..errors import InputTypeError, InputValueError
 
-__all__ = ["get_num_threads", "set_num_threads", "get_batch_threads", "set_batch_threads"]
+__all__ = ["get_num_threads", "set_num_threads", "get_batch_threads", "set_batch_threads", "limit_blas_threads",
+           "one_blas_thread"]
 
 
 # ----------------------------------------------------------------------------- threads
 # NumPy releases the GIL inside a ufunc's inner loop, so the elementwise passes of disjoint parts of an
 # array (GELU blocks, rows of a softmax block) can run in parallel on Python threads, as the BLAS calls run
-# on OpenBLAS's. By default they do not: one thread. Measured on the 2-core VM (quiet, 2026-12-02 03:20 UTC,
-# OpenBLAS 0.3.31 SkylakeX with 2 threads, settled calls, median of 7): a second Python thread for the
-# elementwise passes made every benchmark layer slower — attn-512 fwd 9.1 -> 11.5 ms, long fwd 134 -> 222,
-# minilm fwd 16.5 -> 20.0, bert-base fwd+bwd 309 -> 330 — because OpenBLAS's idle worker keeps spinning on
-# the other core for ~0.1 s after each product, and the two threads then share one core with it.
+# on OpenBLAS's. By default they do not: one thread (a second one was measured slower on every benchmark
+# layer: docs/bench_notes.md, "The engine's constants").
 # set_num_threads(n) opts in (results are the same whatever the count).
 _THREADS: int | None = None
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
@@ -106,12 +108,9 @@ def _rows_parallel(fn, rows: int) -> None:
 # At two threads, the fast inference layer is faster run as two halves of the batch, each on its own thread
 # with OpenBLAS at one thread, than as one batch with OpenBLAS at two: every product, exp pass and LayerNorm
 # of a half then has a core to itself, and no OpenBLAS worker spins against the elementwise passes between
-# products. Measured on the 2-core VM (quiet, 2026-12-02 04:33 UTC, OpenBLAS 0.3.31 SkylakeX, float32, settled
-# calls, median of 9, inference forward of one layer): attn-512 9.6 -> 6.2 ms, long 140 -> 75 ms, bert-base
-# 95.5 -> 87.6 ms, minilm 15.9 -> 16.4 ms (no gain: 32 x 16 tokens); MiniLM encode of 1,000 sentences
-# 246 -> 297 sentences/s. The same two halves with OpenBLAS left at two threads: 217 against 313/s at one
-# (another run) — the two callers fight over OpenBLAS's pool — so the shards need OpenBLAS's thread count
-# set to one, which threadpoolctl does (scikit-learn's KMeans limits BLAS inside its own threads the same
+# products (measurements: docs/bench_notes.md, "The engine's constants"). Left at two OpenBLAS threads, the
+# two halves fight over OpenBLAS's pool, so the shards need OpenBLAS's thread count set to one, which
+# threadpoolctl does (scikit-learn's KMeans limits BLAS inside its own threads the same
 # way); without threadpoolctl the batch is not split.
 _BATCH_THREADS: int | None = None
 _LOCAL = threading.local()                 # .in_shard: this thread runs one shard of a batch
@@ -160,11 +159,11 @@ def set_batch_threads(n: int | None) -> None:
 
     * the inference layer (``for_backward=False``) runs shards of its batch, when the batch has at
       least ``n`` sequences and the layer at least 2²⁴ flops of products
-      (:mod:`transformer_np.model.inference`), never with dropout in training (one random stream);
+      (:mod:`transformer_np.fast.inference`), never with dropout in training (one random stream);
     * ``PretrainedEncoder.encode`` runs whole batches on the threads in turn (then each layer is not
       split again);
-    * the attention core (:func:`transformer_np.ops.fast.attention_forward` without attention dropout,
-      and :func:`~transformer_np.ops.fast.attention_backward`) runs its blocks of heads, a head's row
+    * the attention core (:func:`transformer_np.fast.attention_forward` without attention dropout,
+      and :func:`~transformer_np.fast.attention_backward`) runs its blocks of heads, a head's row
       blocks together, when there are two heads' worth and 2²⁴ flops — in training too, where the
       projections and the FFN keep OpenBLAS's own threads, unless the attention does at least half the
       layer's products: then the whole training layer, forward and backward, runs its products at one
@@ -268,3 +267,43 @@ def _in_shards(fn: Callable[[int], None], count: int) -> None:
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
+
+
+# ----------------------------------------------------------------------------- BLAS threads around a block
+# The library's one way to set BLAS's thread count around a block (the bench, the course's studies); the
+# engine's own regions use _blas_single (reference-counted across threads, see above).
+_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_warned = False           # one_blas_thread's missing-threadpoolctl warning is given once per process
+
+
+def limit_blas_threads(count: int):
+    """threadpoolctl's limiter running BLAS at ``count`` threads: a context manager, or call
+    ``.restore_original_limits()`` to undo. Without threadpoolctl an ImportError says what to install."""
+    threadpoolctl = require("threadpoolctl", "setting the BLAS thread count needs threadpoolctl: pip install "
+                                             "threadpoolctl (or set OPENBLAS_NUM_THREADS before starting Python)")
+    return threadpoolctl.threadpool_limits(count, user_api="blas")
+
+
+def _one_thread_already() -> bool:
+    return any(os.environ.get(v, "").strip() == "1" for v in _THREAD_VARIABLES) or (os.cpu_count() or 1) == 1
+
+
+def one_blas_thread():
+    """A context manager running its block with one BLAS thread (the caller's setting is restored), for the
+    course's studies: small products, where BLAS threads bring nothing and, on a busy 2-core machine,
+    OpenBLAS's spinning idle threads made each product 25–100× slower (notebook 02: 148–174 s with OpenBLAS's
+    default threads, 34 s at one). Without threadpoolctl (optional: the ``notebooks`` extra installs it) the
+    limit cannot be set inside a running process: a no-op that warns once (:class:`RuntimeWarning`) with what
+    to install — unless ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` is 1 already."""
+    global _warned
+    try:
+        return limit_blas_threads(1)
+    except ImportError:
+        if not _warned and not _one_thread_already():
+            _warned = True
+            warnings.warn("threadpoolctl is not installed, so this study runs its small matrix products on all of "
+                          "OpenBLAS's threads, which on a busy machine makes it several times slower (notebook 02: "
+                          "148-174 s instead of 34). Install it with: pip install threadpoolctl (it comes with "
+                          "pip install 'transformer_np[notebooks]'), or start Python with OPENBLAS_NUM_THREADS=1.",
+                          RuntimeWarning, stacklevel=3)
+        return contextlib.nullcontext()

@@ -1,17 +1,17 @@
 """The fast path's multi-head attention: the Q, K, V and output projections around the attention core of
-:mod:`transformer_np.ops.fast_attention` (see :mod:`transformer_np.ops.fast` for the tricks and the tests
+:mod:`transformer_np.fast.attention` (see :mod:`transformer_np.fast` for the tricks and the tests
 that hold them; the plain kernels are in :mod:`transformer_np.ops.attention`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._attention_blocks import _with_column
-from ._threads import _rows_parallel
-from .cache import check_for_backward, reader
-from .fast_attention import _attention_backward, attention_forward
-from .fast_ffn import linear_backward, linear_forward
-from .head_split import split_heads
+from ..ops.attention import split_heads
+from ..ops.cache import check_for_backward, reader
+from .attention import _attention_backward, attention_forward
+from .blocks import _with_column
+from .ffn import linear_backward, linear_forward
+from .threads import _rows_parallel
 
 __all__ = ["mha_forward", "mha_backward"]
 
@@ -51,7 +51,7 @@ def mha_forward(x: np.ndarray, p: dict, n_heads: int, mask: np.ndarray | None = 
     """MHA(X) with Q, K, V in one (B·n, 3d) array, written by three products into its column blocks
     (no concatenated [W_Q | W_K | W_V] copy is made or cached); Q, K, V are views of it.
     ``store_attention=False``, ``weights_out`` (B, h, n, n): see
-    :func:`~transformer_np.ops.fast_attention.attention_forward`.
+    :func:`~transformer_np.fast.attention.attention_forward`.
     ``for_backward=False`` (inference): the cache holds only the attention's ``"weights"``;
     :func:`mha_backward` refuses it.
 

@@ -76,6 +76,12 @@ Padded positions: with padding, the default upstream gradient is 0 there. HF's `
 rows at ``padding_idx`` get a gradient of exactly 0 by definition, while ours is the true
 derivative, so with a nonzero gradient at padded positions the two differ in that row (that is a
 finding, documented in ``docs/guide/frameworks.md``, not a bug on either side).
+
+The map of this package: this module — the two entry points and the run of both sides;
+:mod:`~transformer_np.testing.criterion` — one tensor's comparison, the tolerances and the report with its
+message; :mod:`~transformer_np.testing.inputs` — the inputs and every mask convention, checked;
+:mod:`~transformer_np.testing.modules` — which modules are accepted, their weights as our params.
+Import from here: the three modules are its parts, not an API of their own.
 """
 
 from __future__ import annotations
@@ -85,9 +91,11 @@ import math
 
 import numpy as np
 
-from . import _comparison_inputs as _inputs
-from . import _comparison_modules as _modules
-from ._comparison import (
+from .._validate import check_float_dtype, describe
+from ..errors import InputTypeError, InputValueError
+from . import inputs as _inputs
+from . import modules as _modules
+from .criterion import (
     NORM_TOLERANCES,
     TOLERANCES,
     ComparisonReport,
@@ -98,13 +106,11 @@ from ._comparison import (
     _tolerance,
     _tolerances,
 )
-from ._validate import describe
-from .errors import InputTypeError, InputValueError
 
 __all__ = ["compare_with_torch", "assert_matches_torch", "ComparisonReport", "TensorComparison", "TOLERANCES",
            "NORM_TOLERANCES", "default_tolerances"]
 
-# Defined in the private module that holds the criterion and the messages; documented and imported from here.
+# Defined in testing/criterion.py with the criterion and the messages; documented and imported from here.
 ComparisonReport.__module__ = TensorComparison.__module__ = __name__
 
 
@@ -123,15 +129,10 @@ def default_tolerances(dtype, n_layers: int = 1) -> tuple[float, float, float]:
 
 # ----------------------------------------------------------------------------- dtype
 def _np_dtype(dtype) -> np.dtype:
+    """float32 or float64, given as NumPy's or torch's (``torch.float64``): the library's one dtype check."""
     if dtype is not None and "torch." in str(dtype):
         dtype = str(dtype).replace("torch.", "")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise InputTypeError(f"dtype must be float32 or float64 (NumPy or torch), got {dtype!r}") from None
-    if dt not in TOLERANCES:
-        raise InputTypeError(f"dtype must be float32 or float64 (NumPy or torch), got {dt}")
-    return dt
+    return check_float_dtype(dtype)
 
 
 # ----------------------------------------------------------------------------- both sides
@@ -149,7 +150,7 @@ def _run_torch_side(mod, x_t, kind: str, masks, ids_kwargs, torch):
         return mod(**ids_kwargs).last_hidden_state
     from transformers.masking_utils import create_bidirectional_mask
 
-    from .io.interop import _layer_hf_config
+    from ..io.interop import _layer_hf_config
 
     mask4 = None
     if masks.am is not None:
@@ -161,12 +162,12 @@ def _run_torch_side(mod, x_t, kind: str, masks, ids_kwargs, torch):
 
 def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R) -> tuple[np.ndarray, dict, np.ndarray | None]:
     """Our forward and backward: (output, parameter gradients, input gradient or None)."""
-    from .io.hf_model import hf_backward, hf_forward
-    from .model.encoder import encoder_backward, encoder_forward
+    from ..io.hf_model import hf_backward, hf_forward
+    from ..model.encoder import encoder_backward, encoder_forward
 
     if kind == "mha":
-        from .ops.attention import mha_backward, mha_forward
-        from .ops.masks import padding_mask
+        from ..ops.attention import mha_backward, mha_forward
+        from ..ops.masks import padding_mask
 
         mask = masks.extra if masks.extra is not None or masks.am is None else padding_mask(masks.am, x.dtype)
         H, cache = mha_forward(x, params, config.n_heads, mask)
@@ -232,8 +233,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         a :class:`ComparisonReport`; ``report.check()`` raises like :func:`assert_matches_torch`.
     """
     __tracebackhide__ = _hide_assertion                  # pytest: a disagreement's frames are not the user's concern
-    from .io.interop import _hf_config_of, _require_torch
-    from .io.interop_torch import _torch_config_of
+    from ..io.interop import _hf_config_of, _require_torch
+    from ..io.interop_torch import _torch_config_of
 
     torch = _require_torch()
     user_config = config                                 # yours; `config` becomes the module's below

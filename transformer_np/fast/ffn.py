@@ -1,6 +1,6 @@
 """The fast path's position-wise ops: linear, LayerNorm, activation and FFN.
 
-See :mod:`transformer_np.ops.fast` for the tricks and the tests that hold them; the plain kernels are in
+See :mod:`transformer_np.fast` for the tricks and the tests that hold them; the plain kernels are in
 :mod:`transformer_np.ops.linear`, :mod:`~transformer_np.ops.layernorm`, :mod:`~transformer_np.ops.activations`
 and :mod:`~transformer_np.ops.feedforward`."""
 
@@ -10,12 +10,12 @@ import math
 
 import numpy as np
 
-from ._gelu64 import _gelu64, _gelu64_value
-from ._threads import _parallel, _row_slices, _rows_parallel, get_num_threads
-from .activations import _FUNCS as _ACTIVATION_FUNCS
-from .activations import _VALUE_FUNCS as _ACTIVATION_VALUES
-from .cache import check_for_backward, reader
-from .layernorm import check_variance
+from ..ops.cache import check_for_backward, reader
+from ..ops.kernels import ACTIVATION_FUNCS as _ACTIVATION_FUNCS
+from ..ops.kernels import ACTIVATION_VALUES as _ACTIVATION_VALUES
+from ..ops.layernorm import check_variance
+from .gelu64 import _gelu64, _gelu64_value
+from .threads import _parallel, _row_slices, _rows_parallel, get_num_threads
 
 __all__ = ["linear_forward", "linear_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
            "activation_backward", "ffn_forward", "ffn_backward", "lin1_from_layernorm"]
@@ -163,7 +163,7 @@ _GELU32_BLOCK = 32768   # float32 GELU: 3–4 scratch arrays of 128 KB (round 5,
 _GELU32_VALUE_BLOCK = 131072   # float32 GELU, value only (inference): 3 scratch arrays of 512 KB. Fewer blocks,
 # fewer NumPy calls holding the GIL (22 per block): MiniLM encode with 2 batch threads 479 → 504/s (median
 # of 8 interleaved runs; 64 Ki 496, 256 Ki 494), the same 268/s at 1 thread (session 7, 2 cores, quiet)
-_GELU64_BLOCK = 32768   # the float64 GELU (ops/_gelu64.py): 3 scratch arrays of 256 KB (measured best of 4–128 Ki)
+_GELU64_BLOCK = 32768   # the float64 GELU (fast/gelu64.py): 3 scratch arrays of 256 KB (measured best of 4–128 Ki)
 _GELU64_VALUE_BLOCK = 65536   # float64 GELU, value only (inference): 3 scratch arrays of 512 KB. Fewer NumPy calls
 # per element: when two threads make NumPy calls at once (the inference layer's batch shards), each call waits
 # ~3–4 µs for the GIL (two threads each calling np.exp on 4 Ki float64 elements: 6.6 µs per pair of calls against
@@ -279,7 +279,7 @@ def activation_forward(z: np.ndarray, activation: str = "gelu", *,
 
     Exact GELU in float32 runs the fused single-range kernel :func:`_gelu32` (same maths, different
     rounding: within 1e-7 of the plain op's erf-based values), in float64 the single-range kernel of
-    :mod:`transformer_np.ops._gelu64` (one exp, relative error ~1e-15 for |z| ≤ 3: within the rounding
+    :mod:`transformer_np.fast.gelu64` (one exp, relative error ~1e-15 for |z| ≤ 3: within the rounding
     of the plain op's values); everything else the plain kernel's arithmetic per element, bit for bit.
 
     ``for_backward=False`` (inference): f(z) only, no derivative — exact GELU by :func:`_gelu32_value`

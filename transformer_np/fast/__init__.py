@@ -1,14 +1,40 @@
-r"""The fast path: the same ops as the plain modules, rearranged for speed and memory.
+r"""The speed engine: the encoder's ops and layer rearranged for speed and memory, apart from the textbook.
 
-The encoder stack runs these kernels by default (``encoder_forward(..., fast=True)``); the plain
-modules (:mod:`~transformer_np.ops.attention`, :mod:`~transformer_np.ops.layernorm`,
-:mod:`~transformer_np.ops.feedforward`, :mod:`~transformer_np.ops.softmax`, …) hold the textbook
-versions, and ``tests/ops/test_fast_path.py`` proves the two agree (≤ 1e-12 relative in float64; in float32
-≤ 1e-6 op by op, and a whole stack as accurate as the plain path against the same stack in float64; with masks
-and dropout, forward and every gradient). Read the plain module
-first: every function here has the same name, arguments and result as its plain kernel
-(:mod:`transformer_np.ops.plain` lists them), and none checks its arguments — the public entry
-points have done that once.
+``encoder_forward(..., fast=True)`` (the default) runs these kernels; the textbook ops
+(:mod:`~transformer_np.ops.attention`, :mod:`~transformer_np.ops.layernorm`,
+:mod:`~transformer_np.ops.feedforward`, :mod:`~transformer_np.ops.softmax`, …) and the textbook layer
+(:mod:`transformer_np.model.encoder`) are the reference, and ``tests/ops/test_fast_path.py`` proves the two
+agree (≤ 1e-12 relative in float64; in float32 ≤ 1e-6 op by op, and a whole stack as accurate as the plain
+path against the same stack in float64; with masks and dropout, forward and every gradient). Read the
+textbook module first: every function here has the same name, arguments and result as its textbook
+kernel (:mod:`transformer_np.ops.kernels` lists them), and none checks its arguments — the public
+entry points have done that once.
+
+The map:
+
+* this package's namespace — the kernels under the textbook names (``mha_forward``, ``ffn_backward``, …)
+  and the thread settings (:func:`set_num_threads`, :func:`set_batch_threads`);
+* :mod:`~transformer_np.fast.attention` — the softmax and attention core by blocks of scores;
+  :mod:`~transformer_np.fast.blocks` — how the scores are cut into blocks and the blocks over threads;
+* :mod:`~transformer_np.fast.mha` — the fused Q, K, V projections around the core;
+* :mod:`~transformer_np.fast.ffn` — linear, LayerNorm, activations (:mod:`~transformer_np.fast.gelu64`:
+  the float64 GELU) and the FFN;
+* :mod:`~transformer_np.fast.layer` — the encoder layer, forward and backward, and the stack's embedding
+  block and final LayerNorm; :mod:`~transformer_np.fast.inference` — the layer for inference;
+* :mod:`~transformer_np.fast.threads` — the thread pool, the batch split and BLAS's thread count around a
+  block (:func:`~transformer_np.fast.threads.one_blas_thread`).
+
+What the engine is held to: :mod:`transformer_np.ops.kernels`, the textbook kernels under these names.
+
+The rule: ``ops`` ← ``fast`` ← ``model``. This package imports the textbook ops it builds on and never
+``model`` (``tests/test_layering.py`` parses the imports); the textbook ops never import it. The encoder
+picks a path once per forward and once per backward (:func:`transformer_np.model.encoder._kernels`). A cache
+of the engine's own layout (fused Q, K, V; attention without its weights; an FFN input kept as its LayerNorm)
+passed to a public textbook backward goes to the engine's backward through one dispatch table,
+:data:`transformer_np.ops.cache.ENGINE_BACKWARDS`, which this package fills when it is imported. A table
+rather than an error, because code above both takes a sublayer's cache from the default (engine) layer and
+hands it to the public backward — the exercise grader's reference layer and the gradient-flow study do — and
+a table keeps the arrow one way: the engine registers itself, the textbook never imports it.
 
 The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
 ``docs/guide/performance.md``):
@@ -50,7 +76,7 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
   inference ([X | 1] S).
 * **Flattened matmuls** (:func:`linear_forward`): (B·n, d_in) @ (d_in, d_out) is one BLAS call;
   ``np.matmul`` on a (B, n, d_in) array calls BLAS per batch entry (~20% slower here).
-* **Fused exact GELU** (float32 :func:`_gelu32`, float64 :mod:`transformer_np.ops._gelu64`): one
+* **Fused exact GELU** (float32 :func:`_gelu32`, float64 :mod:`transformer_np.fast.gelu64`): one
   range, one exp (float32: exp2), no gather or select, on blocks of 32 Ki elements. float32: 29
   in-place passes (value only, :func:`_gelu32_value`: 22), within 1e-6 relative of the exact values for
   z ≥ −3; float64: 54 (value only 51), a degree-20 polynomial, within ~1e-15 relative for z ≥ −3 and
@@ -60,13 +86,13 @@ The tricks, each measured on this machine (see ``docs/bench_notes.md`` and
   inside a ufunc's loop, so GELU blocks, softmax rows and bias adds can run on a small thread pool;
   every element is computed the same way whatever the count. The default is one thread: with
   OpenBLAS's workers spinning between products, a second one was measured slower on every
-  benchmark layer (:mod:`transformer_np.ops._threads` has the numbers).
+  benchmark layer (:mod:`transformer_np.fast.threads` has the numbers).
 * **A batch split over threads, for inference** (:func:`set_batch_threads`): at two threads the
   inference layer runs two halves of a batch on two threads with OpenBLAS at one thread in each
   (via threadpoolctl), and ``PretrainedEncoder.encode`` runs whole batches on them in turn: every
   product and elementwise pass of a half has a core to itself, and no OpenBLAS worker spins against
   the elementwise passes. The default is BLAS's thread count; the numbers are in
-  :mod:`transformer_np.ops._threads`.
+  :mod:`transformer_np.fast.threads`.
 * **Cache freeing** (``free_cache=True`` in :func:`mha_backward`, :func:`ffn_backward`): each
   entry is removed as it is read (:func:`transformer_np.ops.cache.reader`), so the largest arrays
   (A, f(U), f'(U)) are released mid-backward; dW₂ is computed before ∂L/∂f(U) so that f(U) goes first.
@@ -83,11 +109,10 @@ by the dtype for both paths (it is also the more accurate one in float32: ≤ 1.
 
 from __future__ import annotations
 
-from ._threads import get_batch_threads, get_num_threads, set_batch_threads, set_num_threads
-from .dropout import _dropout_backward as dropout_backward
-from .dropout import _dropout_forward as dropout_forward
-from .fast_attention import attention_backward, attention_forward, attention_weights, softmax
-from .fast_ffn import (
+from ..ops.cache import ENGINE_BACKWARDS
+from ..ops.kernels import dropout_backward, dropout_forward, residual_backward, residual_forward
+from .attention import attention_backward, attention_forward, attention_weights, softmax
+from .ffn import (
            activation_backward,
            activation_forward,
            ffn_backward,
@@ -97,12 +122,14 @@ from .fast_ffn import (
            linear_backward,
            linear_forward,
 )
-from .fast_mha import mha_backward, mha_forward
-from .residual import _residual_backward as residual_backward
-from .residual import _residual_forward as residual_forward
+from .mha import mha_backward, mha_forward
+from .threads import get_batch_threads, get_num_threads, set_batch_threads, set_num_threads
 
 __all__ = ["attention_weights", "get_num_threads", "set_num_threads", "get_batch_threads", "set_batch_threads",
            "linear_forward", "linear_backward", "softmax", "attention_forward", "attention_backward",
            "mha_forward", "mha_backward", "layernorm_forward", "layernorm_backward", "activation_forward",
            "activation_backward", "ffn_forward", "ffn_backward", "dropout_forward", "dropout_backward",
            "residual_forward", "residual_backward"]
+
+# the textbook backwards hand a cache of the engine's own layout to these (transformer_np.ops.cache)
+ENGINE_BACKWARDS.update(mha_backward=mha_backward, ffn_backward=ffn_backward, attention_backward=attention_backward)

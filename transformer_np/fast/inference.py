@@ -3,7 +3,7 @@ r"""The encoder's fast inference layer: what :mod:`transformer_np.model.encoder`
 
 * :func:`_layer_infer` — one layer for inference (:func:`_layer_infer_one`: the fast path's inference
   kernels, the residual sums and LayerNorms in the layer's own buffers), on shards of the batch in
-  parallel when :func:`_shards` splits it (over :func:`~transformer_np.ops.fast.get_batch_threads`
+  parallel when :func:`_shards` splits it (over :func:`~transformer_np.fast.get_batch_threads`
   threads, for layers of at least ``_SHARD_MIN_FLOPS`` products);
 * :func:`_embeddings_infer` — the embedding block for inference with learned positions.
 
@@ -19,23 +19,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import fast as _fast_ops
-from ..ops._threads import _chunks, _in_shards, get_batch_threads
-from ..ops.fast_ffn import _layernorm_value
-from .config import EncoderConfig
-from .params import sub_params
+from .. import fast as kernels  # looked up at call time (spies on transformer_np.fast's kernels see the layer)
+from .ffn import _layernorm_value
+from .threads import _chunks, _in_shards, get_batch_threads
 
-__all__: list[str] = []
-
-
-# The fast inference layer splits a batch over get_batch_threads() threads (ops/_threads.py has the rule and
+# The fast inference layer splits a batch over get_batch_threads() threads (fast/threads.py has the rule and
 # the measurements) when every thread gets at least one sequence and the layer has at least _SHARD_MIN_FLOPS
 # of products: a split costs ~0.1 ms (handing a shard to a pool thread, waiting for it, OpenBLAS's thread
 # count set twice), the time of ~2**24 flops at one thread here; bench shapes have 2**28–2**35.
 _SHARD_MIN_FLOPS = 1 << 24
 
 
-def _shards(x: np.ndarray, config: EncoderConfig, dropout: bool) -> list[slice]:
+def _sub(p: dict, prefix: str) -> dict:
+    """{name[len(prefix):]: array} for the layer's names under ``prefix`` (views, no copies)."""
+    k = len(prefix)
+    return {name[k:]: a for name, a in p.items() if name.startswith(prefix)}
+
+
+def _shards(x: np.ndarray, config, dropout: bool) -> list[slice]:
     """The batch slices the inference layer runs on their own threads ([all of x]: no split)."""
     B, n, d = x.shape
     threads = get_batch_threads()
@@ -52,7 +53,7 @@ def _batch_part(mask: np.ndarray | None, rows: slice, B: int) -> np.ndarray | No
     return mask[rows]
 
 
-def _layer_infer(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
+def _layer_infer(x: np.ndarray, p: dict, config, mask: np.ndarray | None,
                  training: bool, rng, store_attention: bool) -> tuple[np.ndarray, dict]:
     """:func:`_layer_infer_one`, on shards of the batch in parallel when :func:`_shards` splits it:
     each shard writes its sequences' rows of the output and of A (one (B, h, n, n) array)."""
@@ -75,7 +76,7 @@ def _layer_infer(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray
                           "attn": {"kind": "attention", "weights": A, "for_backward": False}}}
 
 
-def _layer_infer_one(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.ndarray | None,
+def _layer_infer_one(x: np.ndarray, p: dict, config, mask: np.ndarray | None,
                      training: bool, rng, store_attention: bool,
                      weights_out: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
     """The fast path's layer for inference: the same sublayers as :func:`_layer_forward`, their
@@ -85,8 +86,8 @@ def _layer_infer_one(x: np.ndarray, p: dict, config: EncoderConfig, mask: np.nda
         Post-LN:  a = MHA(x);  a += x;  Z = LN_1(a) in a;  f = FFN(Z);  f += Z;  H = LN_2(f) in f
         Pre-LN:   Y = LN_1(x);  a = MHA(Y);  a += x (= Z);  Y = LN_2(Z);  f = FFN(Y);  f += Z (= H)
     """
-    ops = _fast_ops
-    attn_p, ffn_p = sub_params(p, "attn."), sub_params(p, "ffn.")
+    ops = kernels
+    attn_p, ffn_p = _sub(p, "attn."), _sub(p, "ffn.")
     drop, eps, h = config.dropout, float(config.layer_norm_eps), config.n_heads
     dropout = training and drop > 0
 
@@ -122,7 +123,7 @@ def _embeddings_infer(p: dict, ids: np.ndarray, token_type_ids: np.ndarray | Non
     the sums of :func:`~transformer_np.ops.embeddings._embeddings_forward`, in its order and with its
     values, in one array — E_tok[ids], then + E_pos[0 … n−1] broadcast over the batch (instead of a
     gathered (B, n, d) copy), then + E_type[t] (one row broadcast when every t is the same) — and
-    :func:`~transformer_np.ops.fast_ffn._layernorm_value` in place (the plain LayerNorm also builds x̂
+    :func:`~transformer_np.fast.ffn._layernorm_value` in place (the plain LayerNorm also builds x̂
     and its cache: 1.2 of the 2 ms of a MiniLM batch of 32 × 22 tokens)."""
     B, n = ids.shape
     x = p["word"][ids]                                                           # (B, n, d), ours

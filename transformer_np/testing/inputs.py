@@ -1,20 +1,20 @@
-r"""The inputs of :func:`transformer_np.testing.compare_with_torch`, checked (private: used from there).
+r"""The inputs of :func:`transformer_np.testing.compare_with_torch`, checked (a part of it: import from there).
 
 Every mask torch's encoder modules take, and Hugging Face's, with the two conventions side by side:
 
-==========================  ===========================  ==========================================================
-argument                    convention                   shape
-==========================  ===========================  ==========================================================
-``attention_mask``          Hugging Face: integers,      (B, n)
-                            1 = real token, 0 = padding
-``src_key_padding_mask``    torch: boolean,              (B, n)
-                            True = padding
-``src_mask`` / ``attn_mask``  torch: boolean (True = may  (n, n), or (B·h, n, n) per head (torch's batch-major
-                            not attend) or float (added   order: row b·h + head)
-                            to the scores, −inf blocks)
-``is_causal``               torch: position i attends    — (alone: the causal mask is built and given to torch
-                            to j ≤ i only                with its hint; with ``src_mask``: that mask must be causal)
-==========================  ===========================  ==========================================================
+==============================  ===========================  ==========================================================
+argument                        convention                   shape
+==============================  ===========================  ==========================================================
+``attention_mask``              Hugging Face: integers,      (B, n)
+                                1 = real token, 0 = padding
+``src_key_padding_mask``        torch: boolean,              (B, n)
+                                True = padding
+``src_mask`` / ``attn_mask``    torch: boolean (True = may   (n, n), or (B·h, n, n) per head (torch's batch-major
+                                not attend) or float (added  order: row b·h + head)
+                                to the scores, −inf blocks)
+``is_causal``                   torch: position i attends    — (alone: the causal mask is built and given to torch
+                                to j ≤ i only                with its hint; with ``src_mask``: that mask must be causal)
+==============================  ===========================  ==========================================================
 
 A mask that fits neither padding convention (a boolean ``attention_mask``, an integer ``src_key_padding_mask``,
 values other than 0/1) is refused with a message saying which is which; so is a query that may attend to no key
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validate import describe
-from .errors import InputTypeError, InputValueError
+from .._validate import describe
+from ..errors import InputTypeError, InputValueError
 
 CONVENTIONS = ("attention_mask is Hugging Face's convention: integers, 1 = real token, 0 = padding; "
                "src_key_padding_mask is torch's: booleans, True = padding")
@@ -208,8 +208,8 @@ def _every_query_keeps_a_key(masks: AttentionMasks, B: int, h: int, n: int) -> N
 def check_ids(ids: np.ndarray, config, model: str) -> None:
     """``input_ids`` within the vocabulary and within the position table, before torch sees them (torch answers
     with an IndexError, transformers with a RuntimeError about sizes)."""
-    from .io.families import HFEncoderConfig
-    from .io.hf_model import position_ids
+    from ..io.families import HFEncoderConfig
+    from ..io.hf_model import position_ids
 
     V = config.vocab_size
     bad = np.argwhere((ids < 0) | (ids >= V))
@@ -245,8 +245,8 @@ def padding_index_positions(mod, ids: np.ndarray, config) -> tuple[np.ndarray, l
     """(B, n) True where a token reads an ``nn.Embedding`` row at its ``padding_idx`` (the word table's, and
     RoBERTa's position table's), and the tables concerned. torch defines the gradient of such a row as 0; ours
     is the true derivative of the forward, so the two agree only when the upstream gradient is 0 there."""
-    from .io.families import HFEncoderConfig
-    from .io.hf_model import position_ids
+    from ..io.families import HFEncoderConfig
+    from ..io.hf_model import position_ids
 
     hit = np.zeros(ids.shape, dtype=bool)
     tables = []

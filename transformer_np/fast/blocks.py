@@ -1,7 +1,7 @@
 """How the attention's scores are cut into blocks and the blocks shared out over threads: the layout of
 the blocks (:data:`_BLOCK_SCORES`), their split into parts (:data:`_SPLIT_MIN_FLOPS`), the per-block
 views and buffers, and the elementwise passes over a block (:data:`_POOL_MIN`). The attention core that
-runs them is :mod:`transformer_np.ops.fast_attention`."""
+runs them is :mod:`transformer_np.fast.attention`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ._threads import _chunks, _row_slices, _rows_parallel, get_batch_threads
+from .threads import _chunks, _row_slices, _rows_parallel, get_batch_threads
 
 # Scores per block, about _BLOCK_SCORES entries: each elementwise pass of the softmax (exp; scale, mask, max,
 # subtract where they cannot be skipped; the 1/ℓ of a stored A) and of its backward then runs on a block that
@@ -19,12 +19,7 @@ from ._threads import _chunks, _row_slices, _rows_parallel, get_batch_threads
 # spread over 8 heads was 16 rows per product), or whole heads, as many as fit — so that short sequences
 # do not pay a Python iteration per head (MiniLM: 384 heads of 16 × 16 scores); see _head_blocks. The
 # dropout path (_forward_dropout) takes rows across every head (_row_blocks).
-# Measured round 4 (inference forward, CPU time, 1 thread, loaded machine, float32, B·h = 8, d_k = 16,
-# medians of 5–9, A stored / not): n = 512: 2**15 6.5 / 4.8, 2**16 6.4 / 4.5, 2**17 5.9 / 4.2,
-# 2**18 5.7 / 4.3 ms (2**18 is a whole head); n = 2048: 2**16 135 / 82, 2**17 122 / 71, 2**18 115 / 66,
-# 2**19 126 / 70, 2**20 119 / 74 ms. 2**18 scores: 1 MiB in float32, within the 2 MiB L2 of this
-# machine's cores. (Rows across every head, rounds 3–4: 2**20 was best at n = 2048, 2**18 ~15% slower
-# there; at n = 512 within the noise. Attention dropout is not a bench row: one constant for both.)
+# The measurements behind 2**18: docs/bench_notes.md, "The engine's constants".
 _BLOCK_SCORES = 1 << 18
 
 

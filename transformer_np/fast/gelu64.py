@@ -53,8 +53,6 @@ import math
 
 import numpy as np
 
-__all__: list[str] = []
-
 _K = 5.5            # t = K / (|z| + K)
 _A = 38.6           # the interpolation range a ∈ [0, A]: exp(−a²/2) underflows to 0 past it
 _DEGREE = 20

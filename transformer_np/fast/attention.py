@@ -1,8 +1,8 @@
-"""The fast path's softmax and attention core, forward and backward (see :mod:`transformer_np.ops.fast` for
+"""The fast path's softmax and attention core, forward and backward (see :mod:`transformer_np.fast` for
 the tricks and the tests that hold them; the plain kernels are in :mod:`transformer_np.ops.softmax` and
 :mod:`transformer_np.ops.attention`). How the scores are cut into blocks and the blocks shared out over
-threads is in :mod:`transformer_np.ops._attention_blocks`; the multi-head wrapper (the projections) in
-:mod:`transformer_np.ops.fast_mha`."""
+threads is in :mod:`transformer_np.fast.blocks`; the multi-head wrapper (the projections) in
+:mod:`transformer_np.fast.mha`."""
 
 from __future__ import annotations
 
@@ -11,21 +11,21 @@ import math
 import numpy as np
 
 from ..errors import InputTypeError, InputValueError
-from ._attention_blocks import (
-           _block_buffer,
-           _block_pass,
-           _block_rows,
-           _fit,
-           _head_blocks,
-           _per_head,
-           _row_blocks,
-           _shard_blocks,
-           _with_column,
+from ..ops.cache import check_for_backward
+from ..ops.kernels import dropout_forward
+from .blocks import (
+    _block_buffer,
+    _block_pass,
+    _block_rows,
+    _fit,
+    _head_blocks,
+    _per_head,
+    _row_blocks,
+    _shard_blocks,
+    _with_column,
 )
-from ._threads import _in_shards, _rows_parallel
-from .cache import check_for_backward
-from .dropout import _dropout_forward as dropout_forward
-from .fast_ffn import _ones
+from .ffn import _ones
+from .threads import _in_shards, _rows_parallel
 
 __all__ = ["softmax", "attention_forward", "attention_backward", "attention_weights"]
 
@@ -160,7 +160,7 @@ def attention_forward(Q: np.ndarray, K: np.ndarray, V: np.ndarray, mask: np.ndar
     maxima m (0 where skipped) and row sums ℓ (two (…, n_q, 1) arrays), from which the backward and
     :func:`attention_weights` recompute each block with the forward's operations. Extra memory: one
     block of scores (~2¹⁸ entries). ``out`` (…, n_q, d_v), any strides BLAS accepts, receives O
-    (:func:`~transformer_np.ops.fast_mha.mha_forward` passes the heads' view of its merged context, so merging
+    (:func:`~transformer_np.fast.mha.mha_forward` passes the heads' view of its merged context, so merging
     the heads costs no copy). ``"weights"`` is then None; :func:`attention_weights` rebuilds A on request. With
     attention dropout in training the keep-mask is kept as booleans (n_q·n_k bytes).
 
@@ -452,14 +452,14 @@ def attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndar
     (:func:`_recompute`) and left unnormalised: with A = P/ℓ (ℓ per row), dV = Σ_r P_rᵀ (dO[r]/ℓ_r),
     ℓ dS = P ⊙ (dA − D), dQ[r] = ((ℓ dS)_r K)/ℓ_r and dK = Σ_r (ℓ dS)_rᵀ (Q[r]/ℓ_r) — every 1/ℓ on an
     (r, d) array, none on the block. (Writing the results straight into
-    :func:`~transformer_np.ops.fast_mha.mha_backward`'s fused gradient layout instead was measured in round 4: no
+    :func:`~transformer_np.fast.mha.mha_backward`'s fused gradient layout instead was measured in round 4: no
     lower peak, ~15% slower at n = 2048.)"""
     check_for_backward(cache, "attention_forward")
     return _attention_backward(dO, cache, False)
 
 
 def _attention_backward(dO: np.ndarray, cache: dict, free_cache: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`attention_backward`; ``free_cache`` (:func:`~transformer_np.ops.fast_mha.mha_backward`'s, the cache
+    """:func:`attention_backward`; ``free_cache`` (:func:`~transformer_np.fast.mha.mha_backward`'s, the cache
     already taken from the MHA cache) drops O from the cache once D = ⟨dO, O⟩ is formed: O is the merged heads' context
     (B, n, d), which nothing else reads after the output projection's backward."""
     Q, K, V, O = cache["Q"], cache["K"], cache["V"], cache["O"]
