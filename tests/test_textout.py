@@ -65,3 +65,58 @@ def test_csv_cell_keeps_numbers_and_empties_none():
     assert csv_cell(None) == ""
     assert csv_cell(True) == "True"
     assert csv_cell("a=b") == "a=b"
+
+
+# ----------------------------------------------------------------------------- through every command's gradebook
+# One file name holding every character of the table (but the undecodable byte, which a str name cannot hold:
+# it is given as bytes): what each command prints and writes in its CSV is that name as terminal() shows it.
+_NASTY = "".join(c for c, _ in TABLE if c != os.fsdecode(b"\xff"))
+_NASTY_BYTES = os.fsencode(_NASTY) + b"\xff"
+
+
+def _nasty_file(folder, suffix: str, content: bytes) -> str:
+    """A file whose name is ``_NASTY`` + the byte 0xff + ``suffix``; returns the name as Python sees it."""
+    raw = os.path.join(os.fsencode(str(folder)), _NASTY_BYTES + suffix.encode())
+    with open(raw, "wb") as f:
+        f.write(content)
+    return os.fsdecode(raw)
+
+
+def _cli(*argv, cwd):
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    return subprocess.run([sys.executable, "-m", "transformer_np", *argv], capture_output=True, cwd=cwd, env=env,
+                          timeout=600)
+
+
+def _csv_first_column(path) -> list[str]:
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as f:
+        return [row[0] for row in csv.reader(f)][1:]
+
+
+def test_grade_prints_and_writes_a_nasty_file_name_as_terminal_shows_it(tmp_path):
+    """``grade``: its text output and its CSV (the one gradebook writer) show the name as :func:`terminal` does."""
+    path = _nasty_file(tmp_path, ".ipynb", b"not a notebook")
+    book = tmp_path / "book.csv"
+    r = _cli("grade", "01_softmax", path, "--csv", str(book), cwd=tmp_path)
+    shown = terminal(path)
+    assert shown.encode() in r.stdout, r.stdout
+    assert not any(b in r.stdout for b in (b"\x1b", "\u202e".encode(), "\u2028".encode(), b"\xff"))
+    assert _csv_first_column(book) == [shown]                       # the same escape, in the CSV
+    assert not any(ch in book.read_text(encoding="utf-8") for ch in ("\x1b", "\u202e", "\u2028", "\u200b"))
+
+
+def test_check_prints_and_writes_a_nasty_file_name_as_terminal_shows_it(tmp_path):
+    """``check``: its table and its CSV show the name as :func:`terminal` does."""
+    path = _nasty_file(tmp_path, ".toml", b"[setup\n")               # unreadable: its row names the file
+    (tmp_path / "ok.toml").write_text("[setup]\n", encoding="utf-8")
+    book = tmp_path / "book.csv"
+    r = _cli("check", "--csv", str(book), "--", path, str(tmp_path / "ok.toml"), cwd=tmp_path)
+    shown = terminal(path)
+    assert shown.encode() in r.stdout + r.stderr
+    assert not any(b in r.stdout + r.stderr for b in (b"\x1b", "\u202e".encode(), "\u2028".encode(), b"\xff"))
+    assert shown in _csv_first_column(book)

@@ -1,17 +1,14 @@
-"""The class gradebook of ``check``, safe for its reader: what is shown, what is opened, what is written.
+"""The class gradebooks of ``check`` and ``grade``, safe for its reader: what is shown, what is opened, what is written.
 
-* :func:`shown` — a file name or a line of text as a terminal (or a spreadsheet) may show it: bytes that are not
-  UTF-8 as ``\\xff``, control characters (C0, DEL, C1) and the invisible format characters (bidirectional
-  overrides, zero-width characters) as ``\\x1b`` / ``\\u202e``; nothing the sheet or its name holds can move the
-  cursor, recolour the terminal or reorder what is shown.
-* :func:`cell` — a CSV cell a spreadsheet will not run: a text beginning with ``=``, ``+``, ``-``, ``@``, TAB or
-  CR gets a leading ``'`` (the spreadsheets' own escape), after :func:`shown`.
+* :func:`shown` and :func:`cell` — a file name or a line of text as a terminal may show it, and a CSV cell a
+  spreadsheet will not run: the project's one policy for untrusted text, :mod:`transformer_np.textout`.
 * :func:`find_sheets` — the sheets to mark: a folder gives its ``*.toml`` entries (sorted by name); each entry
   knows the class folder it was found in, and :func:`read_sheet` follows a symbolic link only to a file inside
   that folder. Special files are refused without blocking (:func:`~transformer_np._files.read_bytes_bounded`).
-* :class:`CsvSink` — the gradebook written row by row to a temporary sibling and renamed into place at the end
-  (or written to standard output for ``--csv -``), so nothing is kept in memory and no half-written gradebook is
-  ever seen; an existing file is replaced only with ``--force``.
+* :class:`CsvSink` — the one CSV gradebook writer (``check``'s and ``grade``'s): rows written one by one to a
+  temporary sibling and renamed into place at the end (or written to standard output for ``--csv -``), so
+  nothing is kept in memory and no half-written gradebook is ever seen; an existing file is replaced only with
+  ``--force``.
 """
 
 from __future__ import annotations
@@ -19,51 +16,21 @@ from __future__ import annotations
 import csv
 import io
 import os
-import re
 import sys
-import unicodedata
 from dataclasses import dataclass
+
+from ..textout import csv_cell, terminal
 
 __all__ = ["shown", "cell", "Entry", "find_sheets", "read_sheet", "CsvSink"]
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+def shown(text, keep_newlines: bool = False) -> str:
+    """``text`` with every character a terminal would act on, or would not show, written as an escape: the
+    project's one policy, :func:`transformer_np.textout.terminal`."""
+    return terminal(text, newlines=keep_newlines)
 
 
-def _escape(ch: str) -> str:
-    o = ord(ch)
-    if 0xDC80 <= o <= 0xDCFF:                       # a byte that is not UTF-8 (os.fsdecode's surrogateescape)
-        return f"\\x{o - 0xDC00:02x}"
-    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
-
-
-def shown(text: str, keep_newlines: bool = False) -> str:
-    """``text`` with every character a terminal would act on, or would not show, written as an escape."""
-    text = str(text)
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if ch == "\n" and keep_newlines:
-            out.append(ch)
-        elif _UNSAFE.match(ch) or 0xD800 <= o <= 0xDFFF or (o >= 0xA0 and unicodedata.category(ch) in ("Cf", "Zl",
-                                                                                                      "Zp")):
-            out.append(_escape(ch))
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def cell(value) -> object:
-    """A CSV cell: numbers as they are; text escaped (:func:`shown`), with a ``'`` before a leading ``=``, ``+``,
-    ``-``, ``@``, TAB or CR so that a spreadsheet shows it as text instead of evaluating it."""
-    if value is None:
-        return ""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
-    text = str(value)
-    if text.startswith(_FORMULA):
-        text = "'" + text
-    return shown(text)
+#: a CSV cell a spreadsheet will not run: :func:`transformer_np.textout.csv_cell`
+cell = csv_cell
 
 
 @dataclass

@@ -23,11 +23,11 @@ instructor, never penalised.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import sys
+
+from ..textout import csv_cell, terminal
 
 __all__ = ["add_arguments", "run", "csv_cell", "terminal_text"]
 
@@ -55,30 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "'unsandboxed' and the grades are formative, not of record")
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in list(range(0x20)) + list(range(0x7F, 0xA0)) if c not in (0x0A,)}
-
-
 def terminal_text(text: str, newlines: bool = True) -> str:
-    """``text`` with control characters shown escaped (``\\x1b``), so a file name or a student's output cannot
-    move the cursor or recolour the terminal; newlines kept when ``newlines``."""
-    table = dict(_CONTROL)
-    if not newlines:
-        table[0x0A] = "\\n"
-    return _no_surrogates(str(text)).translate(table)
-
-
-def _no_surrogates(text: str) -> str:
-    """A file name that is not UTF-8 (its bytes decoded with surrogate escapes) shown with those bytes escaped."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def csv_cell(value: object) -> object:
-    """A CSV cell a spreadsheet will not execute: text beginning with = + - @, TAB or CR gets a leading '."""
-    if isinstance(value, str):
-        value = _no_surrogates(value)
-        if value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-            return "'" + value
-    return value
+    """``text`` as the terminal shows it: the project's one policy (:func:`transformer_np.textout.terminal`);
+    newlines kept when ``newlines``."""
+    return terminal(text, newlines=newlines)
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -96,17 +76,20 @@ def _validate(args: argparse.Namespace) -> None:
         raise ValueError("--csv - and --json both write to standard output; choose one")
 
 
-def _write_csv(path: str, rows: list[list]) -> None:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    for row in rows:
-        writer.writerow([csv_cell(c) for c in row])
-    if path == "-":
-        sys.stdout.write(buf.getvalue())
-        return
-    from .._files import write_atomic
+def _write_csv(path: str, rows: list[list], force: bool) -> None:
+    """The gradebook through the one CSV writer of the project (``check``'s: :class:`._gradebook.CsvSink`): every
+    cell escaped for a spreadsheet and a terminal, written to a temporary sibling and renamed into place."""
+    from ._gradebook import CsvSink
 
-    write_atomic(path, buf.getvalue(), error=ValueError)
+    columns = tuple(rows[0])
+    sink = CsvSink(path, columns, force=force)
+    try:
+        for row in rows[1:]:
+            sink.write(dict(zip(columns, row)))
+    except BaseException:
+        sink.abort()
+        raise
+    sink.close()
 
 
 def _similarity(exercise: str, grades: list) -> list:
@@ -207,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     if args.csv:
         from ..grader.gradebook import csv_rows
 
-        _write_csv(args.csv, csv_rows(grades, list(POINTS[args.exercise])))
+        _write_csv(args.csv, csv_rows(grades, list(POINTS[args.exercise])), args.force)
     if args.json:
         doc = {"exercise": args.exercise, "seed": seed, "submissions": [g.to_dict() for g in grades]}
         if pairs is not None:

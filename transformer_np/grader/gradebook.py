@@ -15,7 +15,7 @@ The text output and ``--json`` carry the same (``--json``: ``questions[q]["why"]
 ``error`` of each submission).
 
 Values here are plain text; the command escapes each cell for spreadsheets when it writes the file
-(``transformer_np.cli.grade.csv_cell``).
+(``transformer_np.textout.csv_cell``, through the one CSV writer ``cli._gradebook.CsvSink``).
 """
 
 from __future__ import annotations
