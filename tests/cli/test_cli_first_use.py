@@ -22,9 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}     # cwd = ROOT: this checkout's package
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """In the child, before Python starts: Ctrl-C's default disposition. A test run started in the background of a
+    non-interactive shell (``cmd &``) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: the
+    command would run on as it should there, but these tests are about a user pressing Ctrl-C at a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(*argv: str, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "transformer_np", *argv], cwd=ROOT, env=ENV, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_sigint_as_at_a_terminal, **kw)
 
 
 def test_version():
