@@ -260,17 +260,6 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                               f"({type(module).__name__}) takes the padding mask only "
                               "(attention_mask, 1 = real token, or src_key_padding_mask, True = padding)")
     notes, conversions = [], []
-    dropping = _modules.training_dropout(module, torch)
-    if dropping and not dropout_off:
-        raise InputValueError(f"module is in training mode with dropout > 0 in {', '.join(dropping[:4])}"
-                              f"{', …' if len(dropping) > 4 else ''}: its output is random and cannot match. Call "
-                              "module.eval(), or pass dropout_off=True to compare it with dropout off (in eval mode)")
-    if dropping:
-        notes.append(f"dropout_off=True: the module is in training mode with dropout > 0 ({len(dropping)} places); "
-                     "its copy runs in eval mode, dropout off")
-    elif any(m.training for m in module.modules()):
-        notes.append("the module is in training mode with no dropout > 0: its copy runs in eval mode (the same "
-                     "function)")
     if module_dtypes != [dt.name]:
         conversions.append(f"the module's parameters ({', '.join(module_dtypes)}) run as a {dt.name} copy"
                            + (" (dtype=)" if dtype_given else ""))
@@ -285,6 +274,18 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     else:
         config = (_torch_config_of if kind == "torch" else _hf_config_of)(mod)[0]
     _modules.check_attention_scale(mod, config)
+    # training mode last: an unsupported family or activation is the true reason, not the dropout (issue 45 item 6)
+    dropping = _modules.training_dropout(module, torch)
+    if dropping and not dropout_off:
+        raise InputValueError(f"module is in training mode with dropout > 0 in {', '.join(dropping[:4])}"
+                              f"{', …' if len(dropping) > 4 else ''}: its output is random and cannot match. Call "
+                              "module.eval(), or pass dropout_off=True to compare it with dropout off (in eval mode)")
+    if dropping:
+        notes.append(f"dropout_off=True: the module is in training mode with dropout > 0 ({len(dropping)} places); "
+                     "its copy runs in eval mode, dropout off")
+    elif any(m.training for m in module.modules()):
+        notes.append("the module is in training mode with no dropout > 0: its copy runs in eval mode (the same "
+                     "function)")
     names = _modules.names_of(kind, config, module, torch)
     converted = _modules.param_views(mod, names)         # ours, as views of the module copy's own tensors
     if isinstance(params, tuple):
