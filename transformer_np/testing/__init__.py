@@ -97,6 +97,7 @@ from ..errors import InputTypeError, InputValueError
 from . import inputs as _inputs
 from . import modules as _modules
 from . import own as _own
+from . import sublayers as _sub
 from .criterion import (
     NORM_TOLERANCES,
     TOLERANCES,
@@ -197,8 +198,8 @@ def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R) -> tuple[np
 
 def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
                        src_key_padding_mask=None, src_mask=None, attn_mask=None, is_causal: bool = False,
-                       token_type_ids=None, params=None, config=None, names=None, dropout_off: bool = False,
-                       seed: int = 0, rtol: float | None = None, atol: float | None = None,
+                       token_type_ids=None, params=None, config=None, names=None, sublayers=None,
+                       dropout_off: bool = False, seed: int = 0, rtol: float | None = None, atol: float | None = None,
                        norm_rtol: float | None = None) -> ComparisonReport:
     """Run ``module`` and transformer_np on the same weights and inputs; compare the output and every gradient.
 
@@ -236,6 +237,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             names to the library's (``"blocks.0.q.weight": "layers.0.attn.W_Q"``) or a callable; ``config=`` then
             declares what it computes (an EncoderConfig without embeddings, or a dict of its fields). The module
             is called as ``module(inputs)`` on (B, n, d). See :mod:`transformer_np.testing.own`.
+        sublayers: (with ``names``) your module's layer map, for the first sublayer that differs: the library's
+            prefix (``"layers.1.ffn"``; ``attn``, ``ffn``, ``ln1``, ``ln2``, or ``"final_ln"``) → a submodule name,
+            or (the submodule whose input is the sublayer's input, the one whose output is its output). Stock
+            modules have theirs built in. See :mod:`transformer_np.testing.sublayers`.
         dropout_off: a module in training mode with dropout > 0 is refused (its output is random); True compares
             it with dropout off (a copy in eval mode), and the report's notes say so.
         seed: seeds the default ``grad_output``.
@@ -264,6 +269,9 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         kind = "own"
     else:
         kind = _modules.kind_of(module)
+        if sublayers is not None:
+            raise InputValueError("sublayers= declares your own module's layer map (with names=); a stock module's "
+                                  "is built in")
     module_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in module.parameters()})
     dtype_given = dtype is not None
     if dtype is None:
@@ -424,8 +432,21 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         R = R.astype(dt)
     R_ours = R if batch_first else np.ascontiguousarray(R.transpose(1, 0, 2))
 
-    # ---- the framework's side, then ours
-    out_t = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
+    # ---- the framework's side (its sublayers captured by forward hooks), then ours
+    if kind == "own":
+        layer_map = None if sublayers is None else _sub.declared_map(sublayers, mod, config)
+    else:
+        layer_map = None if kind == "mha" else _sub.stock_map(kind, mod, config, torch)
+    if layer_map and isinstance(mod, torch.jit.ScriptModule):
+        layer_map = None                                  # torch.jit.script modules take no Python hooks
+        notes.append("a torch.jit.script module takes no forward hooks: no sublayer table (a disagreement is found "
+                     "in the whole tensors, not localised); compare the eager module with sublayers= to localise it")
+    capture = None if not layer_map else _sub.Capture(mod, layer_map, torch)
+    try:
+        out_t = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
+    finally:
+        if capture is not None:
+            capture.remove()
     out_t.backward(torch.from_numpy(R.copy()))
     H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
 
@@ -458,7 +479,23 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         entries.append(_compare(fw, "grad", ours_g, p.grad.numpy(), *names[fw]))
     _set_scales(entries)
     framework = "transformers" if kind.startswith("hf") else "torch"
-    return ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol, conversions)
+    report = ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol, conversions)
+    if capture is not None:
+        r1, a1, n1 = default_tolerances(dt, 1)              # one sublayer's round-off: the per-layer tolerances
+        report.sublayers = _sub.table(capture, layer_map, params, config, _sublayer_mask(kind, masks, dt),
+                                      batch_first, dt, r1, a1, n1)
+    elif kind == "own" and sublayers is None:
+        report.notes.append("no sublayers= given: a disagreement is not localised to a layer and sublayer")
+    return report
+
+
+def _sublayer_mask(kind: str, masks, dt):
+    """Our additive attention mask for the sublayer table (what :func:`_run_ours` uses), or None."""
+    from ..ops.masks import padding_mask
+
+    if masks.extra is not None:
+        return masks.extra
+    return None if masks.am is None else padding_mask(masks.am, dt)
 
 
 def _check_no_gradient_at_padding_rows(grad_output, pad_rows: np.ndarray, tables: list[str], ids, am) -> None:
@@ -510,8 +547,8 @@ def _in_framework_layout(tree: dict, row: tuple[str, bool] | None) -> np.ndarray
 def assert_matches_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
                          src_key_padding_mask=None, src_mask=None, attn_mask=None, is_causal: bool = False,
                          rtol: float | None = None, atol: float | None = None, norm_rtol: float | None = None,
-                         token_type_ids=None, params=None, config=None, names=None, dropout_off: bool = False,
-                         seed: int = 0) -> ComparisonReport:
+                         token_type_ids=None, params=None, config=None, names=None, sublayers=None,
+                         dropout_off: bool = False, seed: int = 0) -> ComparisonReport:
     """:func:`compare_with_torch`, then raise ``AssertionError`` if any tensor disagrees.
 
     The message names the first tensor that disagrees (weights first, then the output, the input
@@ -526,6 +563,6 @@ def assert_matches_torch(module, inputs, attention_mask=None, grad_output=None, 
     report = compare_with_torch(module, inputs, attention_mask, grad_output, dtype,
                                 src_key_padding_mask=src_key_padding_mask, src_mask=src_mask, attn_mask=attn_mask,
                                 is_causal=is_causal, token_type_ids=token_type_ids, params=params, config=config,
-                                names=names, dropout_off=dropout_off, seed=seed,
+                                names=names, sublayers=sublayers, dropout_off=dropout_off, seed=seed,
                                 rtol=rtol, atol=atol, norm_rtol=norm_rtol)
     return report.check()

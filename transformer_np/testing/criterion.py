@@ -260,6 +260,9 @@ class ComparisonReport:
         norm_rtol: the norm-wise tolerance :meth:`check` uses by default (:data:`NORM_TOLERANCES` of the dtype).
         conversions: every dtype conversion made on the way (the module's parameters, the inputs, ``grad_output``,
             ``params``, a float mask), one sentence each; empty when nothing was converted.
+        sublayers: the table of :mod:`transformer_np.testing.sublayers` (one ``SublayerComparison`` per sublayer's
+            output and input, in the order of computation; empty without a layer map). A failing :meth:`check`
+            names the first row outside its tolerance in its message's first line ("layer 1, FFN").
     """
 
     module: str
@@ -271,6 +274,7 @@ class ComparisonReport:
     notes: list[str] = field(default_factory=list)
     norm_rtol: float | None = None
     conversions: list[str] = field(default_factory=list)
+    sublayers: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.norm_rtol is None:
@@ -348,6 +352,9 @@ class ComparisonReport:
         theirs = "torch" if self.framework == "torch" else "transformers"
         mapped = f" (ours: {e.ours_at(idx)})" if e.ours_name else ""
         lines = [f"transformer_np and {theirs} disagree on the {e.label}{mapped} [{self.module}, {self.dtype}]:"]
+        first = next((s for s in self.sublayers if not s.ok), None)
+        if first is not None and e.kind not in ("weight", "config"):   # a behaviour, not different weights: where
+            lines.insert(0, first.line())
         if e.kind == "config":
             lines.append(f"  ours = {e.ours.item()!r}, {theirs} = {e.ref.item()!r}")
         else:
