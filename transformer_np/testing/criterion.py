@@ -260,10 +260,6 @@ class ComparisonReport:
         norm_rtol: the norm-wise tolerance :meth:`check` uses by default (:data:`NORM_TOLERANCES` of the dtype).
         conversions: every dtype conversion made on the way (the module's parameters, the inputs, ``grad_output``,
             ``params``, a float mask), one sentence each; empty when nothing was converted.
-        sublayers: (a property) the table of :mod:`transformer_np.testing.sublayers`, one ``SublayerComparison``
-            per sublayer's output and input in the order of computation (empty without a layer map), computed on
-            first use. A failing :meth:`check` names the first row outside its tolerance in its message's first
-            line ("layer 1, FFN").
     """
 
     module: str
@@ -279,7 +275,10 @@ class ComparisonReport:
 
     @property
     def sublayers(self) -> list:
-        """The sublayer table, computed on first use (a passing comparison does not pay for it)."""
+        """The table of :mod:`transformer_np.testing.sublayers`: one ``SublayerComparison`` per sublayer's output and
+        input, in the order of computation (empty without a layer map), computed on first use (a passing comparison
+        does not pay for it). A failing :meth:`check` names the first row outside its tolerance in its message's
+        first line ("layer 1, FFN")."""
         if callable(self._sublayer_table):
             self._sublayer_table = self._sublayer_table()
         return self._sublayer_table or []
