@@ -291,3 +291,16 @@ def test_a_compiled_module_is_compared_as_it_computes_and_bugs_are_named():
                                  config=config(False), names=names(False), sublayers=layer_map(False))
         want = f"first sublayer that differs: layer 1, {expected_place(bug, False)} "
         assert str(err.value).splitlines()[0].startswith(want), (bug, str(err.value))
+
+
+def test_a_bad_layer_map_is_named():
+    m, cfg, nm = encoder(False), config(False), names(False)
+    with pytest.raises(InputValueError, match=r"sublayers key 'layers\.2\.ffn' must be"):
+        compare_with_torch(m, x_input(), config=cfg, names=nm, sublayers={"layers.2.ffn": "blocks.1.ffn"})
+    with pytest.raises(InputValueError, match=r"sublayers\['layers\.1\.ffn'\] = 'blocks\.1\.mlp'"):
+        compare_with_torch(m, x_input(), config=cfg, names=nm, sublayers={"layers.1.ffn": "blocks.1.mlp"})
+    layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True).eval()
+    with pytest.raises(InputValueError, match="a stock module's is built in"):
+        compare_with_torch(layer, x_input(), sublayers={"layers.0.ffn": "linear1"})
+    report = compare_with_torch(m, x_input(), config=cfg, names=nm)
+    assert report.sublayers == [] and any("no sublayers= given" in n for n in report.notes), report.notes
