@@ -136,7 +136,24 @@ def test_a_forward_difference_names_the_output_first():
     layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True, dtype=F64)
     layer.linear2.register_forward_hook(lambda mod, inp, out: out * 1.0000001)   # a framework "bug"
     msg = _message(lambda: assert_matches_torch(layer, x_input((2, 5, 16))))
-    assert msg.startswith("transformer_np and torch disagree on the output [TransformerEncoderLayer, float64]:"), msg
+    first, second = msg.splitlines()[:2]                  # issue 45: the first line names the sublayer (layer 0's FFN)
+    assert first.startswith("first sublayer that differs: layer 0, FFN (linear1 → linear2"), msg
+    assert second.startswith("transformer_np and torch disagree on the output [TransformerEncoderLayer, float64]:"), msg
+
+
+def test_a_behaviour_bug_in_bert_is_named_by_layer_and_sublayer():
+    # issue 45 item 2: layer 1's FFN output scaled by 1 + 1e-3 in a BertModel; each reference sublayer runs on
+    # transformers' own input to it, so the error does not spread to the sublayers after it
+    model = transformers.BertModel(transformers.BertConfig(**SMALL)).double().eval()
+    model.encoder.layer[1].output.dense.register_forward_hook(lambda mod, inp, out: out * (1 + 1e-3))
+    report = compare_with_torch(model, ids_input())
+    msg = _message(report.check)
+    assert msg.splitlines()[0].startswith("first sublayer that differs: layer 1, FFN "
+                                          "(encoder.layer.1.intermediate.dense → encoder.layer.1.output.dense"), msg
+    bad = [(r.layer, r.sublayer, r.what) for r in report.sublayers if not r.ok]
+    assert bad == [(1, "FFN", "output")], bad                 # the bug alone: nothing before or after it is blamed
+    assert {(r.layer, r.sublayer) for r in report.sublayers} == {(i, s) for i in range(2)
+                                                                 for s in ("attention", "FFN", "norm")}
 
 
 def test_a_gradient_difference_names_that_gradient():

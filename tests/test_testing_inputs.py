@@ -43,6 +43,21 @@ def test_training_mode_with_dropout_is_refused_naming_where():
         compare_with_torch(bert, np.ones((2, 5), dtype=int))
 
 
+def test_the_true_reason_comes_before_training_mode():
+    # issue 45 item 6: an unsupported activation or family in a module that is also in training mode with dropout
+    # is refused for what it is, not as a dropout problem (which eval() would not fix)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.1, batch_first=True, dtype=F64,
+                                             activation=torch.nn.functional.silu)       # train() mode, dropout 0.1
+    with pytest.raises(InputValueError, match="unsupported activation") as err:
+        compare_with_torch(layer, x_input((2, 5, 16)))
+    assert "training mode" not in str(err.value)
+    gpt2 = transformers.GPT2Model(transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=4,
+                                                          n_positions=12))            # training mode, dropout 0.1
+    with pytest.raises((InputTypeError, InputValueError)) as err:
+        compare_with_torch(gpt2, np.ones((2, 5), dtype=int))
+    assert "training mode" not in str(err.value) and "gpt2" in str(err.value).lower(), str(err.value)
+
+
 def test_dropout_off_compares_and_says_so():
     layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.1, batch_first=True, dtype=F64)
     report = assert_matches_torch(layer, x_input((2, 5, 16)), dropout_off=True)

@@ -80,8 +80,9 @@ finding, documented in ``docs/guide/frameworks.md``, not a bug on either side).
 The map of this package: this module — the two entry points and the run of both sides;
 :mod:`~transformer_np.testing.criterion` — one tensor's comparison, the tolerances and the report with its
 message; :mod:`~transformer_np.testing.inputs` — the inputs and every mask convention, checked;
-:mod:`~transformer_np.testing.modules` — which modules are accepted, their weights as our params.
-Import from here: the three modules are its parts, not an API of their own.
+:mod:`~transformer_np.testing.modules` — which modules are accepted, their weights as our params;
+:mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked.
+Import from here: the four modules are its parts, not an API of their own.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ from .._validate import check_float_dtype, describe
 from ..errors import InputTypeError, InputValueError
 from . import inputs as _inputs
 from . import modules as _modules
+from . import own as _own
+from . import sublayers as _sub
 from .criterion import (
     NORM_TOLERANCES,
     TOLERANCES,
@@ -106,9 +109,10 @@ from .criterion import (
     _tolerance,
     _tolerances,
 )
+from .own import names_for
 
-__all__ = ["compare_with_torch", "assert_matches_torch", "ComparisonReport", "TensorComparison", "TOLERANCES",
-           "NORM_TOLERANCES", "default_tolerances"]
+__all__ = ["compare_with_torch", "assert_matches_torch", "names_for", "ComparisonReport", "TensorComparison",
+           "TOLERANCES", "NORM_TOLERANCES", "default_tolerances"]
 
 # Defined in testing/criterion.py with the criterion and the messages; documented and imported from here.
 ComparisonReport.__module__ = TensorComparison.__module__ = __name__
@@ -138,6 +142,12 @@ def _np_dtype(dtype) -> np.dtype:
 # ----------------------------------------------------------------------------- both sides
 def _run_torch_side(mod, x_t, kind: str, masks, ids_kwargs, torch):
     """Forward of the module copy; returns the output tensor."""
+    if kind == "own":
+        out = mod(x_t)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x_t.shape):
+            raise InputValueError(f"module(inputs) must return the (B, n, d) output tensor {tuple(x_t.shape)}, got "
+                                  f"{describe(out) if not isinstance(out, torch.Tensor) else tuple(out.shape)}")
+        return out
     kpm = None if masks.am is None else torch.from_numpy(masks.am == 0)      # torch's convention: True = padding
     if kind == "mha":
         return mod(x_t, x_t, x_t, key_padding_mask=kpm, need_weights=False, attn_mask=masks.torch_mask,
@@ -173,7 +183,7 @@ def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R) -> tuple[np
         H, cache = mha_forward(x, params, config.n_heads, mask)
         dx, grads = mha_backward(R, cache)
         return H, grads, dx
-    if kind == "torch":
+    if kind in ("torch", "own"):
         am = masks.am if masks.extra is None else None                        # extra holds the padding then
         H, cache = encoder_forward(params, config, inputs_embeds=x, attention_mask=am, extra_mask=masks.extra)
         grads = encoder_backward(R, cache)
@@ -188,8 +198,8 @@ def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R) -> tuple[np
 
 def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
                        src_key_padding_mask=None, src_mask=None, attn_mask=None, is_causal: bool = False,
-                       token_type_ids=None, params=None, config=None, dropout_off: bool = False, seed: int = 0,
-                       rtol: float | None = None, atol: float | None = None,
+                       token_type_ids=None, params=None, config=None, names=None, sublayers=None,
+                       dropout_off: bool = False, seed: int = 0, rtol: float | None = None, atol: float | None = None,
                        norm_rtol: float | None = None) -> ComparisonReport:
     """Run ``module`` and transformer_np on the same weights and inputs; compare the output and every gradient.
 
@@ -222,7 +232,15 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             every configuration value the output depends on (eps, activation, norm placement, final LayerNorm,
             attention scale, sizes, the family's embedding layout) is then compared too, first, and ours runs
             with your config. Without it, your params run with the module's configuration (a note says so).
-        config: your config, with ``params`` (see there).
+        config: your config, with ``params`` (see there); or, with ``names``, your own module's architecture.
+        names: your own module (any ``torch.nn.Module``, scripted or compiled too): a dict from its parameter
+            names to the library's (``"blocks.0.q.weight": "layers.0.attn.W_Q"``) or a callable; ``config=`` then
+            declares what it computes (an EncoderConfig without embeddings, or a dict of its fields). The module
+            is called as ``module(inputs)`` on (B, n, d). See :mod:`transformer_np.testing.own`.
+        sublayers: (with ``names``) your module's layer map, for the first sublayer that differs: the library's
+            prefix (``"layers.1.ffn"``; ``attn``, ``ffn``, ``ln1``, ``ln2``, or ``"final_ln"``) → a submodule name,
+            or (the submodule whose input is the sublayer's input, the one whose output is its output). Stock
+            modules have theirs built in. See :mod:`transformer_np.testing.sublayers`.
         dropout_off: a module in training mode with dropout > 0 is refused (its output is random); True compares
             it with dropout off (a copy in eval mode), and the report's notes say so.
         seed: seeds the default ``grad_output``.
@@ -238,7 +256,22 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
 
     torch = _require_torch()
     user_config = config                                 # yours; `config` becomes the module's below
-    kind = _modules.kind_of(module)
+    name_map = names
+    if name_map is not None:                             # your own module: its architecture is declared
+        if not isinstance(module, torch.nn.Module):
+            raise InputTypeError(f"module must be a torch.nn.Module, got {describe(module)}")
+        given = [k for k, v in (("attention_mask", attention_mask), ("src_key_padding_mask", src_key_padding_mask),
+                                ("src_mask", src_mask), ("attn_mask", attn_mask), ("token_type_ids", token_type_ids),
+                                ("params", params)) if v is not None] + (["is_causal"] if is_causal else [])
+        if given:
+            raise InputValueError(f"{', '.join(given)}: not taken with names= (your own module is called as "
+                                  "module(inputs), without masks, and compared with its own weights)")
+        kind = "own"
+    else:
+        kind = _modules.kind_of(module)
+        if sublayers is not None:
+            raise InputValueError("sublayers= declares your own module's layer map (with names=); a stock module's "
+                                  "is built in")
     module_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in module.parameters()})
     dtype_given = dtype is not None
     if dtype is None:
@@ -260,6 +293,26 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                               f"({type(module).__name__}) takes the padding mask only "
                               "(attention_mask, 1 = real token, or src_key_padding_mask, True = padding)")
     notes, conversions = [], []
+    if module_dtypes != [dt.name]:
+        conversions.append(f"the module's parameters ({', '.join(module_dtypes)}) run as a {dt.name} copy"
+                           + (" (dtype=)" if dtype_given else ""))
+    tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[dt]
+    with torch.no_grad():                                # a ScriptModule's deepcopy clones through autograd otherwise:
+        mod = copy.deepcopy(module).to(device="cpu", dtype=tdt).eval()        # its parameters would not be leaves
+    for p in mod.parameters():
+        p.requires_grad_(True)
+        p.grad = None
+
+    own_notes = []
+    if kind == "own":
+        config, user_config = _own.declared_config(user_config), None
+        own_notes = _own.check_activations(mod, config, dt, torch)
+    elif kind == "mha":
+        config = _modules.mha_config(mod)
+    else:
+        config = (_torch_config_of if kind == "torch" else _hf_config_of)(mod)[0]
+    _modules.check_attention_scale(mod, config)
+    # training mode last: an unsupported family or activation is the true reason, not the dropout (issue 45 item 6)
     dropping = _modules.training_dropout(module, torch)
     if dropping and not dropout_off:
         raise InputValueError(f"module is in training mode with dropout > 0 in {', '.join(dropping[:4])}"
@@ -271,21 +324,11 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     elif any(m.training for m in module.modules()):
         notes.append("the module is in training mode with no dropout > 0: its copy runs in eval mode (the same "
                      "function)")
-    if module_dtypes != [dt.name]:
-        conversions.append(f"the module's parameters ({', '.join(module_dtypes)}) run as a {dt.name} copy"
-                           + (" (dtype=)" if dtype_given else ""))
-    tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[dt]
-    mod = copy.deepcopy(module).to(device="cpu", dtype=tdt).eval()
-    for p in mod.parameters():
-        p.requires_grad_(True)
-        p.grad = None
-
-    if kind == "mha":
-        config = _modules.mha_config(mod)
+    if kind == "own":
+        names, unmapped = _own.resolve_names(mod, name_map, config)
+        notes += own_notes + unmapped
     else:
-        config = (_torch_config_of if kind == "torch" else _hf_config_of)(mod)[0]
-    _modules.check_attention_scale(mod, config)
-    names = _modules.names_of(kind, config, module, torch)
+        names = _modules.names_of(kind, config, module, torch)
     converted = _modules.param_views(mod, names)         # ours, as views of the module copy's own tensors
     if isinstance(params, tuple):
         if len(params) != 2 or user_config is not None:
@@ -367,12 +410,16 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         am = _inputs.padding(attention_mask, src_key_padding_mask, B, n)
         if kind == "hf_layer":
             masks = _inputs.AttentionMasks(am=am)
+        elif kind == "own":
+            if am is not None:
+                raise InputValueError("a padding mask is not taken with names= (own modules run as module(inputs))")
+            masks = _inputs.AttentionMasks()
         else:
             masks = _inputs.attention_masks(am, src_mask, is_causal, B, config.n_heads, n, dt, tdt, torch)
             conversions += masks.notes
         x_t = torch.from_numpy(x.copy()).requires_grad_(True)
         out_shape = x.shape
-        if kind != "hf_layer":
+        if kind not in ("hf_layer", "own"):
             notes.append("attention: nn.MultiheadAttention → scaled_dot_product_attention "
                          "(torch's default CPU backend unless an sdpa_kernel context selects one)")
     am = masks.am
@@ -385,8 +432,21 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         R = R.astype(dt)
     R_ours = R if batch_first else np.ascontiguousarray(R.transpose(1, 0, 2))
 
-    # ---- the framework's side, then ours
-    out_t = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
+    # ---- the framework's side (its sublayers captured by forward hooks), then ours
+    if kind == "own":
+        layer_map = None if sublayers is None else _sub.declared_map(sublayers, mod, config)
+    else:
+        layer_map = None if kind == "mha" else _sub.stock_map(kind, mod, config, torch)
+    if layer_map and isinstance(mod, torch.jit.ScriptModule):
+        layer_map = None                                  # torch.jit.script modules take no Python hooks
+        notes.append("a torch.jit.script module takes no forward hooks: no sublayer table (a disagreement is found "
+                     "in the whole tensors, not localised); compare the eager module with sublayers= to localise it")
+    capture = None if not layer_map else _sub.Capture(mod, layer_map, torch)
+    try:
+        out_t = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
+    finally:
+        if capture is not None:
+            capture.remove()
     out_t.backward(torch.from_numpy(R.copy()))
     H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
 
@@ -419,7 +479,24 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         entries.append(_compare(fw, "grad", ours_g, p.grad.numpy(), *names[fw]))
     _set_scales(entries)
     framework = "transformers" if kind.startswith("hf") else "torch"
-    return ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol, conversions)
+    report = ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol, conversions)
+    if capture is not None:
+        r1, a1, n1 = default_tolerances(dt, 1)              # one sublayer's round-off: the per-layer tolerances
+        mask = _sublayer_mask(kind, masks, dt)
+        report._sublayer_table = lambda: _sub.table(capture, layer_map, params, config, mask, batch_first, dt,
+                                                    r1, a1, n1)           # computed when read: free when passing
+    elif kind == "own" and sublayers is None:
+        report.notes.append("no sublayers= given: a disagreement is not localised to a layer and sublayer")
+    return report
+
+
+def _sublayer_mask(kind: str, masks, dt):
+    """Our additive attention mask for the sublayer table (what :func:`_run_ours` uses), or None."""
+    from ..ops.masks import padding_mask
+
+    if masks.extra is not None:
+        return masks.extra
+    return None if masks.am is None else padding_mask(masks.am, dt)
 
 
 def _check_no_gradient_at_padding_rows(grad_output, pad_rows: np.ndarray, tables: list[str], ids, am) -> None:
@@ -471,8 +548,8 @@ def _in_framework_layout(tree: dict, row: tuple[str, bool] | None) -> np.ndarray
 def assert_matches_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
                          src_key_padding_mask=None, src_mask=None, attn_mask=None, is_causal: bool = False,
                          rtol: float | None = None, atol: float | None = None, norm_rtol: float | None = None,
-                         token_type_ids=None, params=None, config=None, dropout_off: bool = False,
-                         seed: int = 0) -> ComparisonReport:
+                         token_type_ids=None, params=None, config=None, names=None, sublayers=None,
+                         dropout_off: bool = False, seed: int = 0) -> ComparisonReport:
     """:func:`compare_with_torch`, then raise ``AssertionError`` if any tensor disagrees.
 
     The message names the first tensor that disagrees (weights first, then the output, the input
@@ -487,6 +564,6 @@ def assert_matches_torch(module, inputs, attention_mask=None, grad_output=None, 
     report = compare_with_torch(module, inputs, attention_mask, grad_output, dtype,
                                 src_key_padding_mask=src_key_padding_mask, src_mask=src_mask, attn_mask=attn_mask,
                                 is_causal=is_causal, token_type_ids=token_type_ids, params=params, config=config,
-                                dropout_off=dropout_off, seed=seed,
+                                names=names, sublayers=sublayers, dropout_off=dropout_off, seed=seed,
                                 rtol=rtol, atol=atol, norm_rtol=norm_rtol)
     return report.check()

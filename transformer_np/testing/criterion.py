@@ -271,6 +271,17 @@ class ComparisonReport:
     notes: list[str] = field(default_factory=list)
     norm_rtol: float | None = None
     conversions: list[str] = field(default_factory=list)
+    _sublayer_table: object = field(default=None, repr=False, compare=False)   # list, or a function making it
+
+    @property
+    def sublayers(self) -> list:
+        """The table of :mod:`transformer_np.testing.sublayers`: one ``SublayerComparison`` per sublayer's output and
+        input, in the order of computation (empty without a layer map), computed on first use (a passing comparison
+        does not pay for it). A failing :meth:`check` names the first row outside its tolerance in its message's
+        first line ("layer 1, FFN")."""
+        if callable(self._sublayer_table):
+            self._sublayer_table = self._sublayer_table()
+        return self._sublayer_table or []
 
     def __post_init__(self) -> None:
         if self.norm_rtol is None:
@@ -348,6 +359,9 @@ class ComparisonReport:
         theirs = "torch" if self.framework == "torch" else "transformers"
         mapped = f" (ours: {e.ours_at(idx)})" if e.ours_name else ""
         lines = [f"transformer_np and {theirs} disagree on the {e.label}{mapped} [{self.module}, {self.dtype}]:"]
+        first = next((s for s in self.sublayers if not s.ok), None)
+        if first is not None and e.kind not in ("weight", "config"):   # a behaviour, not different weights: where
+            lines.insert(0, first.line())
         if e.kind == "config":
             lines.append(f"  ours = {e.ours.item()!r}, {theirs} = {e.ref.item()!r}")
         else:
