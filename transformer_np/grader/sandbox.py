@@ -509,7 +509,7 @@ class Sandbox:
                 raise StudentError(err["type"], err["message"], err["where"])
             if not (isinstance(value, list) and len(value) == 3 and isinstance(value[2], dict)):
                 sandbox._die(f"the process sent a malformed reply while calling {name}")
-            step = reply.get("complex_step")      # the call evaluated a cell function at complex inputs (H)
+            step = reply.get("complex_step")      # the call evaluated a cell function at complex inputs
             proxy.complex_step = step[:100] if isinstance(step, str) else None
             result, cache, mutated = value
             for key, new in mutated.items():          # the student changed an input in place: so do we
