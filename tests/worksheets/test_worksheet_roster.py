@@ -11,6 +11,7 @@ whose id has a Cyrillic look-alike letter, and a stray file that is no one's.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import io
@@ -111,9 +112,9 @@ def marked(klass, tmp_path_factory):
 
     t = tmp_path_factory.mktemp("out")
     files = {k: t / f"{k}.{ext}" for k, ext in (("csv", "csv"), ("canvas", "csv"), ("moodle", "csv"),
-                                                   ("matrix", "csv"), ("summary", "json"), ("figure", "png"))}
+                                                   ("matrix", "csv"), ("summary", "json"))}
     argv = ["check", "--key", klass["keys"], klass["subs"], "--roster", klass["roster"], "--csv", files["csv"],
-            "--matrix", files["matrix"], "--summary", files["summary"], "--figure", files["figure"],
+            "--matrix", files["matrix"], "--summary", files["summary"],
             "--export", "canvas", files["canvas"], "--assignment", "Worksheet 1"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
@@ -206,7 +207,7 @@ def test_moodle_file_by_its_column_rules(klass, marked):
     assert float(slip[gc]) == klass["done"][SLIPS[0]]["n_steps"] - 1 and "first mistake" in slip[fc]
 
 
-def test_matrix_summary_figure(klass, marked):
+def test_matrix_and_summary(klass, marked):
     lines = list(csv.reader(io.StringIO(marked["files"]["matrix"].read_text(encoding="utf-8"))))
     header = lines[0]
     last = klass["done"][0]["last"]
@@ -220,9 +221,18 @@ def test_matrix_summary_figure(klass, marked):
     assert s["steps_wrong"][0] == {"step": last, "students": len(SLIPS)}
     assert sum(d["students"] for d in s["first_mistakes_by_diagnosis"]) == len(SLIPS)
     assert s["steps_missing"] and s["steps_missing"][0]["students"] == len(BLANKS)
+
+
+@pytest.mark.plot
+def test_the_summary_figure(klass, tmp_path):
+    """``--figure``: one PNG at 150 dpi (matplotlib, the ``plot`` extra: its own lane)."""
     from PIL import Image
 
-    with Image.open(marked["files"]["figure"]) as im:
+    figure = tmp_path / "figure.png"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        main([str(a) for a in ["check", "--key", klass["keys"], klass["subs"], "--roster", klass["roster"],
+                               "--figure", figure]])
+    with Image.open(figure) as im:
         assert im.format == "PNG" and im.info["dpi"][0] == pytest.approx(150, abs=1)
         assert im.size[0] >= 15 * 150 - 2
 

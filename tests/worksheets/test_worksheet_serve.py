@@ -281,10 +281,17 @@ def test_download_gives_the_saved_file(tmp_path):
     assert f"{state['tokens'][0]} = [1, 0, 0.5, 0.25]" in data.decode()
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """Ctrl-C's default disposition in the server: a test run started with ``&`` in a script inherits SIGINT
+    ignored, and the Ctrl-C test would then wait in vain."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(path: str, *extra: str) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "transformer_np", "worksheet", "serve", path, "--no-browser",
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+                            preexec_fn=_sigint_as_at_a_terminal)
     deadline = time.monotonic() + 60
     lines = []
     while time.monotonic() < deadline:
