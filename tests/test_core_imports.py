@@ -49,3 +49,25 @@ def test_entry_points_still_reachable_from_the_top_level():
 def test_star_import_still_gives_every_public_name():
     loaded = _loaded_after("from transformer_np import *\nassert callable(check) and callable(load_pretrained)")
     assert "transformer_np.io.pretrained" in loaded
+
+
+def test_ops_load_no_model_and_no_engine():
+    """The textbook ops import alone: the top level's names (``tnp.encoder_forward``, …) are imported on
+    first use, so ``import transformer_np.ops`` loads neither the model nor the engine that builds on it."""
+    loaded = _loaded_after("import transformer_np.ops")
+    above = [m for m in loaded if m.startswith(("transformer_np.model", "transformer_np.fast"))]
+    assert "transformer_np.ops.attention" in loaded and above == []
+
+
+def test_top_level_names_resolve_to_their_modules():
+    """Every name of ``__all__`` is reachable from the top level, and is the object of the module it lives in."""
+    import importlib
+
+    import transformer_np as tnp
+
+    for name in tnp.__all__:
+        if name == "__version__":
+            continue
+        value = getattr(tnp, name)
+        assert value is getattr(importlib.import_module(tnp._LAZY[name]), name), name
+    assert {"ops", "model", "encoder_forward"} <= set(dir(tnp))

@@ -144,6 +144,7 @@ def _files_entered(fast: bool) -> set[str]:
     params = tnp.init_params(cfg, seed=0)
     H0 = np.random.default_rng(0).normal(size=(1, 3, 4))
     root, seen = str(PACKAGE), set()
+    forward, backward = tnp.encoder_forward, tnp.encoder_backward   # the top level imports them on first use
 
     def tracer(frame, event, arg):
         if event == "call" and frame.f_code.co_filename.startswith(root):
@@ -152,8 +153,8 @@ def _files_entered(fast: bool) -> set[str]:
     old = sys.gettrace()
     sys.settrace(tracer)
     try:
-        H, cache = tnp.encoder_forward(params, cfg, inputs_embeds=H0, fast=fast)
-        tnp.encoder_backward(np.ones_like(H), cache)
+        H, cache = forward(params, cfg, inputs_embeds=H0, fast=fast)
+        backward(np.ones_like(H), cache)
     finally:
         sys.settrace(old)
     return seen

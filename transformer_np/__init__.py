@@ -15,67 +15,84 @@ and an N-layer stack. Quick start::
 """
 
 from . import _compat
-from .model.config import EncoderConfig, count_parameters
-from .model.encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
-from .model.heads import (
-    cls_classifier_backward,
-    cls_classifier_forward,
-    mean_pool_backward,
-    mean_pool_forward,
-    pooler_backward,
-    pooler_forward,
-    tagger_backward,
-    tagger_forward,
-)
-from .model.losses import cross_entropy_backward, cross_entropy_forward
-from .model.params import init_params, param_shapes, validate_params
-from .ops.activations import (
-    activation_backward,
-    activation_forward,
-    gelu_backward,
-    gelu_forward,
-    gelu_tanh_backward,
-    gelu_tanh_forward,
-    relu_backward,
-    relu_forward,
-)
-from .ops.attention import attention_backward, attention_forward, merge_heads, mha_backward, mha_forward, split_heads
-from .ops.dropout import dropout_backward, dropout_forward
-from .ops.embeddings import (
-    embedding_backward,
-    embedding_forward,
-    embeddings_backward,
-    embeddings_forward,
-    sinusoidal_positional_encoding,
-)
-from .ops.erf import erf
-from .ops.feedforward import ffn_backward, ffn_forward
-from .ops.layernorm import layernorm_backward, layernorm_forward
-from .ops.linear import linear_backward, linear_forward
-from .ops.masks import causal_mask, combine_masks, padding_mask
-from .ops.residual import residual_backward, residual_forward
-from .ops.softmax import softmax, softmax_backward, softmax_forward
+
+#: Every name of the top level and the module it lives in, imported on first use (``tnp.encoder_forward``,
+#: ``from transformer_np import check``): ``import transformer_np.ops`` then loads the ops and the shared base
+#: alone — not the model, the engine or an application package (``tests/test_core_imports.py``).
+_LAZY = {
+    "EncoderConfig": "transformer_np.model.config",
+    "count_parameters": "transformer_np.model.config",
+    "encoder_backward": "transformer_np.model.encoder",
+    "encoder_forward": "transformer_np.model.encoder",
+    "encoder_layer_backward": "transformer_np.model.encoder",
+    "encoder_layer_forward": "transformer_np.model.encoder",
+    "cls_classifier_backward": "transformer_np.model.heads",
+    "cls_classifier_forward": "transformer_np.model.heads",
+    "mean_pool_backward": "transformer_np.model.heads",
+    "mean_pool_forward": "transformer_np.model.heads",
+    "pooler_backward": "transformer_np.model.heads",
+    "pooler_forward": "transformer_np.model.heads",
+    "tagger_backward": "transformer_np.model.heads",
+    "tagger_forward": "transformer_np.model.heads",
+    "cross_entropy_backward": "transformer_np.model.losses",
+    "cross_entropy_forward": "transformer_np.model.losses",
+    "init_params": "transformer_np.model.params",
+    "param_shapes": "transformer_np.model.params",
+    "validate_params": "transformer_np.model.params",
+    "activation_backward": "transformer_np.ops.activations",
+    "activation_forward": "transformer_np.ops.activations",
+    "gelu_backward": "transformer_np.ops.activations",
+    "gelu_forward": "transformer_np.ops.activations",
+    "gelu_tanh_backward": "transformer_np.ops.activations",
+    "gelu_tanh_forward": "transformer_np.ops.activations",
+    "relu_backward": "transformer_np.ops.activations",
+    "relu_forward": "transformer_np.ops.activations",
+    "attention_backward": "transformer_np.ops.attention",
+    "attention_forward": "transformer_np.ops.attention",
+    "merge_heads": "transformer_np.ops.attention",
+    "mha_backward": "transformer_np.ops.attention",
+    "mha_forward": "transformer_np.ops.attention",
+    "split_heads": "transformer_np.ops.attention",
+    "dropout_backward": "transformer_np.ops.dropout",
+    "dropout_forward": "transformer_np.ops.dropout",
+    "embedding_backward": "transformer_np.ops.embeddings",
+    "embedding_forward": "transformer_np.ops.embeddings",
+    "embeddings_backward": "transformer_np.ops.embeddings",
+    "embeddings_forward": "transformer_np.ops.embeddings",
+    "sinusoidal_positional_encoding": "transformer_np.ops.embeddings",
+    "erf": "transformer_np.ops.erf",
+    "ffn_backward": "transformer_np.ops.feedforward",
+    "ffn_forward": "transformer_np.ops.feedforward",
+    "layernorm_backward": "transformer_np.ops.layernorm",
+    "layernorm_forward": "transformer_np.ops.layernorm",
+    "linear_backward": "transformer_np.ops.linear",
+    "linear_forward": "transformer_np.ops.linear",
+    "causal_mask": "transformer_np.ops.masks",
+    "combine_masks": "transformer_np.ops.masks",
+    "padding_mask": "transformer_np.ops.masks",
+    "residual_backward": "transformer_np.ops.residual",
+    "residual_forward": "transformer_np.ops.residual",
+    "softmax": "transformer_np.ops.softmax",
+    "softmax_backward": "transformer_np.ops.softmax",
+    "softmax_forward": "transformer_np.ops.softmax",
+    "check": "transformer_np.worksheets",
+    "load_pretrained": "transformer_np.io.pretrained",
+}
 
 __version__ = "0.2.0"
 
 _compat.install(__name__)   # ``transformer_np.interop`` & co. (the flat layout of 0.1) keep importing
 
 
-#: The application entry points, imported on first use (``tnp.check``, ``from transformer_np import
-#: load_pretrained``): the core (``ops``, ``fast``, ``model``) imports NumPy and nothing of ``io``,
-#: ``worksheets`` or the rest (``tests/test_core_imports.py``).
-_LAZY = {
-    "check": "transformer_np.worksheets",
-    "load_pretrained": "transformer_np.io.pretrained",
-}
 #: the application packages, ``tnp.worksheets.example_path()`` & co. without importing them first (as when
 #: the top level imported them eagerly)
-_SUBPACKAGES = ("io", "worksheets", "training", "testing", "perf", "course", "grader", "cli", "fast")
+_SUBPACKAGES = ("ops", "fast", "model", "io", "worksheets", "training", "testing", "perf", "course", "grader",
+                "cli")
 
 
 def __getattr__(name: str):
-    """``tnp.check``, ``tnp.load_pretrained``: an application entry point, imported on first use;
-    ``tnp.worksheets``, ``tnp.io``, …: an application package, likewise; ``tnp.interop``, ``tnp.trace``, …:
+    """``tnp.encoder_forward``, ``tnp.check``, …: a name of the top level, imported from its module on first
+    use; ``tnp.ops``, ``tnp.worksheets``, …: a subpackage, likewise; ``tnp.interop``, ``tnp.trace``, …:
     a module of the old flat layout, likewise."""
     import importlib
 
@@ -86,6 +103,10 @@ def __getattr__(name: str):
     if name in _SUBPACKAGES or name in _compat.MOVED:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBPACKAGES))
 
 __all__ = [
     "EncoderConfig",
