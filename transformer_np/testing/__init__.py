@@ -97,6 +97,7 @@ from ..errors import InputTypeError, InputValueError
 from . import inputs as _inputs
 from . import modules as _modules
 from . import own as _own
+from . import rows as _rows
 from . import sublayers as _sub
 from .criterion import (
     NORM_TOLERANCES,
@@ -106,6 +107,7 @@ from .criterion import (
     _compare,
     _hide_assertion,
     _set_scales,
+    _set_source_scales,
     _tolerance,
     _tolerances,
 )
@@ -430,6 +432,15 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     if R.dtype != dt:
         conversions.append(f"grad_output ({R.dtype}) cast to {dt.name}")
         R = R.astype(dt)
+    left, why = _rows.modernbert_rows(config, am)        # query rows with no key: left out (testing/rows.py)
+    if left is None and masks.dead is not None:
+        left, why = masks.dead, "padded query rows that the masks (causal and padding) leave with no key"
+    if left is not None:
+        notes.append(_rows.note(left, why, batch_first))
+        R, hit = _rows.zero_grad_output(R, left, batch_first)
+        if hit:
+            notes.append("grad_output was nonzero on left-out rows: set to 0 there (a framework's gradient through "
+                         "a row with no key is undefined)")
     R_ours = R if batch_first else np.ascontiguousarray(R.transpose(1, 0, 2))
 
     # ---- the framework's side (its sublayers captured by forward hooks), then ours
@@ -441,13 +452,31 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         layer_map = None                                  # torch.jit.script modules take no Python hooks
         notes.append("a torch.jit.script module takes no forward hooks: no sublayer table (a disagreement is found "
                      "in the whole tensors, not localised); compare the eager module with sublayers= to localise it")
-    capture = None if not layer_map else _sub.Capture(mod, layer_map, torch)
-    try:
-        out_t = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
-    finally:
-        if capture is not None:
-            capture.remove()
-    out_t.backward(torch.from_numpy(R.copy()))
+
+    def framework_run(keyed: bool):
+        cap = None if not layer_map else _sub.Capture(mod, layer_map, torch)
+        keys = _rows.KeyedRows(mod, torch) if keyed else None
+        try:
+            out = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
+        finally:
+            for h in (cap, keys):
+                if h is not None:
+                    h.remove()
+        out.backward(torch.from_numpy(R.copy()))
+        return out, cap, keys
+
+    out_t, capture, _ = framework_run(False)
+    bad = [] if left is None else _rows.not_finite(out_t, mod, x_t, torch)
+    if bad:                                              # its undefined rows reached the rest: rerun them keyed
+        for p in [*mod.parameters(), x_t]:
+            if p is not None:
+                p.grad = None
+        out_t, capture, keys = framework_run(True)
+        notes.append(f"the framework's own run was not finite in {', '.join(bad)}: the left-out rows' NaN (0/0 over "
+                     "no key) reached them (0·NaN in its backward; a later layer's Q Kᵀ). It ran again with each "
+                     f"left-out row given its own position as a key in the attention masks ({keys.fixed} masks "
+                     "changed): the rows compared compute what they did, and are finite"
+                     + ("" if not _rows.not_finite(out_t, mod, x_t, torch) else " — still not finite"))
     H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
 
     # ---- names: the framework's, with ours alongside (views of our arrays in the framework's layout)
@@ -462,10 +491,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             continue
         entries.append(_compare(fw, "weight", ours_p, p.detach().numpy(), *names[fw]))
     H_fw = H if batch_first else H.transpose(1, 0, 2)
-    entries.append(_compare("output", "output", H_fw, out_t.detach().numpy()))
+    entries.append(_compare("output", "output", *_rows.leave_out(H_fw, out_t.detach().numpy(), left, batch_first)))
     if x_t is not None:
         dx_fw = dx if batch_first else dx.transpose(1, 0, 2)
-        entries.append(_compare("input", "input grad", dx_fw, x_t.grad.numpy()))
+        entries.append(_compare("input", "input grad", *_rows.leave_out(dx_fw, x_t.grad.numpy(), left, batch_first)))
     for fw, p in named:
         ours_g = _in_framework_layout(grads, names.get(fw))
         if p.grad is None:
@@ -478,13 +507,18 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             continue
         entries.append(_compare(fw, "grad", ours_g, p.grad.numpy(), *names[fw]))
     _set_scales(entries)
+    zero = _set_source_scales(entries, atol)
+    if zero:
+        notes.append(f"zero in exact arithmetic, so compared at the scale of their layer's gradients (their largest "
+                     f"|reference| is below atol times it; see docs/guide/testing.md): {', '.join(zero[:8])}"
+                     + (f" and {len(zero) - 8} more" if len(zero) > 8 else ""))
     framework = "transformers" if kind.startswith("hf") else "torch"
     report = ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol, conversions)
     if capture is not None:
         r1, a1, n1 = default_tolerances(dt, 1)              # one sublayer's round-off: the per-layer tolerances
         mask = _sublayer_mask(kind, masks, dt)
         report._sublayer_table = lambda: _sub.table(capture, layer_map, params, config, mask, batch_first, dt,
-                                                    r1, a1, n1)           # computed when read: free when passing
+                                                    r1, a1, n1, left)     # computed when read: free when passing
     elif kind == "own" and sublayers is None:
         report.notes.append("no sublayers= given: a disagreement is not localised to a layer and sublayer")
     return report
