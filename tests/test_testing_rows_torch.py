@@ -61,7 +61,8 @@ def test_modernbert_bases_window_with_100_pads_passes_with_the_rows_left_out_nam
     assert not report["output"].ref[1, 192:].any()                   # exact: left-out rows read 0 on both sides
     rerun = [n for n in report.notes if n.startswith("the framework's own run was not finite")]
     if impl == "eager" and dtype == "float64":                       # its float32 softmax of a float64 −inf row
-        assert len(rerun) == 1 and "the output" in rerun[0] and "20 of 20 parameter gradients" in rerun[0], rerun
+        assert len(rerun) == 1, rerun                                # layer 2's Q Kᵀ reads layer 1's NaN rows:
+        assert "the output (on other rows too), 20 of 20 parameter gradients" in rerun[0], rerun   # real tokens too
     else:
         assert not rerun, rerun
 

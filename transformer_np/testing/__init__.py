@@ -76,13 +76,21 @@ Padded positions: with padding, the default upstream gradient is 0 there. HF's `
 rows at ``padding_idx`` get a gradient of exactly 0 by definition, while ours is the true
 derivative, so with a nonzero gradient at padded positions the two differ in that row (that is a
 finding, documented in ``docs/guide/frameworks.md``, not a bug on either side).
+Query rows with no key to attend to — a padded query whose ModernBERT sliding window holds only padding, a
+padded query before the first real token under a causal mask — have no defined output (torch returns 0,
+transformers' eager attention a uniform row, or NaN in float64): they are left out of the output and the
+input gradient, their upstream gradient is 0, and the notes name them (:mod:`~transformer_np.testing.rows`).
+A gradient that is zero in exact arithmetic (the query and key gradients when every query has one key: n = 1,
+or one real token per sequence) is measured at the scale of its layer's gradients, not of its own round-off
+(``criterion._set_source_scales``).
 
 The map of this package: this module — the two entry points and the run of both sides;
 :mod:`~transformer_np.testing.criterion` — one tensor's comparison, the tolerances and the report with its
 message; :mod:`~transformer_np.testing.inputs` — the inputs and every mask convention, checked;
 :mod:`~transformer_np.testing.modules` — which modules are accepted, their weights as our params;
-:mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked.
-Import from here: the four modules are its parts, not an API of their own.
+:mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked;
+:mod:`~transformer_np.testing.sublayers` — the first sublayer that differs; :mod:`~transformer_np.testing.rows` —
+the query rows with no key, left out. Import from here: these modules are its parts, not an API of their own.
 """
 
 from __future__ import annotations
@@ -436,7 +444,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     if left is None and masks.dead is not None:
         left, why = masks.dead, "padded query rows that the masks (causal and padding) leave with no key"
     if left is not None:
-        notes.append(_rows.note(left, why, batch_first))
+        notes.append(_rows.note(left, why))
         R, hit = _rows.zero_grad_output(R, left, batch_first)
         if hit:
             notes.append("grad_output was nonzero on left-out rows: set to 0 there (a framework's gradient through "
@@ -466,7 +474,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         return out, cap, keys
 
     out_t, capture, _ = framework_run(False)
-    bad = [] if left is None else _rows.not_finite(out_t, mod, x_t, torch)
+    bad = [] if left is None else _rows.not_finite(out_t, mod, x_t, torch, left, batch_first)
     if bad:                                              # its undefined rows reached the rest: rerun them keyed
         for p in [*mod.parameters(), x_t]:
             if p is not None:
@@ -476,7 +484,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                      "no key) reached them (0·NaN in its backward; a later layer's Q Kᵀ). It ran again with each "
                      f"left-out row given its own position as a key in the attention masks ({keys.fixed} masks "
                      "changed): the rows compared compute what they did, and are finite"
-                     + ("" if not _rows.not_finite(out_t, mod, x_t, torch) else " — still not finite"))
+                     + ("" if not _rows.not_finite(out_t, mod, x_t, torch, left, batch_first) else
+                        " — still not finite"))
     H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
 
     # ---- names: the framework's, with ours alongside (views of our arrays in the framework's layout)

@@ -90,7 +90,7 @@ class TensorComparison:
         transposed: our array is the transpose of the framework's (every ``nn.Linear`` weight).
         source: None, or where S and N come from when the tensor is zero in exact arithmetic (its module's largest
             |reference| ≤ atol times its layer's gradient scale): ``"layer 0's gradients"`` (see
-            :func:`_set_source_scales`).
+            ``_set_source_scales``).
 
     ``where`` (a property, computed on first use) is the index of the max abs error in the framework's tensor (()
     for scalars). ``max_rel`` (computed on first use) is the max |ours − ref| / |ref| over the elements the relative
@@ -450,7 +450,7 @@ def _set_scales(entries: list[TensorComparison]) -> None:
         e.norm_rel = 0.0 if e.err_norm == 0 else (e.err_norm / e.norm_scale if e.norm_scale > 0 else math.inf)
 
 
-_LAYER = re.compile(r"^(.*?\blayers?\.\d+)\.")
+_LAYER = re.compile(r"^(.*?\.\d+)\.")              # the first indexed container: layer.0, blocks.3, ...
 
 
 def _set_source_scales(entries: list[TensorComparison], atol: float) -> list[str]:
@@ -461,7 +461,8 @@ def _set_source_scales(entries: list[TensorComparison], atol: float) -> list[str
     token per sequence: the softmax over one key is constant, its derivative 0) — holds round-off on both sides, of
     the order of ε times the quantities it is computed from (the inputs and weights the other gradients of the same
     backward are made of). Scaled by itself (S = its own largest |ref|), that round-off reads as a norm-relative error
-    of 1. So, per layer (the name's ``layer.ℓ.`` / ``layers.ℓ.``; a module without layer indices is one layer): a
+    of 1. So, per layer (the name up to its first index: ``encoder.layer.ℓ``, ``layers.ℓ``, ``blocks.ℓ``; the names
+    without an index — the embeddings, or every parameter of a single layer like ``BertLayer`` — are one layer): a
     gradient module whose largest |reference| is at most ``atol`` times the layer's gradient scale S_layer (the
     largest |reference| of the layer's gradients) — indistinguishable from 0 at the layer's own tolerance — is
     measured with S = S_layer and N = max(N, √m·rms_layer), rms_layer the root mean square of the layer's gradients.

@@ -206,8 +206,9 @@ def _every_real_query_keeps_a_key(masks: AttentionMasks, B: int, h: int, n: int)
     if dead.size:
         b, q = (int(v) for v in dead[0])
         raise InputValueError(f"with these masks, query {q} of sequence {b}, a real token, may attend to no key: "
-                              "attention over no key is undefined (torch returns NaN or 0 there), and its value reaches "
-                              "every later position. (A padded query with no key is left out of the comparison)")
+                              "attention over no key is undefined (torch returns NaN or 0 there), and its value "
+                              "reaches every later position (a padded query with no key is left out of the "
+                              "comparison instead)")
     return rows
 
 

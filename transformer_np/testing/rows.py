@@ -74,8 +74,9 @@ def modernbert_rows(config, am: np.ndarray | None) -> tuple[np.ndarray | None, s
     return window_rows(am, arch.window, n_sliding), why
 
 
-def describe_rows(rows: np.ndarray, batch_first: bool = True) -> str:
-    """'sequence 1: positions 192–227 (36 rows)' for every sequence with left-out rows (``rows`` (B, n))."""
+def describe_rows(rows: np.ndarray) -> str:
+    """'sequence 1: positions 192–227 (36 rows)' for every sequence with left-out rows (``rows`` (B, n), whatever the
+    module's layout: sequence b is the input's batch index b)."""
     parts = []
     for b in np.flatnonzero(rows.any(axis=1)):
         idx = np.flatnonzero(rows[b])
@@ -88,14 +89,13 @@ def describe_rows(rows: np.ndarray, batch_first: bool = True) -> str:
                     start = idx[k]
         parts.append(f"sequence {int(b)}: position{'s' if len(idx) > 1 else ''} {', '.join(runs)} "
                      f"({len(idx)} row{'s' if len(idx) > 1 else ''})")
-    return "; ".join(parts) + ("" if batch_first else " (batch index, position: the (n, B, d) layout's [position, "
-                               "batch])")
+    return "; ".join(parts)
 
 
-def note(rows: np.ndarray, why: str, batch_first: bool = True) -> str:
+def note(rows: np.ndarray, why: str) -> str:
     return (f"left out of the comparison: {why}, which have no key to attend to (their attention output is "
             f"undefined: torch returns 0 there, transformers' eager attention a uniform row or NaN) — "
-            f"{describe_rows(rows, batch_first)}. Their output and input gradient are not compared and the upstream "
+            f"{describe_rows(rows)}. Their output and input gradient are not compared and the upstream "
             "gradient is 0 on them, so neither backward carries them (nothing else depends on a padded row)")
 
 
@@ -129,12 +129,14 @@ def finite_mask(extra: np.ndarray | None, rows: np.ndarray | None) -> np.ndarray
     return np.maximum(extra, np.finfo(extra.dtype).min).astype(extra.dtype)
 
 
-def not_finite(out_t, mod, x_t, torch) -> list[str]:
-    """What of the framework's own run is not finite: 'the output', 'the input gradient', 'k of m parameter
-    gradients'."""
+def not_finite(out_t, mod, x_t, torch, rows: np.ndarray, batch_first: bool = True) -> list[str]:
+    """What of the framework's own run is not finite: 'the output (on real tokens too)', 'the input gradient',
+    'k of m parameter gradients'; ``rows`` (B, n) the left-out rows."""
     bad = []
-    if not bool(torch.isfinite(out_t).all()):
-        bad.append("the output")
+    finite = torch.isfinite(out_t.detach()).all(dim=-1).numpy()                 # (B, n), or (n, B)
+    if not finite.all():
+        r = rows if batch_first else rows.T
+        bad.append("the output" + (" (on the left-out rows only)" if finite[~r].all() else " (on other rows too)"))
     if x_t is not None and x_t.grad is not None and not bool(torch.isfinite(x_t.grad).all()):
         bad.append("the input gradient")
     grads = [p.grad for p in mod.parameters() if p.grad is not None]

@@ -171,11 +171,10 @@ def table(cap: Capture, layer_map, params: dict, config, mask, batch_first: bool
           norm_rtol, left=None) -> list[SublayerComparison]:
     """The rows, in the order of computation; ``mask`` is our additive attention mask (or None); ``left`` (B, n)
     the query rows left out of the comparison (:mod:`transformer_np.testing.rows`), or None."""
-    from .rows import leave_out
-
     from ..ops.attention import mha_forward
     from ..ops.feedforward import ffn_forward
     from ..ops.layernorm import layernorm_forward
+    from .rows import leave_out
 
     enc = getattr(config, "encoder", config)
     eps, act, pre = float(enc.layer_norm_eps), enc.activation, enc.norm_position == "pre"
