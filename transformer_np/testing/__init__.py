@@ -440,15 +440,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     if R.dtype != dt:
         conversions.append(f"grad_output ({R.dtype}) cast to {dt.name}")
         R = R.astype(dt)
-    left, why = _rows.modernbert_rows(config, am)        # query rows with no key: left out (testing/rows.py)
-    if left is None and masks.dead is not None:
-        left, why = masks.dead, "padded query rows that the masks (causal and padding) leave with no key"
-    if left is not None:
-        notes.append(_rows.note(left, why))
-        R, hit = _rows.zero_grad_output(R, left, batch_first)
-        if hit:
-            notes.append("grad_output was nonzero on left-out rows: set to 0 there (a framework's gradient through "
-                         "a row with no key is undefined)")
+    left, R = _rows.left_out(config, masks, R, batch_first, notes)   # query rows with no key (testing/rows.py)
     R_ours = R if batch_first else np.ascontiguousarray(R.transpose(1, 0, 2))
 
     # ---- the framework's side (its sublayers captured by forward hooks), then ours
@@ -480,12 +472,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             if p is not None:
                 p.grad = None
         out_t, capture, keys = framework_run(True)
-        notes.append(f"the framework's own run was not finite in {', '.join(bad)}: the left-out rows' NaN (0/0 over "
-                     "no key) reached them (0·NaN in its backward; a later layer's Q Kᵀ). It ran again with each "
-                     f"left-out row given its own position as a key in the attention masks ({keys.fixed} masks "
-                     "changed): the rows compared compute what they did, and are finite"
-                     + ("" if not _rows.not_finite(out_t, mod, x_t, torch, left, batch_first) else
-                        " — still not finite"))
+        notes.append(_rows.rerun_note(bad, keys.fixed, _rows.not_finite(out_t, mod, x_t, torch, left, batch_first)))
     H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
 
     # ---- names: the framework's, with ours alongside (views of our arrays in the framework's layout)

@@ -99,6 +99,30 @@ def note(rows: np.ndarray, why: str) -> str:
             "gradient is 0 on them, so neither backward carries them (nothing else depends on a padded row)")
 
 
+def left_out(config, masks, R: np.ndarray, batch_first: bool, notes: list) -> tuple[np.ndarray | None, np.ndarray]:
+    """The rows of one comparison to leave out (B, n) or None — ModernBERT's window, else the masks' padded queries
+    with no key (``masks.dead``) — and R with 0 on them; the notes say which, and whether a given R was nonzero
+    there."""
+    left, why = modernbert_rows(config, masks.am)
+    if left is None and masks.dead is not None:
+        left, why = masks.dead, "padded query rows that the masks (causal and padding) leave with no key"
+    if left is None:
+        return None, R
+    notes.append(note(left, why))
+    R, hit = zero_grad_output(R, left, batch_first)
+    if hit:
+        notes.append("grad_output was nonzero on left-out rows: set to 0 there (a framework's gradient through a row "
+                     "with no key is undefined)")
+    return left, R
+
+
+def rerun_note(bad: list[str], fixed: int, still: list[str]) -> str:
+    return (f"the framework's own run was not finite in {', '.join(bad)}: the left-out rows' NaN (0/0 over no key) "
+            "reached them (0·NaN in its backward; a later layer's Q Kᵀ). It ran again with each left-out row given "
+            f"its own position as a key in the attention masks ({fixed} masks changed): the rows compared compute "
+            "what they did" + (f" — still not finite in {', '.join(still)}" if still else ", and are finite"))
+
+
 # ----------------------------------------------------------------------------- applying them
 def leave_out(ours: np.ndarray, ref: np.ndarray, rows: np.ndarray | None, batch_first: bool = True
               ) -> tuple[np.ndarray, np.ndarray]:
