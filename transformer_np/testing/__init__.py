@@ -76,13 +76,21 @@ Padded positions: with padding, the default upstream gradient is 0 there. HF's `
 rows at ``padding_idx`` get a gradient of exactly 0 by definition, while ours is the true
 derivative, so with a nonzero gradient at padded positions the two differ in that row (that is a
 finding, documented in ``docs/guide/frameworks.md``, not a bug on either side).
+Query rows with no key to attend to — a padded query whose ModernBERT sliding window holds only padding, a
+padded query before the first real token under a causal mask — have no defined output (torch returns 0,
+transformers' eager attention a uniform row, or NaN in float64): they are left out of the output and the
+input gradient, their upstream gradient is 0, and the notes name them (:mod:`~transformer_np.testing.rows`).
+A gradient that is zero in exact arithmetic (the query and key gradients when every query has one key: n = 1,
+or one real token per sequence) is measured at the scale of its layer's gradients, not of its own round-off
+(``criterion._set_source_scales``).
 
 The map of this package: this module — the two entry points and the run of both sides;
 :mod:`~transformer_np.testing.criterion` — one tensor's comparison, the tolerances and the report with its
 message; :mod:`~transformer_np.testing.inputs` — the inputs and every mask convention, checked;
 :mod:`~transformer_np.testing.modules` — which modules are accepted, their weights as our params;
-:mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked.
-Import from here: the four modules are its parts, not an API of their own.
+:mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked;
+:mod:`~transformer_np.testing.sublayers` — the first sublayer that differs; :mod:`~transformer_np.testing.rows` —
+the query rows with no key, left out. Import from here: these modules are its parts, not an API of their own.
 """
 
 from __future__ import annotations
@@ -97,6 +105,7 @@ from ..errors import InputTypeError, InputValueError
 from . import inputs as _inputs
 from . import modules as _modules
 from . import own as _own
+from . import rows as _rows
 from . import sublayers as _sub
 from .criterion import (
     NORM_TOLERANCES,
@@ -106,6 +115,7 @@ from .criterion import (
     _compare,
     _hide_assertion,
     _set_scales,
+    _set_source_scales,
     _tolerance,
     _tolerances,
 )
@@ -430,6 +440,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     if R.dtype != dt:
         conversions.append(f"grad_output ({R.dtype}) cast to {dt.name}")
         R = R.astype(dt)
+    left, R = _rows.left_out(config, masks, R, batch_first, notes)   # query rows with no key (testing/rows.py)
     R_ours = R if batch_first else np.ascontiguousarray(R.transpose(1, 0, 2))
 
     # ---- the framework's side (its sublayers captured by forward hooks), then ours
@@ -441,13 +452,27 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         layer_map = None                                  # torch.jit.script modules take no Python hooks
         notes.append("a torch.jit.script module takes no forward hooks: no sublayer table (a disagreement is found "
                      "in the whole tensors, not localised); compare the eager module with sublayers= to localise it")
-    capture = None if not layer_map else _sub.Capture(mod, layer_map, torch)
-    try:
-        out_t = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
-    finally:
-        if capture is not None:
-            capture.remove()
-    out_t.backward(torch.from_numpy(R.copy()))
+
+    def framework_run(keyed: bool):
+        cap = None if not layer_map else _sub.Capture(mod, layer_map, torch)
+        keys = _rows.KeyedRows(mod, torch) if keyed else None
+        try:
+            out = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
+        finally:
+            for h in (cap, keys):
+                if h is not None:
+                    h.remove()
+        out.backward(torch.from_numpy(R.copy()))
+        return out, cap, keys
+
+    out_t, capture, _ = framework_run(False)
+    bad = [] if left is None else _rows.not_finite(out_t, mod, x_t, torch, left, batch_first)
+    if bad:                                              # its undefined rows reached the rest: rerun them keyed
+        for p in [*mod.parameters(), x_t]:
+            if p is not None:
+                p.grad = None
+        out_t, capture, keys = framework_run(True)
+        notes.append(_rows.rerun_note(bad, keys.fixed, _rows.not_finite(out_t, mod, x_t, torch, left, batch_first)))
     H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
 
     # ---- names: the framework's, with ours alongside (views of our arrays in the framework's layout)
@@ -462,10 +487,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             continue
         entries.append(_compare(fw, "weight", ours_p, p.detach().numpy(), *names[fw]))
     H_fw = H if batch_first else H.transpose(1, 0, 2)
-    entries.append(_compare("output", "output", H_fw, out_t.detach().numpy()))
+    entries.append(_compare("output", "output", *_rows.leave_out(H_fw, out_t.detach().numpy(), left, batch_first)))
     if x_t is not None:
         dx_fw = dx if batch_first else dx.transpose(1, 0, 2)
-        entries.append(_compare("input", "input grad", dx_fw, x_t.grad.numpy()))
+        entries.append(_compare("input", "input grad", *_rows.leave_out(dx_fw, x_t.grad.numpy(), left, batch_first)))
     for fw, p in named:
         ours_g = _in_framework_layout(grads, names.get(fw))
         if p.grad is None:
@@ -478,13 +503,18 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             continue
         entries.append(_compare(fw, "grad", ours_g, p.grad.numpy(), *names[fw]))
     _set_scales(entries)
+    zero = _set_source_scales(entries, atol)
+    if zero:
+        notes.append(f"zero in exact arithmetic, so compared at the scale of their layer's gradients (their largest "
+                     f"|reference| is below atol times it; see docs/guide/testing.md): {', '.join(zero[:8])}"
+                     + (f" and {len(zero) - 8} more" if len(zero) > 8 else ""))
     framework = "transformers" if kind.startswith("hf") else "torch"
     report = ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol, conversions)
     if capture is not None:
         r1, a1, n1 = default_tolerances(dt, 1)              # one sublayer's round-off: the per-layer tolerances
         mask = _sublayer_mask(kind, masks, dt)
         report._sublayer_table = lambda: _sub.table(capture, layer_map, params, config, mask, batch_first, dt,
-                                                    r1, a1, n1)           # computed when read: free when passing
+                                                    r1, a1, n1, left)     # computed when read: free when passing
     elif kind == "own" and sublayers is None:
         report.notes.append("no sublayers= given: a disagreement is not localised to a layer and sublayer")
     return report

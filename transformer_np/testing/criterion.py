@@ -24,6 +24,7 @@ criterion cannot fail otherwise).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,6 +88,9 @@ class TensorComparison:
         norm_scale: N of the norm-wise criterion.
         err_norm, ref_norm: ‖ours − ref‖ and ‖ref‖.
         transposed: our array is the transpose of the framework's (every ``nn.Linear`` weight).
+        source: None, or where S and N come from when the tensor is zero in exact arithmetic (its module's largest
+            |reference| ≤ atol times its layer's gradient scale): ``"layer 0's gradients"`` (see
+            ``_set_source_scales``).
 
     ``where`` (a property, computed on first use) is the index of the max abs error in the framework's tensor (()
     for scalars). ``max_rel`` (computed on first use) is the max |ours − ref| / |ref| over the elements the relative
@@ -111,6 +115,7 @@ class TensorComparison:
     norm_rel: float = 0.0
     rel_floor: float = 0.0
     _max_rel: object = field(default=False, repr=False, compare=False)
+    source: str | None = None
 
     @property
     def where(self) -> tuple:
@@ -371,9 +376,11 @@ class ComparisonReport:
             where = "the element furthest from its tolerance, within it" if elem_ok else \
                 "the element furthest outside the tolerance"
             rel = "<=" if elem_ok else ">"
+            src = "" if e.source is None else (f", the scale of {e.source}: this tensor is zero in exact arithmetic, "
+                                               "its own values are round-off")
             lines.append(f"  at index {idx} ({where}): ours = {o:.10g}, {theirs} = {r:.10g}, |ours - {theirs}| = "
                          f"{abs(float(o) - float(r)):.3g} {rel} atol*S + rtol*|{theirs}| = {allowed:.3g} "
-                         f"(rtol = {rtol:g}, atol = {atol:g}, S = {e.scale:.3g})")
+                         f"(rtol = {rtol:g}, atol = {atol:g}, S = {e.scale:.3g}{src})")
             nr = e.norm_ratio(norm_rtol)
             if nr > 1.0:
                 lines.append(f"  norm-wise: ||ours - {theirs}|| = {e.err_norm:.3g} > norm_rtol*N = "
@@ -441,3 +448,43 @@ def _set_scales(entries: list[TensorComparison]) -> None:
         rms = math.sqrt(sq / size) if size else 0.0
         e.norm_scale = max(e.ref_norm, math.sqrt(e.ref.size) * rms)
         e.norm_rel = 0.0 if e.err_norm == 0 else (e.err_norm / e.norm_scale if e.norm_scale > 0 else math.inf)
+
+
+_LAYER = re.compile(r"^(.*?\.\d+)\.")              # the first indexed container: layer.0, blocks.3, ...
+
+
+def _set_source_scales(entries: list[TensorComparison], atol: float) -> list[str]:
+    """A gradient that is zero in exact arithmetic gets S and N from the gradients it is computed with, not from its
+    own round-off; returns the names of the modules treated so.
+
+    Such a tensor — the query and key gradients when every query has a single key to attend to (n = 1, or one real
+    token per sequence: the softmax over one key is constant, its derivative 0) — holds round-off on both sides, of
+    the order of ε times the quantities it is computed from (the inputs and weights the other gradients of the same
+    backward are made of). Scaled by itself (S = its own largest |ref|), that round-off reads as a norm-relative error
+    of 1. So, per layer (the name up to its first index: ``encoder.layer.ℓ``, ``layers.ℓ``, ``blocks.ℓ``; the names
+    without an index — the embeddings, or every parameter of a single layer like ``BertLayer`` — are one layer): a
+    gradient module whose largest |reference| is at most ``atol`` times the layer's gradient scale S_layer (the
+    largest |reference| of the layer's gradients) — indistinguishable from 0 at the layer's own tolerance — is
+    measured with S = S_layer and N = max(N, √m·rms_layer), rms_layer the root mean square of the layer's gradients.
+    A value beyond atol·S_layer there still fails: a wrong nonzero gradient is still found."""
+    layers: dict = {}
+    for e in entries:
+        if e.kind == "grad" and e.ref.size:
+            m = _LAYER.match(e.name)
+            top, sq, size = layers.get(m.group(1) if m else "", (0.0, 0.0, 0))
+            layers[m.group(1) if m else ""] = (max(top, e.ref_absmax), sq + e.ref_norm ** 2, size + e.ref.size)
+    treated = []
+    for e in entries:
+        if e.kind != "grad" or not e.ref.size:
+            continue
+        m = _LAYER.match(e.name)
+        key = m.group(1) if m else ""
+        top, sq, size = layers[key]
+        if top == 0 or e.scale > atol * top:
+            continue
+        e.scale = top
+        e.norm_scale = max(e.norm_scale, math.sqrt(e.ref.size * sq / size))
+        e.norm_rel = 0.0 if e.err_norm == 0 else e.err_norm / e.norm_scale
+        e.source = f"{key}'s gradients" if key else "the module's gradients"
+        treated.append(e.name)
+    return treated

@@ -17,8 +17,9 @@ argument                        convention                   shape
 ==============================  ===========================  ==========================================================
 
 A mask that fits neither padding convention (a boolean ``attention_mask``, an integer ``src_key_padding_mask``,
-values other than 0/1) is refused with a message saying which is which; so is a query that may attend to no key
-once every mask is combined (torch returns NaN there).
+values other than 0/1) is refused with a message saying which is which; so is a real token that may attend to no
+key once every mask is combined (its undefined value would reach every later position). A *padded* query with no key
+(a causal mask with padding on the left) is left out of the comparison instead (:mod:`transformer_np.testing.rows`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 
 from .._validate import describe
 from ..errors import InputTypeError, InputValueError
+from . import rows as _rows
 
 CONVENTIONS = ("attention_mask is Hugging Face's convention: integers, 1 = real token, 0 = padding; "
                "src_key_padding_mask is torch's: booleans, True = padding")
@@ -123,13 +125,15 @@ class AttentionMasks:
     """The masks of one comparison: ``am`` (B, n) 1 = real token, or None; ``extra`` our additive mask
     broadcastable to (B, h, n, n) in the run's dtype, padding included (a sum, not the elementwise minimum of
     :func:`~transformer_np.ops.masks.combine_masks`, which holds for 0/−∞ masks only), or None; ``torch_mask``
-    and ``is_causal`` what torch is given (its own mask, unchanged, or the causal mask built here)."""
+    and ``is_causal`` what torch is given (its own mask, unchanged, or the causal mask built here); ``dead`` (B, n)
+    True at the padded queries left with no key (left out of the comparison), or None."""
 
     am: np.ndarray | None = None
     extra: np.ndarray | None = None
     torch_mask: object = None
     is_causal: bool = False
     notes: list = field(default_factory=list)
+    dead: np.ndarray | None = None
 
 
 def attention_masks(am, src_mask, is_causal, B: int, h: int, n: int, dt: np.dtype, tdt, torch) -> AttentionMasks:
@@ -184,24 +188,28 @@ def attention_masks(am, src_mask, is_causal, B: int, h: int, n: int, dt: np.dtyp
                                       "Pass is_causal=False with your mask, or is_causal=True alone")
         out.torch_mask = tensor
         out.extra = add.reshape(B, h, n, n) if per_head else add[None, None]          # (B|1, h|1, n, n)
-    _every_query_keeps_a_key(out, B, h, n)
+    out.dead = _every_real_query_keeps_a_key(out, B, h, n)
     if out.extra is not None and am is not None:         # padding on top: a padded key is blocked whatever the
         out.extra = np.where((am == 0)[:, None, None, :], -np.inf, out.extra).astype(dt)   # mask adds (B, h|1, n, n)
+    out.extra = _rows.finite_mask(out.extra, out.dead)   # a row with no key: finite and uniform in ours, not 0/0
     return out
 
 
-def _every_query_keeps_a_key(masks: AttentionMasks, B: int, h: int, n: int) -> None:
-    if masks.extra is None:
-        return
-    blocked = np.isneginf(masks.extra) | (masks.extra <= np.finfo(masks.extra.dtype).min)
-    if masks.am is not None:
-        blocked = blocked | (masks.am == 0)[:, None, None, :]              # (B, h|1, n, n)
-    dead = np.argwhere(blocked.all(axis=-1))                               # (b, head, query) of rows with no key
+def _every_real_query_keeps_a_key(masks: AttentionMasks, B: int, h: int, n: int) -> np.ndarray | None:
+    """(B, n) the padded queries with no key (left out of the comparison), or None; a real token with no key is
+    refused."""
+    rows = _rows.mask_rows(masks.extra, masks.am, B, n)
+    if rows is None:
+        return None
+    real = rows if masks.am is None else rows & (masks.am == 1)
+    dead = np.argwhere(real)
     if dead.size:
-        b, head, q = (int(v) for v in dead[0])
-        raise InputValueError(f"with these masks, query {q} of sequence {b} (head {head}) may attend to no key: "
-                              "attention over no key is undefined (torch returns NaN there). With a causal mask, "
-                              "pad on the right")
+        b, q = (int(v) for v in dead[0])
+        raise InputValueError(f"with these masks, query {q} of sequence {b}, a real token, may attend to no key: "
+                              "attention over no key is undefined (torch returns NaN or 0 there), and its value "
+                              "reaches every later position (a padded query with no key is left out of the "
+                              "comparison instead)")
+    return rows
 
 
 # ----------------------------------------------------------------------------- ids

@@ -168,11 +168,13 @@ def _row(prefix, module, what, ours, ref, rtol, atol, norm_rtol) -> SublayerComp
 
 
 def table(cap: Capture, layer_map, params: dict, config, mask, batch_first: bool, dt, rtol, atol,
-          norm_rtol) -> list[SublayerComparison]:
-    """The rows, in the order of computation; ``mask`` is our additive attention mask (or None)."""
+          norm_rtol, left=None) -> list[SublayerComparison]:
+    """The rows, in the order of computation; ``mask`` is our additive attention mask (or None); ``left`` (B, n)
+    the query rows left out of the comparison (:mod:`transformer_np.testing.rows`), or None."""
     from ..ops.attention import mha_forward
     from ..ops.feedforward import ffn_forward
     from ..ops.layernorm import layernorm_forward
+    from .rows import leave_out
 
     enc = getattr(config, "encoder", config)
     eps, act, pre = float(enc.layer_norm_eps), enc.activation, enc.norm_position == "pre"
@@ -207,8 +209,8 @@ def table(cap: Capture, layer_map, params: dict, config, mask, batch_first: bool
         m_in, m_out = layer_map[prefix]
         module = m_in if m_in == m_out else f"{m_in} → {m_out}"
         if expected_in is not None and expected_in.shape == x.shape:
-            rows.append(_row(prefix, module, "input", x, expected_in, rtol, atol, norm_rtol))
-        rows.append(_row(prefix, module, "output", op(prefix, x), y, rtol, atol, norm_rtol))
+            rows.append(_row(prefix, module, "input", *leave_out(x, expected_in, left), rtol, atol, norm_rtol))
+        rows.append(_row(prefix, module, "output", *leave_out(op(prefix, x), y, left), rtol, atol, norm_rtol))
         return y
 
     h = None                                               # the layer's input, from the framework's values
