@@ -68,7 +68,8 @@ from .config import EncoderConfig
 from .params import check_param_arrays, sub_params
 
 __all__ = ["DebertaArch", "POS_ATT_TYPES", "deberta_param_shapes", "deberta_forward", "deberta_backward",
-           "deberta_layer_forward", "deberta_layer_backward"]
+           "deberta_layer_forward", "deberta_layer_backward", "deberta_attention_forward",
+           "deberta_attention_backward", "deberta_attention_alone"]
 
 POS_ATT_TYPES = ("c2p", "p2c")
 
@@ -235,6 +236,34 @@ def deberta_attention_backward(dout: np.ndarray, c: dict) -> tuple[np.ndarray, d
     return dx, g, dr
 
 
+def _relative_inputs(params: dict, config: EncoderConfig, arch: DebertaArch, m: np.ndarray, c: dict | None):
+    """What every layer's attention reads besides H: R (normalised), the position indices, the kept pairs."""
+    rel = None
+    if arch.relative_attention:
+        rel = params["relative.embeddings"]                                        # (2k, d)
+        if arch.norm_rel_ebd:
+            rel, ln = layernorm_forward(rel, params["relative.ln.gamma"], params["relative.ln.beta"],
+                                        float(config.layer_norm_eps))
+            if c is not None:
+                c["rel_ln"] = ln
+    n = m.shape[1]
+    delta = relative_position_ids(n, arch.position_buckets, arch.max_relative_positions)   # (n, n)
+    keep = (m[:, None, :, None] * m[:, None, None, :]) > 0                          # (B, 1, n, n) m_i m_j
+    return rel, position_indices(delta, arch.span), keep
+
+
+def deberta_attention_alone(x: np.ndarray, params: dict, config: EncoderConfig, arch: DebertaArch, layer: int,
+                            attention_mask=None) -> np.ndarray:
+    """Layer ``layer``'s attention sublayer DA(x) on x (B, n, d), as the whole model runs it (inference): the
+    relative table, the positions of n tokens and the mask m_i m_j built from the model's ``params`` (for
+    checking one sublayer on a framework's own input, :mod:`transformer_np.testing`)."""
+    B, n = x.shape[:2]
+    m = np.ones((B, n), dtype=x.dtype) if attention_mask is None else np.asarray(attention_mask).astype(x.dtype)
+    rel, idx, keep = _relative_inputs(params, config, arch, m, None)
+    p = sub_params(params, f"layers.{layer}.attn.")
+    return deberta_attention_forward(x, p, config, arch, rel, idx, keep)[0]
+
+
 # ----------------------------------------------------------------------------- one layer
 def deberta_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, arch: DebertaArch, rel, idx: tuple,
                           keep=None, training: bool = False, rng=None) -> tuple[np.ndarray, dict]:
@@ -316,15 +345,7 @@ def deberta_forward(params: dict, config: EncoderConfig, arch: DebertaArch, inpu
         raise InputValueError(f"token_type_ids must have shape (B, n) = {(B, n)}, got shape {tt.shape}")
     c: dict = {"kind": "deberta", "names": dict.fromkeys(params)}
     H = _embed(params, config, arch, ids, tt, m, training, rng, c)
-    rel = None
-    if arch.relative_attention:
-        rel = params["relative.embeddings"]                                        # (2k, d)
-        if arch.norm_rel_ebd:
-            rel, c["rel_ln"] = layernorm_forward(rel, params["relative.ln.gamma"], params["relative.ln.beta"],
-                                                 float(config.layer_norm_eps))
-    delta = relative_position_ids(n, arch.position_buckets, arch.max_relative_positions)   # (n, n)
-    idx = position_indices(delta, arch.span)
-    keep = (m[:, None, :, None] * m[:, None, None, :]) > 0                          # (B, 1, n, n) m_i m_j
+    rel, idx, keep = _relative_inputs(params, config, arch, m, c)                  # R (2k, d), (c, p), (B, 1, n, n)
     hidden, attns, layers = [H], [], []
     for i in range(config.n_layers):
         H, lc = deberta_layer_forward(H, sub_params(params, f"layers.{i}."), config, arch, rel, idx, keep,
