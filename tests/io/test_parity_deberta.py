@@ -203,3 +203,22 @@ def test_older_config_format_and_what_is_refused():
         config_from_hf_dict(dict(new, position_buckets=40, max_relative_positions=20))
     with pytest.raises(ModelConfigError, match="bare deberta-v2 layer cannot run alone"):
         from_hf(build(seed=0).encoder.layer[0])
+
+
+def test_load_pretrained_reads_a_deberta_folder(tmp_path):
+    """A saved DebertaV2Model with a WordPiece vocabulary (real DeBERTa-v3 folders ship a SentencePiece model, which
+    the library's tokenizer does not read): the folder's weights run through load_pretrained's forward."""
+    from transformer_np.io.pretrained import load_pretrained
+
+    model = build(seed=12, **CONFIGS[V3])
+    model.save_pretrained(str(tmp_path), safe_serialization=True)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(V - 5)]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    m = load_pretrained(tmp_path)
+    assert m.config.model_type == "deberta-v2" and m.config.deberta == from_hf(model)[0].deberta
+    b = m.tokenize(["w1 w2 w3 w4", "w5"])
+    assert b["input_ids"][1, -1] == PAD
+    with torch.no_grad():
+        ref = model(input_ids=torch.tensor(b["input_ids"]),
+                    attention_mask=torch.tensor(b["attention_mask"])).last_hidden_state.numpy()
+    assert nrel(m.forward(b, dtype=np.float64), ref) <= TOL64
