@@ -179,6 +179,19 @@ def test_hf_to_ours_to_hf_is_exact_and_ours_to_hf_runs():
         assert nrel(hf_forward(params, config, input_ids=ids, attention_mask=am, token_type_ids=tt)[0], ref) <= TOL64
 
 
+def test_a_v3_checkpoints_unused_position_table_is_ignored_as_transformers_ignores_it():
+    model = build(seed=45, **CONFIGS[V3])
+    config = config_from_hf_dict(model.config.to_dict())
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    extra = dict(sd, **{"embeddings.position_embeddings.weight": np.zeros((40, D))})
+    params = params_from_hf_state_dict(extra, config)
+    assert "embeddings.position" not in params and set(params) == set(params_from_hf_state_dict(sd, config))
+    biased = config_from_hf_dict(dict(model.config.to_dict(), position_biased_input=True))
+    assert "embeddings.position" in params_from_hf_state_dict(extra, biased)      # read when the config uses it
+    with pytest.raises(ValueError, match=r"missing \['embeddings.position_embeddings.weight'\]"):
+        params_from_hf_state_dict(sd, biased)
+
+
 def test_task_model_reads_its_base_model():
     model = build(seed=44, cls=transformers.DebertaV2ForMaskedLM, **CONFIGS[V3])
     config, params = from_hf(model)

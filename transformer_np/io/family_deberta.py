@@ -38,7 +38,8 @@ from ..model.config import EncoderConfig
 from ..model.deberta import POS_ATT_TYPES, DebertaArch
 from ._config_fields import _Fields
 
-__all__ = ["read_deberta", "deberta_configs", "deberta_name_rows", "deberta_table_size", "deberta_hf_dict"]
+__all__ = ["read_deberta", "deberta_configs", "deberta_name_rows", "deberta_table_size", "deberta_hf_dict",
+           "deberta_ignored"]
 
 #: HF activation names → ours (families.HF_ACTIVATIONS, which this module cannot import: families imports it)
 _ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -170,6 +171,12 @@ def deberta_table_size(config) -> int:
     front = (3 + a.position_biased_input + bool(config.type_vocab_size)
              + (a.embedding_size is not None and a.embedding_size != config.d_model))
     return front + a.relative_attention + 2 * a.norm_rel_ebd + config.n_layers * (2 * (4 + pos_proj) + 8)
+
+
+def deberta_ignored(config) -> tuple[str, ...]:
+    """State-dict names that are read by neither side: a position table in a checkpoint whose config has
+    ``position_biased_input`` false (transformers ignores it too: ``_keys_to_ignore_on_load_unexpected``)."""
+    return () if config.deberta.position_biased_input else ("embeddings.position_embeddings.weight",)
 
 
 def deberta_hf_dict(config) -> dict:

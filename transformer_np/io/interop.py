@@ -82,7 +82,7 @@ from .families import (
     read_hf_config,
     supported_text,
 )
-from .family_deberta import deberta_configs, deberta_hf_dict
+from .family_deberta import deberta_configs, deberta_hf_dict, deberta_ignored
 from .family_modernbert import modernbert_configs, modernbert_hf_dict
 from .hf_model import hf_backward, hf_forward
 from .interop_torch import (
@@ -259,7 +259,7 @@ def params_from_hf_state_dict(state: Mapping[str, np.ndarray], config: EncoderCo
     detect = "" if fc.bare_layer else fc.family.base_prefix + "."
     inner = _strip_prefix(state, prefix, detect)
     source = f"Hugging Face {fc.model_type}" + (" layer" if fc.bare_layer else "")
-    ignored = () if fc.bare_layer else _HF_BUFFERS
+    ignored = () if fc.bare_layer else _HF_BUFFERS + (deberta_ignored(fc) if fc.deberta is not None else ())
     rows = _rows_for(inner, hf_name_table(fc), hf_table_size(fc), pooler_rows(fc), ignored, source)
     shapes = _family_shapes(fc)
     params = _import(inner, rows, shapes, dtype, source)
@@ -281,7 +281,7 @@ def hf_tensors_needed(shapes: Mapping[str, tuple], config: EncoderConfig | HFEnc
     if prefix is None:                                  # as _strip_prefix detects it
         prefix = detect if detect and any(k.startswith(detect) for k in shapes) else ""
     source = f"Hugging Face {fc.model_type}" + (" layer" if fc.bare_layer else "")
-    ignored = () if fc.bare_layer else _HF_BUFFERS
+    ignored = () if fc.bare_layer else _HF_BUFFERS + (deberta_ignored(fc) if fc.deberta is not None else ())
     rows = _rows_for(inner, hf_name_table(fc), hf_table_size(fc), pooler_rows(fc), ignored, source)
     want = _family_shapes(fc)
     for fw, ours, transpose in rows:

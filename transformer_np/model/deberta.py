@@ -63,6 +63,7 @@ from ..ops.embeddings import embedding_backward, embedding_forward
 from ..ops.feedforward import ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.linear import linear_backward, linear_forward
+from ..ops.masks import validate_attention_mask
 from .checks import _check_dropout_rng
 from .config import EncoderConfig
 from .params import check_param_arrays, sub_params
@@ -337,9 +338,8 @@ def deberta_forward(params: dict, config: EncoderConfig, arch: DebertaArch, inpu
     dtype = check_param_arrays(params, deberta_param_shapes(config, arch), "params", what="the deberta-v2 config")
     ids = as_int_array(input_ids, "input_ids", ndim=2)
     B, n = ids.shape
-    m = np.ones((B, n), dtype=dtype) if attention_mask is None else np.asarray(attention_mask).astype(dtype)
-    if m.shape != (B, n):
-        raise InputValueError(f"attention_mask must have shape (B, n) = {(B, n)}, got shape {m.shape}")
+    m = np.ones((B, n), dtype=dtype) if attention_mask is None else \
+        validate_attention_mask(attention_mask, (B, n)).astype(dtype)                # (B, n) 1 = real, 0 = padding
     tt = None if token_type_ids is None else as_int_array(token_type_ids, "token_type_ids", ndim=2)
     if tt is not None and tt.shape != (B, n):
         raise InputValueError(f"token_type_ids must have shape (B, n) = {(B, n)}, got shape {tt.shape}")

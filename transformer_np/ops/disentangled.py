@@ -58,7 +58,7 @@ from .softmax import softmax_backward, softmax_forward
 
 __all__ = ["log_bucket_position", "relative_position_ids", "deberta_scale", "position_indices",
            "disentangled_scores_forward", "disentangled_scores_backward", "replace_masked_attention_forward",
-           "replace_masked_attention_backward", "gather_last_backward"]
+           "replace_masked_attention_backward", "disentangled_scores", "gather_last", "gather_last_backward"]
 
 
 # ----------------------------------------------------------------------------- positions
