@@ -127,3 +127,8 @@ def test_bad_arguments_are_refused(rng):
         disentangled_scores_forward(Q, Q[..., :2], 1.0)
     with pytest.raises(InputValueError, match=r"max_position − 1 must exceed bucket_size // 2"):
         log_bucket_position([1, 2], 8, 5)
+    with pytest.raises(InputValueError, match=r"keep must broadcast to S's shape \(1, 2, 5, 5\)"):
+        replace_masked_attention_forward(rng.standard_normal((1, 2, 5, 5)), Q, np.ones((3, 1, 5, 5), dtype=bool))
+    _, cache = disentangled_scores_forward(Q, Q, 1.0)
+    with pytest.raises(ValueError, match="dS"):
+        disentangled_scores_backward(np.zeros((1, 2, 5, 4)), cache)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import as_float_array, as_int_array, check_cache, check_int
+from .._validate import as_float_array, as_int_array, check_cache, check_dout, check_int
 from ..errors import InputValueError
 from .dropout import dropout_backward, dropout_forward
 from .softmax import softmax_backward, softmax_forward
@@ -170,6 +170,7 @@ def disentangled_scores_backward(dS: np.ndarray, cache: dict) -> tuple[np.ndarra
     """``(dQ, dK, dPK, dPQ)`` (dPK / dPQ None when the term is absent): the module docstring's backward."""
     check_cache(cache, "cache", "disentangled_scores")
     Q, K, PK, PQ = cache["Q"], cache["K"], cache["PK"], cache["PQ"]
+    dS = check_dout(dS, "dS", Q.shape[:-1] + (K.shape[-2],))                    # (B, h, n, n)
     A = dS / cache["scale"]                                      # (B, h, n, n) gradient of the unscaled sum
     dQ = A @ K                                                   # (B, h, n, d_k)
     dK = A.swapaxes(-1, -2) @ Q                                  # (B, h, n, d_k)
@@ -190,7 +191,15 @@ def replace_masked_attention_forward(S: np.ndarray, V: np.ndarray, keep: np.ndar
                                      dropout_p: float = 0.0, training: bool = False,
                                      rng=None) -> tuple[np.ndarray, dict]:
     """O = Dropout(softmax(where(keep, S, min_float))) V; ``keep`` bool broadcastable to S (B, h, n, n) or None."""
+    S = as_float_array(S, "S", ndim=4)
+    V = as_float_array(V, "V", ndim=4)
+    if V.shape[:-1] != S.shape[:-1] or S.shape[-1] != S.shape[-2]:
+        raise InputValueError(f"S must be (B, h, n, n) and V (B, h, n, d_v) with the same B, h, n, got {S.shape} and "
+                              f"{V.shape}")
     if keep is not None:
+        keep = np.asarray(keep, dtype=bool)
+        if np.broadcast_shapes(keep.shape, S.shape) != S.shape:
+            raise InputValueError(f"keep must broadcast to S's shape {S.shape}, got shape {keep.shape}")
         S = np.where(keep, S, np.finfo(S.dtype).min)             # HF's masked_fill: hidden scores replaced
     A, c_soft = softmax_forward(S)                               # (B, h, n, n) rows sum to 1
     A_drop, c_drop = dropout_forward(A, dropout_p, training, rng)
@@ -202,6 +211,7 @@ def replace_masked_attention_forward(S: np.ndarray, V: np.ndarray, keep: np.ndar
 def replace_masked_attention_backward(dO: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray]:
     """``(dS, dV)``; dS is 0 wherever the mask hid the score."""
     check_cache(cache, "cache", "replace_masked_attention")
+    dO = check_dout(dO, "dO", cache["V"].shape)                                   # (B, h, n, d_v)
     dV = cache["A_drop"].swapaxes(-1, -2) @ dO                   # (B, h, n, d_k)
     dA = dropout_backward(dO @ cache["V"].swapaxes(-1, -2), cache["dropout"])   # (B, h, n, n)
     dS = softmax_backward(dA, cache["softmax"])
