@@ -254,6 +254,9 @@ FAMILY_DICTS = {
     "modernbert": dict(model_type="modernbert", vocab_size=30, hidden_size=8, num_hidden_layers=2,
                        num_attention_heads=2, intermediate_size=12, max_position_embeddings=16,
                        hidden_activation="gelu", norm_eps=1e-5, pad_token_id=1, local_attention=4),
+    "deberta-v2": dict(BERT_LIKE, model_type="deberta-v2", relative_attention=True, pos_att_type=["p2c", "c2p"],
+                       position_buckets=4, max_relative_positions=16, share_att_key=True, norm_rel_ebd="layer_norm",
+                       position_biased_input=False),
 }
 INT_FIELDS = {"distilbert": ("dim", "n_layers", "n_heads", "hidden_dim", "vocab_size", "max_position_embeddings")}
 BAD_INTS = [(True, "the boolean true"), ("384", "the string '384'"), (384.9, "the number 384.9"),
@@ -303,7 +306,8 @@ def test_family_state_dicts_round_trip_and_name_the_tensor(family):
     assert all(np.array_equal(back[k], params[k]) for k in params)   # exact: copied through
 
 
-@pytest.mark.parametrize("family", ["roberta", "albert", "electra", "distilbert", "mpnet", "modernbert"])
+@pytest.mark.parametrize("family", ["roberta", "albert", "electra", "distilbert", "mpnet", "modernbert",
+                                    "deberta-v2"])
 def test_family_forward_backward_in_numpy(family):
     """hf_forward / hf_backward run without torch: shapes, every gradient present, finite differences agree."""
     cfg = config_from_hf_dict(dict(FAMILY_DICTS[family], **({"dropout": 0.0, "attention_dropout": 0.0}

@@ -305,7 +305,7 @@ def test_unsupported_architectures_list_the_supported_ones():
     gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20, n_positions=8))
     with pytest.raises(ModelConfigError, match=r"model_type.*gpt2.*supported: bert \(BertModel\).*roberta.*albert"):
         from_hf(gpt2)
-    for mt in ("deberta-v2", "funnel", "t5"):
+    for mt in ("deberta", "funnel", "t5"):      # DeBERTa v1 ("deberta"); v2 is supported
         with pytest.raises(ModelConfigError, match=f"{mt}.*supported"):
             config_from_hf_dict(dict(COMMON, model_type=mt))
     with pytest.raises(ModelConfigError, match="num_hidden_groups"):

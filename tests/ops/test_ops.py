@@ -45,6 +45,16 @@ EXPECTED_CHECKS = [
     "ModernBERT layer (attention norm, biases, RoPE, padding, dropout)",
     "ModernBERT model (no biases; full and sliding layers, padding, dropout)",
     "ModernBERT model (biases; full and sliding layers, padding, dropout)",
+    # DeBERTa-v2 (transformer_np.model.gradcheck_deberta)
+    "DeBERTa disentangled scores (c2p and p2c; log buckets, clipped distances)",
+    "DeBERTa disentangled scores (c2p only; log buckets, clipped distances)",
+    "DeBERTa disentangled scores (p2c only; log buckets, clipped distances)",
+    "attention with DeBERTa's replacing mask (padded query rows, dropout)",
+    "DeBERTa attention (shared keys, buckets, padding, dropout)",
+    "DeBERTa attention (own position projections, padding, dropout)",
+    "DeBERTa layer (shared keys, buckets, padding, dropout)",
+    "DeBERTa model (v3-like: shared keys, buckets, relative LayerNorm; padding, dropout)",
+    "DeBERTa model (v2-like: own projections, absolute positions, token types, E = 6; padding, dropout)",
 ]
 
 

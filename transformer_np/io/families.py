@@ -22,6 +22,10 @@ electra         ``electra.``         factorised embeddings when ``embedding_size
 modernbert      ``model.``           not BERT's layer: Pre-LN, rotary positions, GeGLU, no biases, local
                                      attention in most layers (:mod:`transformer_np.model.modernbert`; config
                                      and names in :mod:`transformer_np.io.family_modernbert`)
+deberta-v2      ``deberta.``         BERT's Post-LN layer with disentangled attention (content→position and
+                                     position→content terms over relative embeddings shared by the layers, log
+                                     buckets); embeddings masked by the attention mask; no pooler
+                                     (:mod:`transformer_np.model.deberta`; :mod:`transformer_np.io.family_deberta`)
 mpnet           ``mpnet.``           RoBERTa's positions with p = 1 always; no token-type table; every layer's
                                      scores get a relative position bias from one table (K, h) shared by the
                                      layers (``encoder.relative_attention_bias``, ours ``relative_bias``;
@@ -63,9 +67,11 @@ from dataclasses import dataclass
 from .._validate import describe
 from ..errors import InputTypeError, ModelConfigError
 from ..model.config import EncoderConfig
+from ..model.deberta import DebertaArch, deberta_param_shapes
 from ..model.modernbert import ModernBertArch, modernbert_param_shapes
 from ..model.params import param_shapes
 from ._config_fields import _MISSING, _Fields, _json_value
+from .family_deberta import deberta_name_rows, deberta_table_size, read_deberta
 from .family_modernbert import modernbert_name_rows, modernbert_table_size, read_modernbert
 
 __all__ = ["HFEncoderConfig", "Family", "FAMILIES", "SUPPORTED_MODEL_TYPES", "HF_ACTIVATIONS", "family_of",
@@ -242,6 +248,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
             bare_layers=False),
     _family("modernbert", "model", "layers.{i}.", (), read_modernbert, ("ModernBert",), token_types=False,
             pooler=None, bare_layers=False),
+    _family("deberta-v2", "deberta", "encoder.layer.{i}.", (), read_deberta, ("DebertaV2",), pooler=None,
+            bare_layers=False),
 )}
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 
@@ -295,6 +303,8 @@ class HFEncoderConfig:
         relative_attention_num_buckets: MPNet only: rows K of the relative position table (K, h), ≥ 32.
         modernbert: ModernBERT only: its :class:`~transformer_np.model.modernbert.ModernBertArch` (layer types,
             window, RoPE θ, bias flags).
+        deberta: DeBERTa-v2 only: its :class:`~transformer_np.model.deberta.DebertaArch` (relative attention,
+            buckets, pos_att_type, shared keys, absolute positions, embedding width).
 
     The stack's fields are readable directly: ``config.d_model`` is ``config.encoder.d_model``.
     """
@@ -307,6 +317,7 @@ class HFEncoderConfig:
     bare_layer: bool = False
     relative_attention_num_buckets: int | None = None
     modernbert: ModernBertArch | None = None
+    deberta: DebertaArch | None = None
 
     def __post_init__(self) -> None:
         if self.model_type not in FAMILIES:
@@ -324,6 +335,9 @@ class HFEncoderConfig:
         if (self.model_type == "modernbert") != isinstance(self.modernbert, ModernBertArch):
             raise ModelConfigError(f"modernbert must be a ModernBertArch for model_type 'modernbert' and None "
                                    f"otherwise, got {describe(self.modernbert)} for {self.model_type!r}")
+        if (self.model_type == "deberta-v2") != isinstance(self.deberta, DebertaArch):
+            raise ModelConfigError(f"deberta must be a DebertaArch for model_type 'deberta-v2' and None "
+                                   f"otherwise, got {describe(self.deberta)} for {self.model_type!r}")
         if self.bare_layer and not FAMILIES[self.model_type].bare_layers:
             raise ModelConfigError(f"a bare {self.model_type} layer cannot run alone (its attention reads the "
                                    f"model's relative position table): use the whole model")
@@ -442,6 +456,8 @@ def hf_param_shapes(config: HFEncoderConfig) -> dict[str, tuple[int, ...]]:
     """Our parameter names → shapes for a family config (without the optional pooler)."""
     if config.modernbert is not None:
         return modernbert_param_shapes(config.encoder, config.modernbert)
+    if config.deberta is not None:
+        return deberta_param_shapes(config.encoder, config.deberta)
     layers = param_shapes(config.stack)
     if config.bare_layer:
         return layers
@@ -471,6 +487,9 @@ def hf_name_table(config: HFEncoderConfig) -> Iterator[tuple[str, str, bool]]:
     if config.modernbert is not None:
         yield from modernbert_name_rows(config)
         return
+    if config.deberta is not None:
+        yield from deberta_name_rows(config)
+        return
     if config.bare_layer:
         for hf, ours, t in fam.layer_rows:
             yield hf, "layers.0." + ours, t
@@ -498,6 +517,8 @@ def hf_table_size(config: HFEncoderConfig) -> int:
     fam = config.family
     if config.modernbert is not None:
         return modernbert_table_size(config)
+    if config.deberta is not None:
+        return deberta_table_size(config)
     if config.bare_layer:
         return len(fam.layer_rows)
     return (4 + bool(config.type_vocab_size) + 2 * config.has_projection + (fam.relative_bias is not None)

@@ -24,6 +24,7 @@ import numpy as np
 from .._validate import as_int_array, check_bool, check_cache, describe
 from ..errors import InputTypeError, InputValueError
 from ..model.config import EncoderConfig
+from ..model.deberta import deberta_backward, deberta_forward
 from ..model.encoder import encoder_backward, encoder_forward
 from ..model.modernbert import modernbert_backward, modernbert_forward
 from ..model.mpnet import mpnet_stack_backward, mpnet_stack_forward
@@ -127,6 +128,9 @@ def hf_forward(params: dict, config, input_ids=None, attention_mask=None, token_
             raise InputValueError("token_type_ids given, but modernbert has no token-type embedding")
         return modernbert_forward(params, config.encoder, config.modernbert, ids, attention_mask, training, rng,
                                   for_backward=for_backward)
+    if config.deberta is not None:          # its own front end: masked embeddings, relative embeddings
+        return deberta_forward(params, config.encoder, config.deberta, ids, attention_mask, token_type_ids, training,
+                               rng, for_backward=for_backward)
     pos = position_ids(ids, config)
     if pos.size and pos.max() >= config.n_positions:
         raise InputValueError(f"input_ids has {n} positions, which needs position ids up to {int(pos.max())}, but "
@@ -173,6 +177,8 @@ def hf_backward(dH: np.ndarray, cache: dict, free_cache: bool = False, *, input_
     if isinstance(cache, dict) and cache.get("kind") == "modernbert":
         check_bool(input_grad, "input_grad")
         return modernbert_backward(dH, cache, input_grad)
+    if isinstance(cache, dict) and cache.get("kind") == "deberta":
+        return deberta_backward(dH, cache, input_grad)
     check_cache(cache, "cache", "hf_model")
     check_for_backward(cache, "hf_forward")
     config: HFEncoderConfig = cache["config"]

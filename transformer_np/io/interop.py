@@ -82,6 +82,7 @@ from .families import (
     read_hf_config,
     supported_text,
 )
+from .family_deberta import deberta_configs, deberta_hf_dict, deberta_ignored
 from .family_modernbert import modernbert_configs, modernbert_hf_dict
 from .hf_model import hf_backward, hf_forward
 from .interop_torch import (
@@ -137,6 +138,11 @@ def config_from_hf_dict(hf_config: dict, source: str = "hf_config") -> EncoderCo
         enc, arch = modernbert_configs(spec)
         return HFEncoderConfig("modernbert", enc, max_position_embeddings=spec["max_position_embeddings"],
                                pad_token_id=spec["pad_token_id"], modernbert=arch)
+    if fam.model_type == "deberta-v2":
+        enc, arch = deberta_configs(spec)
+        return HFEncoderConfig("deberta-v2", enc, embedding_size=spec["embedding_size"],
+                               max_position_embeddings=spec["max_position_embeddings"],
+                               pad_token_id=spec["pad_token_id"], deberta=arch)
     enc = encoder_config_from_spec(fam, spec)
     if fam.model_type == "bert":
         return enc
@@ -179,6 +185,8 @@ def hf_dict_from_config(config: EncoderConfig | HFEncoderConfig) -> dict:
     c = fc.encoder
     if fc.model_type == "modernbert":
         return modernbert_hf_dict(fc)
+    if fc.model_type == "deberta-v2":
+        return deberta_hf_dict(fc)
     if fc.model_type == "distilbert":
         return {"model_type": "distilbert", "vocab_size": c.vocab_size, "dim": c.d_model, "n_layers": c.n_layers,
                 "n_heads": c.n_heads, "hidden_dim": c.d_ff, "activation": _HF_ACT_OUT[c.activation],
@@ -251,7 +259,7 @@ def params_from_hf_state_dict(state: Mapping[str, np.ndarray], config: EncoderCo
     detect = "" if fc.bare_layer else fc.family.base_prefix + "."
     inner = _strip_prefix(state, prefix, detect)
     source = f"Hugging Face {fc.model_type}" + (" layer" if fc.bare_layer else "")
-    ignored = () if fc.bare_layer else _HF_BUFFERS
+    ignored = () if fc.bare_layer else _HF_BUFFERS + (deberta_ignored(fc) if fc.deberta is not None else ())
     rows = _rows_for(inner, hf_name_table(fc), hf_table_size(fc), pooler_rows(fc), ignored, source)
     shapes = _family_shapes(fc)
     params = _import(inner, rows, shapes, dtype, source)
@@ -273,7 +281,7 @@ def hf_tensors_needed(shapes: Mapping[str, tuple], config: EncoderConfig | HFEnc
     if prefix is None:                                  # as _strip_prefix detects it
         prefix = detect if detect and any(k.startswith(detect) for k in shapes) else ""
     source = f"Hugging Face {fc.model_type}" + (" layer" if fc.bare_layer else "")
-    ignored = () if fc.bare_layer else _HF_BUFFERS
+    ignored = () if fc.bare_layer else _HF_BUFFERS + (deberta_ignored(fc) if fc.deberta is not None else ())
     rows = _rows_for(inner, hf_name_table(fc), hf_table_size(fc), pooler_rows(fc), ignored, source)
     want = _family_shapes(fc)
     for fw, ours, transpose in rows:

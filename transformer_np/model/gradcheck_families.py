@@ -8,6 +8,8 @@ ModernBERT: rotary embeddings, the GLU (GeGLU) and the gated sublayer with and w
 local sliding-window attention with padding, a first layer (no attention norm) and a later one, and
 the whole model from ids (biases or none, full and sliding layers, padding, dropout).
 
+DeBERTa-v2: :mod:`transformer_np.model.gradcheck_deberta`.
+
 Same method as :mod:`transformer_np.model.gradcheck` (which runs these cases in its suite): central
 differences of Σ R ⊙ F against the analytic backward, random R, dropout with a fixed mask.
 """
@@ -23,6 +25,7 @@ from ..ops.masks import padding_mask
 from ..ops.relative_position import relative_position_bias_backward, relative_position_bias_forward
 from ..ops.rotary import rotary_backward, rotary_forward, rotary_tables
 from .config import EncoderConfig
+from .gradcheck_deberta import deberta_cases
 from .modernbert import (
     ModernBertArch,
     modernbert_backward,
@@ -105,6 +108,7 @@ def family_cases(rng: np.random.Generator) -> list[tuple]:
     _mpnet_cases(rng, add)
     _modernbert_op_cases(rng, add)
     _modernbert_model_cases(rng, add)
+    deberta_cases(rng, add)
     return cases
 
 

@@ -176,7 +176,7 @@ def check_attention_scale(module, config) -> None:
 
 #: The fields of a configuration that decide the shapes of the parameters: if one differs, no tensor can be compared.
 STRUCTURAL = ("n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "type_vocab_size", "share_layers",
-              "model_type", "embedding_size", "position rows", "bare_layer")
+              "model_type", "embedding_size", "position rows", "bare_layer", "deberta layout")
 
 
 def config_fields(config) -> dict:
@@ -203,6 +203,11 @@ def config_fields(config) -> dict:
             out.update({"embedding_size": config.E, "position rows": config.n_positions})
             if config.family.offset_positions:
                 out["pad_token_id (RoBERTa's positions)"] = config.pad_token_id
+        a = config.deberta
+        if a is not None:                    # what decides the shapes, then the positions' buckets
+            out["deberta layout"] = (a.relative_attention, a.span, a.pos_att_type, a.share_att_key, a.norm_rel_ebd,
+                                     a.position_biased_input, a.max_position_embeddings, a.embedding_size)
+            out["deberta buckets"] = (a.position_buckets, a.max_relative_positions)
     return out
 
 

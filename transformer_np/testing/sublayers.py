@@ -4,7 +4,7 @@ A *layer map* says where each sublayer of layer ℓ is in the module: the librar
 ``layers.ℓ.ffn``, ``layers.ℓ.ln1``, ``layers.ℓ.ln2``, ``final_ln``) → the submodule whose first input is the
 sublayer's input and the submodule whose output is its output (one name when it is one submodule). Stock modules
 have theirs built in (``nn.TransformerEncoder``/``Layer``; BERT-layout Hugging Face layers: BERT, RoBERTa, ELECTRA,
-ERNIE, ...); an own module declares it with ``sublayers=``.
+ERNIE, DeBERTa-v2 (its disentangled attention run as such), ...); an own module declares it with ``sublayers=``.
 
 Forward hooks capture each sublayer's input and output during the framework's own forward. Then, layer by layer in
 the order of computation, two things are checked against the reference:
@@ -191,6 +191,11 @@ def table(cap: Capture, layer_map, params: dict, config, mask, batch_first: bool
 
     def op(prefix, x):
         p, leaf = p_of(prefix), prefix.rsplit(".", 1)[-1]
+        if leaf == "attn" and getattr(config, "deberta", None) is not None:     # disentangled attention
+            from ..model.deberta import deberta_attention_alone
+
+            am = None if mask is None else (mask[:, 0, 0, :] == 0)                # the padding mask's 1/0 back
+            return deberta_attention_alone(x, params, enc, config.deberta, int(prefix.split(".")[1]), am)
         if leaf == "attn":
             return mha_forward(x, p, enc.n_heads, mask)[0]
         if leaf == "ffn":
