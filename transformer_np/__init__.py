@@ -16,7 +16,6 @@ and an N-layer stack. Quick start::
 
 from . import _compat
 from .model.config import EncoderConfig, count_parameters
-from .model.encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 from .model.heads import (
     cls_classifier_backward,
     cls_classifier_forward,
@@ -29,6 +28,7 @@ from .model.heads import (
 )
 from .model.losses import cross_entropy_backward, cross_entropy_forward
 from .model.params import init_params, param_shapes, validate_params
+from .model.stack import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 from .ops.activations import (
     activation_backward,
     activation_forward,

@@ -5,7 +5,6 @@
 """
 
 from .config import EncoderConfig, count_parameters
-from .encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 from .heads import (
                     cls_classifier_backward,
                     cls_classifier_forward,
@@ -18,6 +17,7 @@ from .heads import (
 )
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .params import init_params, param_shapes, validate_params
+from .stack import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 
 __all__ = [
     "EncoderConfig", "cls_classifier_backward", "cls_classifier_forward", "count_parameters",
