@@ -76,6 +76,7 @@ __all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward",
 LOOKUP_TABLES = ("embeddings.word", "embeddings.position", "embeddings.token_type")
 
 
+# ----------------------------------------------------------------------------- the path, and one layer checked
 def _kernels(fast: bool):
     """The path's kernels: the engine's layer module, or the textbook layer's (the same names and signatures).
     A forward asks with its ``fast`` argument; a backward's layer goes by the path its cache records
