@@ -51,7 +51,7 @@ def attention(shape, with_bert: bool) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from transformer_np.io.interop import from_torch, to_torch_state_dict
-    from transformer_np.model.encoder import encoder_backward, encoder_forward
+    from transformer_np.model.stack import encoder_backward, encoder_forward
 
     B, n, d, h, f = shape
     torch.manual_seed(0)

@@ -34,9 +34,9 @@ import numpy as np
 from .._compat import forward_moved as _forward_moved
 from .._validate import check_int, describe
 from ..model.config import EncoderConfig, count_parameters
-from ..model.encoder import encoder_backward, encoder_forward, encoder_layer_forward
 from ..model.heads import cls_classifier_backward, cls_classifier_forward
 from ..model.params import init_params, layer_prefix, param_shapes, sub_params
+from ..model.stack import encoder_backward, encoder_forward, encoder_layer_forward
 from ..ops.attention import attention_forward, mha_forward
 from ..ops.embeddings import sinusoidal_positional_encoding
 from ..ops.feedforward import ffn_forward
@@ -183,7 +183,7 @@ def dependency_maps(config: EncoderConfig, params: dict, H0: np.ndarray,
     n, d = H0.shape
     X = np.broadcast_to(H0, (n * d, n, d)).copy()                    # (n·d, n, d)
     _, cache = encoder_forward(params, config, inputs_embeds=X, extra_mask=extra_mask)
-    from ..model.encoder import encoder_layer_backward
+    from ..model.stack import encoder_layer_backward
     seeds = np.eye(n * d).reshape(n * d, n, d)                       # copy (i,k) ← e_{i,k}
     maps = []
     for ell in range(1, config.n_layers + 1):

@@ -60,8 +60,8 @@ def time_layer(config: EncoderConfig, batch: int, n: int, repeats: int = 3, seed
     """Best-of-``repeats`` CPU time (s) of one float32 encoder layer's forward + backward on (batch, n, d), with
     one BLAS thread (via threadpoolctl when installed); a first, untimed call warms up. Not deterministic:
     timings differ from run to run."""
-    from ..model.encoder import encoder_layer_backward, encoder_layer_forward
     from ..model.params import init_params, sub_params
+    from ..model.stack import encoder_layer_backward, encoder_layer_forward
 
     if not isinstance(config, EncoderConfig):
         raise TypeError(f"config must be an EncoderConfig, got {describe(config)}")

@@ -43,8 +43,8 @@ from ..errors import InputTypeError
 from ..fast.threads import one_blas_thread
 from ..model.budget import MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
-from ..model.encoder import encoder_layer_backward, encoder_layer_forward
 from ..model.params import init_params, layer_prefix, sub_params
+from ..model.stack import encoder_layer_backward, encoder_layer_forward
 from ..ops.attention import mha_backward, mha_forward
 from ..ops.dropout import dropout_backward
 from ..ops.feedforward import ffn_backward, ffn_forward

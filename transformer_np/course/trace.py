@@ -42,8 +42,8 @@ import numpy as np
 
 from .._compat import forward_moved as _forward_moved
 from ..model.config import EncoderConfig
-from ..model.encoder import encoder_backward, encoder_forward, encoder_layer_backward
 from ..model.params import init_params, layer_prefix, sub_params
+from ..model.stack import encoder_backward, encoder_forward, encoder_layer_backward
 from ..ops.attention import mha_forward
 from ..ops.feedforward import ffn_forward
 from ..ops.layernorm import layernorm_forward

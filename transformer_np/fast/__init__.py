@@ -28,7 +28,7 @@ What the engine is held to: :mod:`transformer_np.ops.kernels`, the textbook kern
 
 The rule: ``ops`` ← ``fast`` ← ``model``. This package imports the textbook ops it builds on and never
 ``model`` (``tests/test_layering.py`` parses the imports); the textbook ops never import it. The encoder
-picks a path once per forward and once per backward (:func:`transformer_np.model.encoder._kernels`). A cache
+picks a path once per forward and once per backward (:func:`transformer_np.model.stack._kernels`). A cache
 of the engine's own layout (fused Q, K, V; attention without its weights; an FFN input kept as its LayerNorm)
 passed to a public textbook backward goes to the engine's backward through one dispatch table,
 :data:`transformer_np.ops.cache.ENGINE_BACKWARDS`, which this package fills when it is imported. A table

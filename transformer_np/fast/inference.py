@@ -1,5 +1,5 @@
-r"""The encoder's fast inference layer: what :mod:`transformer_np.model.encoder` runs on the fast path when
-``for_backward=False`` (inference), kept out of it by role.
+r"""The encoder's fast inference layer: what :mod:`transformer_np.model.stack` runs on the fast path when
+``for_backward=False`` (inference), through :mod:`transformer_np.fast.layer`, kept out of it by role.
 
 * :func:`_layer_infer` — one layer for inference (:func:`_layer_infer_one`: the fast path's inference
   kernels, the residual sums and LayerNorms in the layer's own buffers), on shards of the batch in
@@ -7,12 +7,12 @@ r"""The encoder's fast inference layer: what :mod:`transformer_np.model.encoder`
   threads, for layers of at least ``_SHARD_MIN_FLOPS`` products);
 * :func:`_embeddings_infer` — the embedding block for inference with learned positions.
 
-Nothing here checks its arguments (:func:`~transformer_np.model.encoder.encoder_forward` and
-:func:`~transformer_np.model.encoder.encoder_layer_forward` have) and nothing here is public API.
+Nothing here checks its arguments (:func:`~transformer_np.model.stack.encoder_forward` and
+:func:`~transformer_np.model.stack.encoder_layer_forward` have) and nothing here is public API.
 A name is patched where it is looked up at call time: ``_SHARD_MIN_FLOPS``, ``_in_shards`` and
-``_layer_infer_one`` in this module; ``_layer_infer`` and ``_embeddings_infer``, called by the encoder, in
-:mod:`transformer_np.model.encoder` (``bench --profile`` wraps ``encoder._embeddings_infer``). This module
-does not import the encoder module (which imports it).
+``_layer_infer_one`` in this module; ``_layer_infer`` and ``_embeddings_infer``, called by the engine's layer,
+in :mod:`transformer_np.fast.layer` (``bench --profile`` wraps ``stack._embed`` and ``stack._layer_forward``).
+Like every module of the engine, it never imports ``model``.
 """
 
 from __future__ import annotations

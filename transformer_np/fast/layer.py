@@ -1,5 +1,5 @@
 r"""The engine's encoder layer and the stack's two other blocks, forward and backward: what
-:mod:`transformer_np.model.encoder` runs with ``fast=True`` (the default).
+:mod:`transformer_np.model.stack` runs with ``fast=True`` (the default).
 
 The same equations as the textbook layer of :mod:`transformer_np.model.encoder` (read it first), the
 sublayers taken from this package, rearranged for speed and memory:

@@ -167,7 +167,7 @@ def set_batch_threads(n: int | None) -> None:
       blocks together, when there are two heads' worth and 2²⁴ flops — in training too, where the
       projections and the FFN keep OpenBLAS's own threads, unless the attention does at least half the
       layer's products: then the whole training layer, forward and backward, runs its products at one
-      OpenBLAS thread (:func:`transformer_np.model.encoder._blas_one_thread`; the cache records it).
+      OpenBLAS thread (:func:`transformer_np.fast.layer._blas_one_thread`; the cache records it).
 
     Each sequence's and head's result is computed by the same operations whichever thread runs it; the
     matrix products see fewer rows and one BLAS thread, so results agree to round-off, not bit for bit,

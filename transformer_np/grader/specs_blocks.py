@@ -9,9 +9,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ..model.config import EncoderConfig
-from ..model.encoder import encoder_layer_backward, encoder_layer_forward
 from ..model.gradcheck import random_params
 from ..model.params import sub_params
+from ..model.stack import encoder_layer_backward, encoder_layer_forward
 from ..ops.activations import activation_forward
 from ..ops.attention import (
     MHA_PARAM_NAMES,

@@ -1,11 +1,25 @@
 """The model built from the ops: config, parameters, the encoder stack, heads, losses, gradient checks.
 
-``gradcheck`` and ``flops`` are modules of their own (import them as
-``transformer_np.model.gradcheck`` / ``.flops``); the names below are the model's public API.
+The map:
+
+* :mod:`~transformer_np.model.encoder` — one encoder layer, Post-LN and Pre-LN: the article's equations, one op
+  per term, forward and backward, and two dispatch points to the speed engine (:mod:`transformer_np.fast`);
+* :mod:`~transformer_np.model.stack` — the public functions around it (:func:`encoder_layer_forward`,
+  :func:`encoder_forward` and their backwards): the checks, the ``fast=`` flag, the N-layer stack, inference
+  and stale-cache bookkeeping (until issue 46 in ``encoder``, where every name still imports from);
+* :mod:`~transformer_np.model.checks` — the encoder's argument checks and its errors;
+* :mod:`~transformer_np.model.config`, :mod:`~transformer_np.model.params` — the config and the parameters;
+  :mod:`~transformer_np.model.budget` — the memory an encoder call will need, checked before it runs;
+* :mod:`~transformer_np.model.heads`, :mod:`~transformer_np.model.losses` — pooling, classifier, tagger;
+  cross-entropy;
+* :mod:`~transformer_np.model.mpnet`, :mod:`~transformer_np.model.modernbert` — the family variants' layers;
+* ``gradcheck`` (with ``gradcheck_families``) and ``flops`` — modules of their own (import them as
+  ``transformer_np.model.gradcheck`` / ``.flops``).
+
+The names below are the model's public API.
 """
 
 from .config import EncoderConfig, count_parameters
-from .encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 from .heads import (
                     cls_classifier_backward,
                     cls_classifier_forward,
@@ -18,6 +32,7 @@ from .heads import (
 )
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .params import init_params, param_shapes, validate_params
+from .stack import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 
 __all__ = [
     "EncoderConfig", "cls_classifier_backward", "cls_classifier_forward", "count_parameters",

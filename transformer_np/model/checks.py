@@ -1,10 +1,10 @@
-r"""The encoder's checks, kept out of :mod:`transformer_np.model.encoder` by role: the arguments of
-:func:`~transformer_np.model.encoder.encoder_forward` and
-:func:`~transformer_np.model.encoder.encoder_layer_forward` (the path flags, dropout's random generator,
+r"""The encoder's checks, kept out of :mod:`transformer_np.model.stack` by role: the arguments of
+:func:`~transformer_np.model.stack.encoder_forward` and
+:func:`~transformer_np.model.stack.encoder_layer_forward` (the path flags, dropout's random generator,
 the stack's inputs), and the errors that name a non-finite parameter or the layer where a pass overflowed.
 
 The encoder calls them once, before its kernels (which check nothing). Nothing here is public API; the
-module does not import the encoder module (which imports it).
+module does not import the stack module (which imports it).
 """
 
 from __future__ import annotations

@@ -44,7 +44,6 @@ from ..ops.masks import padding_mask
 from ..ops.residual import residual_backward, residual_forward
 from ..ops.softmax import softmax_backward, softmax_forward
 from .config import EncoderConfig
-from .encoder import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 from .gradcheck_families import family_cases
 from .heads import (
     cls_classifier_backward,
@@ -58,6 +57,7 @@ from .heads import (
 )
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .params import init_params, sub_params
+from .stack import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 
 __all__ = ["rel_error", "numerical_gradient", "check_op", "run_all", "random_params", "TOLERANCE"]
 

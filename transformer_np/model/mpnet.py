@@ -6,7 +6,7 @@ Layer ℓ (HF ``MPNetLayer``), on H (B, n, d), with P = the relative position bi
     Z      = LN_1( H + Dropout(MHA_P(H)) )          MHA_P: scores Q Kᵀ/√d_k + P + M
     H'     = LN_2( Z + Dropout(FFN(Z)) )
 
-— :func:`transformer_np.model.encoder.encoder_layer_forward`'s Post-LN form, the attention replaced by
+— :func:`transformer_np.model.stack.encoder_layer_forward`'s Post-LN form, the attention replaced by
 :func:`transformer_np.ops.attention_bias.biased_mha_forward`. The stack computes P once from T and the
 sequence length (HF: ``MPNetEncoder.compute_position_bias``) and runs the N layers on it.
 

@@ -118,8 +118,8 @@ def measure_memory(dims, dtype: str, threads: int, recompute: bool = False, repe
 def cache_report(dims, dtype: str) -> dict:
     """What the NumPy layer's cache keeps (bytes per entry, see :func:`transformer_np.perf.memory.cache_nbytes`)."""
     from ..model.config import EncoderConfig
-    from ..model.encoder import encoder_layer_forward
     from ..model.params import init_params, sub_params
+    from ..model.stack import encoder_layer_forward
     from .memory import cache_nbytes
 
     B, n, d, h, f = dims

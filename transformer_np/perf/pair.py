@@ -50,8 +50,8 @@ def build_pair(dims, dtype: str, mode: str, seed: int = 0, free_cache: bool = Fa
     kw = {} if store_attention else {"store_attention": False}
     torch = _import_torch()
     from ..io.interop import from_torch
-    from ..model.encoder import encoder_layer_backward, encoder_layer_forward
     from ..model.params import sub_params
+    from ..model.stack import encoder_layer_backward, encoder_layer_forward
 
     B, n, d, h, f = dims
     tdt = {"float32": torch.float32, "float64": torch.float64}[dtype]

@@ -82,12 +82,12 @@ def _ours_once(model, sentences, clock: str) -> dict:
     parts add up every thread's seconds and "other" is threads × the total, less them."""
     from ..fast import get_batch_threads
     from ..io import pretrained
-    from ..model import encoder
+    from ..model import stack
 
     t = _Timer(clock)
     with _patched(model, "tokenize", t.wrap("tokenisation", model.tokenize)), \
-            _patched(encoder, "_embed", t.wrap("embeddings", encoder._embed)), \
-            _patched(encoder, "_layer_forward", t.wrap("layers", encoder._layer_forward)), \
+            _patched(stack, "_embed", t.wrap("embeddings", stack._embed)), \
+            _patched(stack, "_layer_forward", t.wrap("layers", stack._layer_forward)), \
             _patched(pretrained, "pool", t.wrap("pooling", pretrained.pool)), \
             _patched(pretrained, "l2_normalize", t.wrap("pooling", pretrained.l2_normalize)):
         t0 = t.now()

@@ -44,10 +44,10 @@ import numpy as np
 
 from .._validate import as_int_array, check_cache, check_choice, check_float, check_int, check_rng, describe
 from ..model.config import EncoderConfig
-from ..model.encoder import encoder_backward, encoder_forward
 from ..model.heads import cls_classifier_backward, cls_classifier_forward, tagger_backward, tagger_forward
 from ..model.losses import cross_entropy_backward, cross_entropy_forward
 from ..model.params import init_params
+from ..model.stack import encoder_backward, encoder_forward
 from ..ops.activations import activation_backward, activation_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.linear import linear_backward, linear_forward
