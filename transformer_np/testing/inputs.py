@@ -34,9 +34,15 @@ CONVENTIONS = ("attention_mask is Hugging Face's convention: integers, 1 = real 
                "src_key_padding_mask is torch's: booleans, True = padding")
 
 
+def is_bfloat16(x) -> bool:
+    """``x`` is a torch bfloat16 tensor (NumPy has no bfloat16: :func:`to_numpy` reads it as float32, exactly)."""
+    return str(getattr(x, "dtype", "")) == "torch.bfloat16"
+
+
 def to_numpy(x, name: str) -> np.ndarray:
     if hasattr(x, "detach") and hasattr(x, "cpu"):
-        x = x.detach().cpu().numpy()
+        x = x.detach().cpu()
+        x = (x.float() if is_bfloat16(x) else x).numpy()     # bfloat16 → float32 is exact (its upper 16 bits)
     if isinstance(x, (list, tuple)):
         x = np.asarray(x)
     if not isinstance(x, np.ndarray):
