@@ -8,10 +8,11 @@ docs/guide/testing.md, "Half precision").
 
 The cases of ``scripts/compare_tolerances.py`` — the ``nn.TransformerEncoderLayer`` / ``nn.TransformerEncoder``
 variants, the nine Hugging Face families (eager and SDPA, their own initialisation and every weight random; the
-gain-√2 stress case kept out of the worst-case summary), a padded batch — each with 3 input seeds (inputs and
-upstream gradient), then (not with ``--quick``) the BERT-base-sized layers (hidden 768, seq 128, batch 2; torch's
-Post-LN and Pre-LN, transformers' ``BertLayer``). Each runs with ``dtype=torch.float16`` and ``torch.bfloat16``: the
-module in that dtype, forward and backward, against the float64 reference on the same rounded values. Per kind of
+gain-√2 stress case kept out of the worst-case summary) — and bare ``BertLayer``/``RobertaLayer`` (hidden 32), a
+padded batch, each with 3 input seeds (inputs and upstream gradient); then (not with ``--quick``) the
+BERT-base-sized layers (hidden 768, seq 128, batch 2; torch's Post-LN and Pre-LN, transformers' ``BertLayer``).
+Each runs with ``dtype=torch.float16`` and ``torch.bfloat16``: the module in that dtype, forward and backward,
+against the float64 reference on the same rounded values. Per kind of
 tensor (output, input gradient, parameter gradients), two numbers are recorded:
 
 * ``norm``: the largest norm-relative error ``norm_rel`` (the norm-wise criterion's quantity);
@@ -33,10 +34,35 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-from compare_tolerances import KINDS, bert_base_cases, hf_cases, padded_ids, plant, summarize, torch_cases
+from compare_tolerances import (
+    KINDS,
+    bert_base_cases,
+    hf_cases,
+    padded_ids,
+    plant,
+    randomise,
+    summarize,
+    torch_cases,
+)
 
 HALF_BUGS = ("FFN output x 1 + 1e-1", "FFN output x 1 + 1e-2", "FFN output x 1 + 1e-3", "tanh-GELU for exact GELU",
              "LayerNorm eps 1e-12 for 1e-5")
+
+
+def hf_layer_cases():
+    """Bare Hugging Face layers (hidden 32): ``BertLayer`` and ``RobertaLayer`` at HF's initialisation and random."""
+    import torch
+    import transformers as T
+
+    cfg = dict(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+               max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=1)
+    for name, cls in (("BertLayer", T.BertModel), ("RobertaLayer", T.RobertaModel)):
+        for init in ("HF init", "random"):
+            torch.manual_seed(0)
+            layer = cls(getattr(T, cls.__name__.replace("Model", "Config"))(**cfg)).eval().encoder.layer[0]
+            if init == "random":
+                randomise(layer, 3)
+            yield f"{name}(32) ({init})", layer, "x", True
 
 
 def run_small(model, what, batch_first, dt, seed, B=3, n=9):
@@ -72,7 +98,7 @@ def main(argv=None) -> int:
     dtypes = (torch.float16, torch.bfloat16)
     res = {"defaults": {k: dict(zip(("rtol", "atol", "norm_rtol"), v)) for k, v in HALF_TOLERANCES.items()},
            "machine": {"torch": torch.__version__, "numpy": np.__version__}, "honest": {}, "planted": {}}
-    for label, m, what, bf in list(torch_cases(args.quick)) + list(hf_cases()):
+    for label, m, what, bf in list(torch_cases(args.quick)) + list(hf_layer_cases()) + list(hf_cases()):
         for dt in dtypes:
             for seed in range(args.seeds):
                 key = f"{str(dt)[6:]}: {label} seed {seed}"

@@ -113,9 +113,11 @@ from .criterion import (
 from .own import names_for
 
 __all__ = ["compare_with_torch", "assert_matches_torch", "names_for", "ComparisonReport", "TensorComparison",
-           "TOLERANCES", "NORM_TOLERANCES", "HALF_TOLERANCES", "HALF_GRAD_TOLERANCES", "default_tolerances"]
+           "TOLERANCES", "NORM_TOLERANCES", "HALF_TOLERANCES", "HALF_GRAD_TOLERANCES", "HALF_GRAD_TOLERANCES_RELU",
+           "default_tolerances"]
 
 HALF_TOLERANCES, HALF_GRAD_TOLERANCES = _modes.HALF_TOLERANCES, _modes.HALF_GRAD_TOLERANCES
+HALF_GRAD_TOLERANCES_RELU = _modes.HALF_GRAD_TOLERANCES_RELU
 
 # Defined in testing/criterion.py with the criterion and the messages; documented and imported from here.
 ComparisonReport.__module__ = TensorComparison.__module__ = __name__
@@ -321,8 +323,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         tdt = _modes.torch_dtype(half, torch)
         notes.append(f"half precision: the module runs in {half}, forward and backward, on the input, upstream "
                      f"gradient and weights rounded to {half}; the reference runs in float64 on those same values; "
-                     f"the tolerances are {half}'s (HALF_TOLERANCES for the forward, HALF_GRAD_TOLERANCES for the "
-                     "gradients)")
+                     f"the tolerances are {half}'s (HALF_TOLERANCES for the forward, HALF_GRAD_TOLERANCES — "
+                     "HALF_GRAD_TOLERANCES_RELU in a ReLU module — for the gradients)")
     else:
         tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[dt]
     if grad_off:
@@ -533,7 +535,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     grad_tols = None
     if half:                                             # half's gradients: their own measured defaults, times √L
         k = math.sqrt(config.n_layers)
-        grad_tols = tuple(v * k for v in _modes.half_tolerances(half, grads=True))
+        act = getattr(getattr(config, "encoder", config), "activation", None)          # None: a bare attention
+        grad_tols = tuple(v * k for v in _modes.half_tolerances(half, grads=True, activation=act))
     report = ComparisonReport(type(module).__name__, framework, _report_dtype(half, dt), rtol, atol, entries, notes,
                               norm_rtol, conversions, forward_only=bool(grad_off), grad_tolerances=grad_tols)
     if capture is not None:

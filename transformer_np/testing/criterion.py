@@ -263,7 +263,8 @@ class ComparisonReport:
         forward_only: True when the call ran with autograd off (inside ``torch.no_grad()`` or
             ``torch.inference_mode()``): only the weights and the output were compared (a note says so).
         grad_tolerances: ``(rtol, atol, norm_rtol)`` the gradients (input and parameters) are held to by default
-            when they differ from the forward's (half precision: ``HALF_GRAD_TOLERANCES``); None otherwise. A
+            when they differ from the forward's (half precision: ``HALF_GRAD_TOLERANCES``, or
+            ``HALF_GRAD_TOLERANCES_RELU`` in a ReLU module); None otherwise. A
             tolerance passed to :meth:`check` or :meth:`failures` applies to every tensor.
 
     ``dtype`` is the dtype the module ran in: a NumPy dtype, or the string ``"bfloat16"`` (NumPy has none); in half
