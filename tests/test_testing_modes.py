@@ -200,6 +200,27 @@ def test_half_precision_forward_only_of_a_bert_layer(half):
     assert report.forward_only and str(report.dtype) == half and report["output"].norm_rel > 0
 
 
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_half_precision_masks_attention_and_own_modules(half):
+    from transformer_np.testing import names_for
+
+    layer, x = layer32(), x_input((2, 6, 32), dtype=np.float64)
+    assert compare_with_torch(layer, x, dtype=HALF[half], is_causal=True).ok
+    float_mask = np.triu(np.full((6, 6), -np.inf), 1) + 0.1 * np.random.default_rng(1).standard_normal((6, 6))
+    report = assert_matches_torch(layer, x, dtype=HALF[half], src_mask=float_mask)
+    assert f"the attention mask rounded to {half} (torch needs it in the query's dtype), for both sides" in \
+        report.conversions
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(32, 4, batch_first=True).eval()
+    report = assert_matches_torch(mha, x, dtype=HALF[half])
+    assert report.grad_tolerances == HALF_GRAD_TOLERANCES[half]           # no activation: the smooth table
+    config = dict(n_layers=1, d_model=32, n_heads=4, d_ff=64, activation="relu", norm_position="post",
+                  layer_norm_eps=1e-5)
+    report = assert_matches_torch(torch.jit.script(layer), x, dtype=HALF[half], config=config,
+                                  names=names_for(layer))
+    assert report.grad_tolerances == HALF_GRAD_TOLERANCES_RELU[half] and report.grads
+
+
 # ----------------------------------------------------------------------------- half precision, planted bugs
 def ffn_scaled(layer, factor):
     m = copy.deepcopy(layer)

@@ -81,8 +81,10 @@ The map of this package: this module — the two entry points and the run of bot
 :mod:`~transformer_np.testing.criterion` — one tensor's comparison, the tolerances and the report with its
 message; :mod:`~transformer_np.testing.inputs` — the inputs and every mask convention, checked;
 :mod:`~transformer_np.testing.modules` — which modules are accepted, their weights as our params;
-:mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked.
-Import from here: the four modules are its parts, not an API of their own.
+:mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked;
+:mod:`~transformer_np.testing.sublayers` — the first sublayer that differs; :mod:`~transformer_np.testing.modes` —
+autograd off (forward-only) and half precision.
+Import from here: these modules are its parts, not an API of their own.
 """
 
 from __future__ import annotations
@@ -243,7 +245,11 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             so a padding token that is not masked out, or a given R nonzero at a padded position holding one, is
             refused, with the reason.)
         dtype: float32 or float64 (NumPy or torch); default the module's (float64 if all its parameters
-            are, else float32). Both sides run in it.
+            are, else float32). Both sides run in it. Or ``torch.float16`` / ``torch.bfloat16``: the module runs in
+            it, forward and backward, the reference in float64 on the same rounded values, at the half defaults
+            (:data:`HALF_TOLERANCES`, ``report.grad_tolerances``). A float16/bfloat16 module without ``dtype``
+            runs as a float32 copy and warns (``UserWarning``). Inside ``torch.no_grad()`` /
+            ``torch.inference_mode()`` the comparison is forward-only (``report.forward_only``).
         token_type_ids: (B, n) segment ids, for HF models.
         params: our params to use (e.g. from your own code) instead of converting the module's weights;
             their disagreement with the module's weights is then reported first. Give them with their
@@ -321,10 +327,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                            + (" (dtype=)" if dtype_given else ""))
     if half:
         tdt = _modes.torch_dtype(half, torch)
-        notes.append(f"half precision: the module runs in {half}, forward and backward, on the input, upstream "
-                     f"gradient and weights rounded to {half}; the reference runs in float64 on those same values; "
-                     f"the tolerances are {half}'s (HALF_TOLERANCES for the forward, HALF_GRAD_TOLERANCES — "
-                     "HALF_GRAD_TOLERANCES_RELU in a ReLU module — for the gradients)")
+        notes.append(_modes.half_note(half))
     else:
         tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[dt]
     if grad_off:
@@ -393,7 +396,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                              "decide the parameters' shapes")
                 rt, at, nt = default_tolerances(half or dt, 1)
                 return ComparisonReport(type(module).__name__, "transformers" if kind.startswith("hf") else "torch",
-                                        _report_dtype(half, dt), rt, at, cfg_entries, notes, nt, conversions,
+                                        _modes.report_dtype(half, dt), rt, at, cfg_entries, notes, nt, conversions,
                                         forward_only=bool(grad_off))
             config = user_config
     d_rtol, d_atol, d_norm = default_tolerances(half or dt, config.n_layers)
@@ -456,10 +459,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             masks = _inputs.attention_masks(am, src_mask, is_causal, B, config.n_heads, n, dt, tdt, torch)
             conversions += masks.notes
             if half:                                     # torch takes a float mask in the query's dtype
-                if masks.extra is not None:
-                    masks.extra = _modes.rounded(masks.extra, half, torch)
-                if masks.torch_mask is not None and masks.torch_mask.is_floating_point():
-                    masks.torch_mask = masks.torch_mask.to(tdt)
+                conversions += _modes.half_masks(masks, half, tdt, torch)
         x_t = torch.from_numpy(x.copy()).to(tdt).requires_grad_(not grad_off)
         out_shape = x.shape
         if kind not in ("hf_layer", "own"):
@@ -508,11 +508,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         entries.append(_compare(fw, "weight", ours_p, _modes.tensor_numpy(p), *names[fw]))
     H_fw = H if batch_first else H.transpose(1, 0, 2)
     out_np = _modes.tensor_numpy(out_t)
-    if grad_off and pad is not None and kind == "torch" and not np.any(np.where(pad, out_np, 0)):
-        # torch's nested-tensor fast path (nn.TransformerEncoder without autograd) returns 0 at padded positions
-        H_fw = np.where(pad, 0, H_fw).astype(H_fw.dtype)
-        notes.append("padded positions: torch's fast path (nested tensors) returns 0 there without computing "
-                     "them; the output is compared at the real tokens only")
+    if grad_off and pad is not None and kind == "torch":
+        H_fw = _modes.nested_tensor_padding(H_fw, out_np, pad, notes)
     entries.append(_compare("output", "output", H_fw, out_np))
     if grad_off:
         named = []                                       # forward-only: no gradient on either side
@@ -532,13 +529,9 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         entries.append(_compare(fw, "grad", ours_g, _modes.tensor_numpy(p.grad), *names[fw]))
     _set_scales(entries)
     framework = "transformers" if kind.startswith("hf") else "torch"
-    grad_tols = None
-    if half:                                             # half's gradients: their own measured defaults, times √L
-        k = math.sqrt(config.n_layers)
-        act = getattr(getattr(config, "encoder", config), "activation", None)          # None: a bare attention
-        grad_tols = tuple(v * k for v in _modes.half_tolerances(half, grads=True, activation=act))
-    report = ComparisonReport(type(module).__name__, framework, _report_dtype(half, dt), rtol, atol, entries, notes,
-                              norm_rtol, conversions, forward_only=bool(grad_off), grad_tolerances=grad_tols)
+    grad_tols = _modes.grad_tolerances(half, config) if half else None      # half's gradients: their own defaults
+    report = ComparisonReport(type(module).__name__, framework, _modes.report_dtype(half, dt), rtol, atol, entries,
+                              notes, norm_rtol, conversions, forward_only=bool(grad_off), grad_tolerances=grad_tols)
     if capture is not None:
         r1, a1, n1 = default_tolerances(half or dt, 1)      # one sublayer's round-off: the per-layer tolerances
         mask = _sublayer_mask(kind, masks, dt)
@@ -547,11 +540,6 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     elif kind == "own" and sublayers is None:
         report.notes.append("no sublayers= given: a disagreement is not localised to a layer and sublayer")
     return report
-
-
-def _report_dtype(half: str | None, dt: np.dtype):
-    """The dtype the module ran in: a NumPy dtype, or the string "bfloat16" (NumPy has none)."""
-    return dt if not half else np.dtype(np.float16) if half == "float16" else "bfloat16"
 
 
 def _sublayer_mask(kind: str, masks, dt):

@@ -21,6 +21,7 @@ there).
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -113,6 +114,47 @@ def _caller_level() -> int:
     while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
         level, f = level + 1, f.f_back
     return level
+
+
+def half_note(half: str) -> str:
+    return (f"half precision: the module runs in {half}, forward and backward, on the input, upstream gradient and "
+            f"weights rounded to {half}; the reference runs in float64 on those same values; the tolerances are "
+            f"{half}'s (HALF_TOLERANCES for the forward, HALF_GRAD_TOLERANCES — HALF_GRAD_TOLERANCES_RELU in a ReLU "
+            "module — for the gradients)")
+
+
+def half_masks(masks, half: str, tdt, torch) -> list[str]:
+    """torch takes a float attention mask in the query's dtype: cast it, and round ours to the same values; the
+    conversion, said (a list of one sentence, or empty)."""
+    if masks.extra is not None:
+        masks.extra = rounded(masks.extra, half, torch)
+    if masks.torch_mask is not None and masks.torch_mask.is_floating_point() and masks.torch_mask.dtype != tdt:
+        masks.torch_mask = masks.torch_mask.to(tdt)
+        return [f"the attention mask rounded to {half} (torch needs it in the query's dtype), for both sides"]
+    return []
+
+
+def grad_tolerances(half: str, config) -> tuple[float, float, float]:
+    """The gradients' default (rtol, atol, norm_rtol) of a half run: by the module's activation, times √L."""
+    k = math.sqrt(config.n_layers)
+    act = getattr(getattr(config, "encoder", config), "activation", None)             # None: a bare attention
+    return tuple(v * k for v in half_tolerances(half, grads=True, activation=act))
+
+
+def report_dtype(half: str | None, dt: np.dtype):
+    """The dtype the module ran in: a NumPy dtype, or the string "bfloat16" (NumPy has none)."""
+    return dt if not half else np.dtype(np.float16) if half == "float16" else "bfloat16"
+
+
+def nested_tensor_padding(H_fw: np.ndarray, out: np.ndarray, pad: np.ndarray, notes: list) -> np.ndarray:
+    """torch's nested-tensor fast path (``nn.TransformerEncoder`` with a padding mask, autograd off) returns 0 at
+    padded positions without computing them: when torch's output is 0 at every padded position, ours is set to 0
+    there too (compared at the real tokens only), and a note says so."""
+    if np.any(np.where(pad, out, 0)):
+        return H_fw
+    notes.append("padded positions: torch's fast path (nested tensors) returns 0 there without computing them; the "
+                 "output is compared at the real tokens only")
+    return np.where(pad, 0, H_fw).astype(H_fw.dtype)
 
 
 def warn_half_copy(module_dtypes: list[str], run: str) -> None:
