@@ -213,8 +213,8 @@ def test_bad_arguments_are_named():
         compare_with_torch(layer, x_input((2, 5, 16)), attention_mask=np.ones((5, 2)))
     with pytest.raises(InputValueError, match="grad_output must have the output's shape"):
         compare_with_torch(layer, x_input((2, 5, 16)), grad_output=np.ones((2, 5, 15)))
-    with pytest.raises(InputTypeError, match="dtype must be float32 or float64"):
-        compare_with_torch(layer, x_input((2, 5, 16)), dtype=np.float16)
+    with pytest.raises(InputTypeError, match="dtype must be float32, float64, float16 or bfloat16, got int32"):
+        compare_with_torch(layer, x_input((2, 5, 16)), dtype=np.int32)
     with pytest.raises(InputValueError, match="rtol must be a finite number"):
         compare_with_torch(layer, x_input((2, 5, 16)), rtol=float("nan"))
     bert = transformers.BertForSequenceClassification(transformers.BertConfig(**SMALL)).eval()

@@ -90,7 +90,8 @@ message; :mod:`~transformer_np.testing.inputs` — the inputs and every mask con
 :mod:`~transformer_np.testing.modules` — which modules are accepted, their weights as our params;
 :mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked;
 :mod:`~transformer_np.testing.sublayers` — the first sublayer that differs; :mod:`~transformer_np.testing.rows` —
-the query rows with no key, left out. Import from here: these modules are its parts, not an API of their own.
+the query rows with no key, left out; :mod:`~transformer_np.testing.modes` — autograd off (forward-only) and half
+precision. Import from here: these modules are its parts, not an API of their own.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ import numpy as np
 from .._validate import check_float_dtype, describe
 from ..errors import InputTypeError, InputValueError
 from . import inputs as _inputs
+from . import modes as _modes
 from . import modules as _modules
 from . import own as _own
 from . import rows as _rows
@@ -122,31 +124,45 @@ from .criterion import (
 from .own import names_for
 
 __all__ = ["compare_with_torch", "assert_matches_torch", "names_for", "ComparisonReport", "TensorComparison",
-           "TOLERANCES", "NORM_TOLERANCES", "default_tolerances"]
+           "TOLERANCES", "NORM_TOLERANCES", "HALF_TOLERANCES", "HALF_GRAD_TOLERANCES", "HALF_GRAD_TOLERANCES_RELU",
+           "default_tolerances"]
+
+HALF_TOLERANCES, HALF_GRAD_TOLERANCES = _modes.HALF_TOLERANCES, _modes.HALF_GRAD_TOLERANCES
+HALF_GRAD_TOLERANCES_RELU = _modes.HALF_GRAD_TOLERANCES_RELU
 
 # Defined in testing/criterion.py with the criterion and the messages; documented and imported from here.
 ComparisonReport.__module__ = TensorComparison.__module__ = __name__
 
 
 def default_tolerances(dtype, n_layers: int = 1) -> tuple[float, float, float]:
-    """``(rtol, atol, norm_rtol)`` used by default for ``dtype`` (float32 or float64) and a module of ``n_layers``
-    encoder layers: the per-layer values of :data:`TOLERANCES` and :data:`NORM_TOLERANCES` times √n_layers
-    (round-off of independent layers adds up like a random walk; measured: a 12-layer BERT-base's worst float32
-    gradient error is 6.2 times its single layer's, √12 = 3.5 with the single layer's margin of 5.9)."""
-    dt = _np_dtype(dtype)
+    """``(rtol, atol, norm_rtol)`` used by default for ``dtype`` (float32 or float64; or float16 / bfloat16, the
+    module's half-precision run against the float64 reference: :data:`HALF_TOLERANCES`) and a module of
+    ``n_layers`` encoder layers: the per-layer values of :data:`TOLERANCES` and :data:`NORM_TOLERANCES` times
+    √n_layers (round-off of independent layers adds up like a random walk; measured: a 12-layer BERT-base's worst
+    float32 gradient error is 6.2 times its single layer's, √12 = 3.5 with the single layer's margin of 5.9)."""
+    half = _modes.half_name(dtype)
+    dt = None if half else _np_dtype(dtype)
     if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
         raise InputTypeError(f"n_layers must be an int >= 1, got {describe(n_layers)}")
     k = math.sqrt(n_layers)
+    if half:
+        rtol, atol, norm_rtol = _modes.half_tolerances(half)
+        return rtol * k, atol * k, norm_rtol * k
     rtol, atol = TOLERANCES[dt]
     return rtol * k, atol * k, NORM_TOLERANCES[dt] * k
 
 
 # ----------------------------------------------------------------------------- dtype
 def _np_dtype(dtype) -> np.dtype:
-    """float32 or float64, given as NumPy's or torch's (``torch.float64``): the library's one dtype check."""
+    """float32 or float64, given as NumPy's or torch's (``torch.float64``): the library's one dtype check (half
+    precision is :func:`~transformer_np.testing.modes.half_name`'s, before it)."""
     if dtype is not None and "torch." in str(dtype):
         dtype = str(dtype).replace("torch.", "")
-    return check_float_dtype(dtype)
+    try:
+        return check_float_dtype(dtype)
+    except InputTypeError:
+        raise InputTypeError("dtype must be float32, float64, float16 or bfloat16, got "
+                             f"{getattr(dtype, '__name__', dtype)}") from None
 
 
 # ----------------------------------------------------------------------------- both sides
@@ -180,8 +196,10 @@ def _run_torch_side(mod, x_t, kind: str, masks, ids_kwargs, torch):
     return out[0] if isinstance(out, tuple) else out
 
 
-def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R) -> tuple[np.ndarray, dict, np.ndarray | None]:
-    """Our forward and backward: (output, parameter gradients, input gradient or None)."""
+def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R, backward: bool = True
+              ) -> tuple[np.ndarray, dict, np.ndarray | None]:
+    """Our forward and backward: (output, parameter gradients, input gradient or None); the forward alone, with
+    no gradients ({}, None), when not ``backward``."""
     from ..io.hf_model import hf_backward, hf_forward
     from ..model.encoder import encoder_backward, encoder_forward
 
@@ -191,18 +209,20 @@ def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R) -> tuple[np
 
         mask = masks.extra if masks.extra is not None or masks.am is None else padding_mask(masks.am, x.dtype)
         H, cache = mha_forward(x, params, config.n_heads, mask)
+        if not backward:
+            return H, {}, None
         dx, grads = mha_backward(R, cache)
         return H, grads, dx
     if kind in ("torch", "own"):
         am = masks.am if masks.extra is None else None                        # extra holds the padding then
         H, cache = encoder_forward(params, config, inputs_embeds=x, attention_mask=am, extra_mask=masks.extra)
-        grads = encoder_backward(R, cache)
     elif kind == "hf_model":
         H, cache = hf_forward(params, config, input_ids=ids, attention_mask=masks.am, token_type_ids=tt)
-        grads = hf_backward(R, cache)
     else:
         H, cache = hf_forward(params, config, inputs_embeds=x, attention_mask=masks.am)
-        grads = hf_backward(R, cache)
+    if not backward:
+        return H, {}, None
+    grads = (encoder_backward if kind in ("torch", "own") else hf_backward)(R, cache)
     return H, grads, grads.pop("inputs_embeds", None)
 
 
@@ -234,7 +254,11 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             so a padding token that is not masked out, or a given R nonzero at a padded position holding one, is
             refused, with the reason.)
         dtype: float32 or float64 (NumPy or torch); default the module's (float64 if all its parameters
-            are, else float32). Both sides run in it.
+            are, else float32). Both sides run in it. Or ``torch.float16`` / ``torch.bfloat16``: the module runs in
+            it, forward and backward, the reference in float64 on the same rounded values, at the half defaults
+            (:data:`HALF_TOLERANCES`, ``report.grad_tolerances``). A float16/bfloat16 module without ``dtype``
+            runs as a float32 copy and warns (``UserWarning``). Inside ``torch.no_grad()`` /
+            ``torch.inference_mode()`` the comparison is forward-only (``report.forward_only``).
         token_type_ids: (B, n) segment ids, for HF models.
         params: our params to use (e.g. from your own code) instead of converting the module's weights;
             their disagreement with the module's weights is then reported first. Give them with their
@@ -286,7 +310,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     dtype_given = dtype is not None
     if dtype is None:
         dtype = np.float64 if module_dtypes == ["float64"] else np.float32
-    dt = _np_dtype(dtype)
+        _modes.warn_half_copy(module_dtypes, np.dtype(dtype).name)
+    half = _modes.half_name(dtype)                       # the module runs in half; ours in float64 on its values
+    dt = np.dtype(np.float64) if half else _np_dtype(dtype)
+    grad_off = _modes.grad_off(torch)                    # inside no_grad / inference_mode: forward-only
     for name, v in (("rtol", rtol), ("atol", atol), ("norm_rtol", norm_rtol)):
         if v is not None:
             _tolerance(name, v)
@@ -303,15 +330,25 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                               f"({type(module).__name__}) takes the padding mask only "
                               "(attention_mask, 1 = real token, or src_key_padding_mask, True = padding)")
     notes, conversions = [], []
-    if module_dtypes != [dt.name]:
-        conversions.append(f"the module's parameters ({', '.join(module_dtypes)}) run as a {dt.name} copy"
+    run_name = half or dt.name                           # the dtype the module runs in
+    if module_dtypes != [run_name]:
+        conversions.append(f"the module's parameters ({', '.join(module_dtypes)}) run as a {run_name} copy"
                            + (" (dtype=)" if dtype_given else ""))
-    tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[dt]
+    if half:
+        tdt = _modes.torch_dtype(half, torch)
+        notes.append(_modes.half_note(half))
+    else:
+        tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}[dt]
+    if grad_off:
+        notes.append(_modes.forward_only_note(grad_off))
     with torch.no_grad():                                # a ScriptModule's deepcopy clones through autograd otherwise:
         mod = copy.deepcopy(module).to(device="cpu", dtype=tdt).eval()        # its parameters would not be leaves
-    for p in mod.parameters():
-        p.requires_grad_(True)
-        p.grad = None
+        # half: our float64 params are views of a float64 copy of the half copy (its values, exactly)
+        ref_mod = copy.deepcopy(mod).to(dtype=torch.float64) if half else mod
+    if not grad_off:
+        for p in mod.parameters():
+            p.requires_grad_(True)
+            p.grad = None
 
     own_notes = []
     if kind == "own":
@@ -339,7 +376,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         notes += own_notes + unmapped
     else:
         names = _modules.names_of(kind, config, module, torch)
-    converted = _modules.param_views(mod, names)         # ours, as views of the module copy's own tensors
+    converted = _modules.param_views(ref_mod, names)     # ours, as views of the module copy's own tensors
     if isinstance(params, tuple):
         if len(params) != 2 or user_config is not None:
             raise InputTypeError("params must be a dict of name -> numpy array (ours), or the pair (config, params) "
@@ -366,11 +403,13 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             if structural:
                 notes.append(f"no tensor compared: your config differs from the module's in {structural}, which "
                              "decide the parameters' shapes")
+                rt, at, nt = default_tolerances(half or dt, 1)
                 return ComparisonReport(type(module).__name__, "transformers" if kind.startswith("hf") else "torch",
-                                        dt, *TOLERANCES[dt], cfg_entries, notes, NORM_TOLERANCES[dt], conversions)
+                                        _modes.report_dtype(half, dt), rt, at, cfg_entries, notes, nt, conversions,
+                                        forward_only=bool(grad_off))
             config = user_config
-    d_rtol, d_atol, d_norm = default_tolerances(dt, config.n_layers)
-    if dt == np.float64 and getattr(config, "modernbert", None) is not None:
+    d_rtol, d_atol, d_norm = default_tolerances(half or dt, config.n_layers)
+    if not half and dt == np.float64 and getattr(config, "modernbert", None) is not None:
         # transformers rounds ModernBERT's rotary tables, its rotated queries and keys and its eager softmax to
         # float32 even in a float64 model: float32-sized differences are the framework's, and are said so
         d_rtol, d_atol, d_norm = default_tolerances(np.float32, config.n_layers)
@@ -412,9 +451,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         if token_type_ids is not None:
             raise InputValueError("token_type_ids only applies to Hugging Face models (input_ids)")
         x = _inputs.float_input(inputs, "inputs", 3)
-        if x.dtype != dt:
-            conversions.append(f"inputs ({x.dtype}) cast to {dt.name}")
-            x = x.astype(dt)
+        x_name = "bfloat16" if _inputs.is_bfloat16(inputs) else x.dtype.name
+        if x_name != run_name:
+            conversions.append(f"inputs ({x_name}) cast to {run_name}")
+        x = _modes.rounded(x, half, torch) if half else x.astype(dt, copy=False)
         x_ours = x if batch_first else np.ascontiguousarray(x.transpose(1, 0, 2))         # (B, n, d)
         B, n = x_ours.shape[:2]
         am = _inputs.padding(attention_mask, src_key_padding_mask, B, n)
@@ -427,7 +467,9 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         else:
             masks = _inputs.attention_masks(am, src_mask, is_causal, B, config.n_heads, n, dt, tdt, torch)
             conversions += masks.notes
-        x_t = torch.from_numpy(x.copy()).requires_grad_(True)
+            if half:                                     # torch takes a float mask in the query's dtype
+                conversions += _modes.half_masks(masks, half, tdt, torch)
+        x_t = torch.from_numpy(x.copy()).to(tdt).requires_grad_(not grad_off)
         out_shape = x.shape
         if kind not in ("hf_layer", "own"):
             notes.append("attention: nn.MultiheadAttention → scaled_dot_product_attention "
@@ -437,9 +479,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     if kind == "hf_model" and pad_tables:                 # tokens reading a padding_idx row: see the function
         _check_no_gradient_at_padding_rows(grad_output, pad_rows, pad_tables, ids, am)
     R = _inputs.grad_output(grad_output, out_shape, dt, pad, seed)
-    if R.dtype != dt:
-        conversions.append(f"grad_output ({R.dtype}) cast to {dt.name}")
-        R = R.astype(dt)
+    R_name = "bfloat16" if _inputs.is_bfloat16(grad_output) else R.dtype.name
+    if grad_output is not None and R_name != run_name:
+        conversions.append(f"grad_output ({R_name}) cast to {run_name}")
+    R = _modes.rounded(R, half, torch) if half else R.astype(dt, copy=False)
     left, R = _rows.left_out(config, masks, R, batch_first, notes)   # query rows with no key (testing/rows.py)
     R_ours = R if batch_first else np.ascontiguousarray(R.transpose(1, 0, 2))
 
@@ -462,7 +505,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             for h in (cap, keys):
                 if h is not None:
                     h.remove()
-        out.backward(torch.from_numpy(R.copy()))
+        if not grad_off:
+            out.backward(torch.from_numpy(R.copy()).to(tdt))
         return out, cap, keys
 
     out_t, capture, _ = framework_run(False)
@@ -473,7 +517,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                 p.grad = None
         out_t, capture, keys = framework_run(True)
         notes.append(_rows.rerun_note(bad, keys.fixed, _rows.not_finite(out_t, mod, x_t, torch, left, batch_first)))
-    H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours)
+    H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours, backward=not grad_off)
 
     # ---- names: the framework's, with ours alongside (views of our arrays in the framework's layout)
     if user_config is not None:
@@ -485,12 +529,18 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         if ours_p is None:
             notes.append(f"{fw}: a parameter of the module with no counterpart in ours (not compared)")
             continue
-        entries.append(_compare(fw, "weight", ours_p, p.detach().numpy(), *names[fw]))
+        entries.append(_compare(fw, "weight", ours_p, _modes.tensor_numpy(p), *names[fw]))
     H_fw = H if batch_first else H.transpose(1, 0, 2)
-    entries.append(_compare("output", "output", *_rows.leave_out(H_fw, out_t.detach().numpy(), left, batch_first)))
-    if x_t is not None:
+    out_np = _modes.tensor_numpy(out_t)
+    if grad_off and pad is not None and kind == "torch":
+        H_fw = _modes.nested_tensor_padding(H_fw, out_np, pad, notes)
+    entries.append(_compare("output", "output", *_rows.leave_out(H_fw, out_np, left, batch_first)))
+    if grad_off:
+        named = []                                       # forward-only: no gradient on either side
+    if x_t is not None and not grad_off:
         dx_fw = dx if batch_first else dx.transpose(1, 0, 2)
-        entries.append(_compare("input", "input grad", *_rows.leave_out(dx_fw, x_t.grad.numpy(), left, batch_first)))
+        entries.append(_compare("input", "input grad", *_rows.leave_out(dx_fw, _modes.tensor_numpy(x_t.grad), left,
+                                                                        batch_first)))
     for fw, p in named:
         ours_g = _in_framework_layout(grads, names.get(fw))
         if p.grad is None:
@@ -501,7 +551,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
             continue
         if ours_g is None:
             continue
-        entries.append(_compare(fw, "grad", ours_g, p.grad.numpy(), *names[fw]))
+        entries.append(_compare(fw, "grad", ours_g, _modes.tensor_numpy(p.grad), *names[fw]))
     _set_scales(entries)
     zero = _set_source_scales(entries, atol)
     if zero:
@@ -509,9 +559,11 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                      f"|reference| is below atol times it; see docs/guide/testing.md): {', '.join(zero[:8])}"
                      + (f" and {len(zero) - 8} more" if len(zero) > 8 else ""))
     framework = "transformers" if kind.startswith("hf") else "torch"
-    report = ComparisonReport(type(module).__name__, framework, dt, rtol, atol, entries, notes, norm_rtol, conversions)
+    grad_tols = _modes.grad_tolerances(half, config) if half else None      # half's gradients: their own defaults
+    report = ComparisonReport(type(module).__name__, framework, _modes.report_dtype(half, dt), rtol, atol, entries,
+                              notes, norm_rtol, conversions, forward_only=bool(grad_off), grad_tolerances=grad_tols)
     if capture is not None:
-        r1, a1, n1 = default_tolerances(dt, 1)              # one sublayer's round-off: the per-layer tolerances
+        r1, a1, n1 = default_tolerances(half or dt, 1)      # one sublayer's round-off: the per-layer tolerances
         mask = _sublayer_mask(kind, masks, dt)
         report._sublayer_table = lambda: _sub.table(capture, layer_map, params, config, mask, batch_first, dt,
                                                     r1, a1, n1, left)     # computed when read: free when passing

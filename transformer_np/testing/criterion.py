@@ -265,6 +265,15 @@ class ComparisonReport:
         norm_rtol: the norm-wise tolerance :meth:`check` uses by default (:data:`NORM_TOLERANCES` of the dtype).
         conversions: every dtype conversion made on the way (the module's parameters, the inputs, ``grad_output``,
             ``params``, a float mask), one sentence each; empty when nothing was converted.
+        forward_only: True when the call ran with autograd off (inside ``torch.no_grad()`` or
+            ``torch.inference_mode()``): only the weights and the output were compared (a note says so).
+        grad_tolerances: ``(rtol, atol, norm_rtol)`` the gradients (input and parameters) are held to by default
+            when they differ from the forward's (half precision: ``HALF_GRAD_TOLERANCES``, or
+            ``HALF_GRAD_TOLERANCES_RELU`` in a ReLU module); None otherwise. A
+            tolerance passed to :meth:`check` or :meth:`failures` applies to every tensor.
+
+    ``dtype`` is the dtype the module ran in: a NumPy dtype, or the string ``"bfloat16"`` (NumPy has none); in half
+    precision the reference ran in float64 on the module's own rounded values.
     """
 
     module: str
@@ -276,6 +285,8 @@ class ComparisonReport:
     notes: list[str] = field(default_factory=list)
     norm_rtol: float | None = None
     conversions: list[str] = field(default_factory=list)
+    forward_only: bool = False
+    grad_tolerances: tuple | None = None
     _sublayer_table: object = field(default=None, repr=False, compare=False)   # list, or a function making it
 
     @property
@@ -290,7 +301,8 @@ class ComparisonReport:
 
     def __post_init__(self) -> None:
         if self.norm_rtol is None:
-            self.norm_rtol = NORM_TOLERANCES.get(np.dtype(self.dtype), 0.0)
+            key = self.dtype if isinstance(self.dtype, str) else np.dtype(self.dtype)        # "bfloat16": a name
+            self.norm_rtol = NORM_TOLERANCES.get(key, 0.0)
         for e in self.entries:                       # max_rel over what the relative term governs
             e.rel_floor = (self.atol / self.rtol) * e.scale if self.rtol > 0 else math.inf
             e._max_rel = False
@@ -327,19 +339,27 @@ class ComparisonReport:
         ratio |ours − ref| / (atol·S + rtol·|ref|) and its norm-wise ratio ‖ours − ref‖ / (norm_rtol·N) (> 1);
         ``index`` is its element furthest outside the element-wise criterion
         (:meth:`TensorComparison.worst_element`), the one the ``AssertionError`` names."""
-        rtol, atol, norm_rtol = self._tols(rtol, atol, norm_rtol)
         out = []
         for e in self.entries:
             if e.kind == "config":                             # equal or not: max_abs is 0 or inf
                 if e.max_abs:
                     out.append((e, math.inf, ()))
                 continue
-            nr = e.norm_ratio(norm_rtol)
-            if e.elementwise_passes(rtol, atol) and nr <= 1.0:
+            r, a, nt = self._tols_of(e, rtol, atol, norm_rtol)
+            nr = e.norm_ratio(nt)
+            if e.elementwise_passes(r, a) and nr <= 1.0:
                 continue
-            ratio = max(e.violation(rtol, atol)[0], nr)
-            out.append((e, ratio, e.worst_element(rtol, atol)[0]))
+            ratio = max(e.violation(r, a)[0], nr)
+            out.append((e, ratio, e.worst_element(r, a)[0]))
         return out
+
+    def _tols_of(self, e: TensorComparison, rtol, atol, norm_rtol) -> tuple[float, float, float]:
+        """The tolerances entry ``e`` is held to: the ones given, else its kind's defaults (gradients:
+        ``grad_tolerances`` when set)."""
+        if self.grad_tolerances is not None and e.kind in ("input grad", "grad"):
+            g = self.grad_tolerances
+            rtol, atol, norm_rtol = (g[i] if v is None else v for i, v in enumerate((rtol, atol, norm_rtol)))
+        return self._tols(rtol, atol, norm_rtol)
 
     def _tols(self, rtol, atol, norm_rtol) -> tuple[float, float, float]:
         rtol, atol = _tolerances(self.dtype, rtol, atol, self.rtol, self.atol)
@@ -356,11 +376,12 @@ class ComparisonReport:
         element-wise criterion, the index, both values, the error and the tolerance there; and, when the norm-wise
         criterion fails, the norm of the error against its tolerance."""
         __tracebackhide__ = True                                  # pytest: the message, not this frame's source
-        rtol, atol, norm_rtol = self._tols(rtol, atol, norm_rtol)
+        self._tols(rtol, atol, norm_rtol)                          # a bad tolerance is refused by name
         bad = self.failures(rtol, atol, norm_rtol)
         if not bad:
             return self
         e, ratio, idx = bad[0]
+        rtol, atol, norm_rtol = self._tols_of(e, rtol, atol, norm_rtol)
         theirs = "torch" if self.framework == "torch" else "transformers"
         mapped = f" (ours: {e.ours_at(idx)})" if e.ours_name else ""
         lines = [f"transformer_np and {theirs} disagree on the {e.label}{mapped} [{self.module}, {self.dtype}]:"]
@@ -400,7 +421,10 @@ class ComparisonReport:
     def __str__(self) -> str:
         failing = {id(f[0]) for f in self.failures()}
         head = (f"{self.module} vs transformer_np, {self.dtype}, rtol = {self.rtol:g}, atol = {self.atol:g}, "
-                f"norm_rtol = {self.norm_rtol:g}: {'all agree' if not failing else f'{len(failing)} disagree'}")
+                f"norm_rtol = {self.norm_rtol:g}: {'all agree' if not failing else f'{len(failing)} disagree'}"
+                + (" (forward-only)" if self.forward_only else "")
+                + ("" if self.grad_tolerances is None else "; gradients: rtol = {:g}, atol = {:g}, norm_rtol = "
+                   "{:g}".format(*self.grad_tolerances)))
         w = max([len(e.label) for e in self.entries] + [6])
         rows = [head, f"  {'tensor':{w}s} {'max abs':>9s} {'max rel':>9s} {'norm rel':>9s} {'S':>9s}  where"]
         for e in self.entries:

@@ -183,7 +183,8 @@ def table(cap: Capture, layer_map, params: dict, config, mask, batch_first: bool
         t = (cap.inputs if side == "in" else cap.outputs).get(prefix)
         if t is None:
             return None
-        a = t.cpu().numpy().astype(dt, copy=False)
+        t = t.cpu()
+        a = (t.double() if t.is_floating_point() and t.element_size() < 4 else t).numpy().astype(dt, copy=False)
         return a if batch_first or a.ndim != 3 else a.transpose(1, 0, 2)
 
     def p_of(prefix):
