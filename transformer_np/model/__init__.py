@@ -1,7 +1,12 @@
 """The model built from the ops: config, parameters, the encoder stack, heads, losses, gradient checks.
 
-``gradcheck`` and ``flops`` are modules of their own (import them as
-``transformer_np.model.gradcheck`` / ``.flops``); the names below are the model's public API.
+:mod:`.config` (``EncoderConfig``), :mod:`.params` (parameters as a flat dict of dotted names),
+:mod:`.encoder` (the layer and the stack: the article's equations, one dispatch to :mod:`transformer_np.fast`)
+with its argument and cache checks in :mod:`.checks`, :mod:`.heads` and :mod:`.losses`; the Hugging Face
+families beyond BERT's layer, :mod:`.modernbert` and :mod:`.mpnet`; :mod:`.budget` (memory estimates made
+before allocating). ``gradcheck`` (with the families' checks in :mod:`.gradcheck_families`) and ``flops`` are
+modules of their own (import them as ``transformer_np.model.gradcheck`` / ``.flops``); the names below are the
+model's public API.
 """
 
 from .config import EncoderConfig, count_parameters
