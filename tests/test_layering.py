@@ -1,4 +1,4 @@
-"""The layering of issue 46: ``ops`` ← ``fast`` ← ``model`` ← the rest, read from the source's imports; the
+"""The layering of issue 46: ``ops`` ← ``fast`` ← ``model`` ← the rest, every layer, read from the source's imports; the
 textbook path runs only the textbook; every module the redesign moved still imports at its old path."""
 
 from __future__ import annotations
@@ -60,6 +60,46 @@ def test_the_parser_sees_relative_and_absolute_imports(tmp_path):
         finally:
             probe.unlink()
         assert _reaches(imports, "model"), text
+
+
+#: each package's layer (CONTRIBUTING's table); the shared base (top-level modules) is layer 0
+LAYER = {"ops": 1, "fast": 2, "model": 3, "io": 4, "worksheets": 4, "training": 5, "testing": 5, "perf": 5,
+         "course": 6, "grader": 6, "cli": 7}
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYER.get(parts[1], 0) if len(parts) > 1 else 0
+
+
+def _upward(path: Path) -> list[str]:
+    """The modules of a higher layer than its own that the file at ``path`` imports, at any depth."""
+    module = "transformer_np." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    return sorted(m for m in _imported(path) if _layer(m) > _layer(module))
+
+
+#: the top level's __init__ (lazy entry points, ``tnp.check``) and __main__ (the CLI) sit above every layer
+TOP = {PACKAGE / "__init__.py", PACKAGE / "__main__.py"}
+
+
+@pytest.mark.parametrize("path", [p for p in sorted(PACKAGE.rglob("*.py")) if p not in TOP],
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_a_higher_layer(path):
+    """ops ← fast ← model ← io / worksheets ← training / testing / perf ← course / grader ← cli, and the shared
+    base under them all, read from every import statement (a function's lazy import too)."""
+    assert _upward(path) == []
+
+
+def test_the_layer_check_sees_a_lazy_upward_import():
+    """An op that imports the model inside a function (as ops/embeddings.py did for the memory limit) is seen."""
+    probe = PACKAGE / "ops" / "probe_layering.py"
+    try:
+        probe.write_text("def f():\n    from ..model.budget import check_memory\n", encoding="utf-8")
+        assert _upward(probe) == ["transformer_np.model.budget", "transformer_np.model.budget.check_memory"]
+        probe.write_text("from .._memory import check_memory\n", encoding="utf-8")
+        assert _upward(probe) == []
+    finally:
+        probe.unlink()
 
 
 @pytest.mark.parametrize("path", _modules("fast"), ids=lambda p: p.name)

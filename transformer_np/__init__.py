@@ -2,7 +2,19 @@
 
 Every sublayer is an explicit ``*_forward(...) -> (out, cache)`` with a hand-written
 ``*_backward(dout, cache)``; they compose into an encoder layer (Post-LN and Pre-LN)
-and an N-layer stack. Quick start::
+and an N-layer stack.
+
+The package, by layer (each imports only the layers before it; ``tests/test_layering.py``): :mod:`.ops` (the
+textbook ops and the family variants) ← :mod:`.fast` (the speed engine) ← :mod:`.model` (config, parameters,
+the encoder, heads, losses, gradient checks) ← :mod:`.io` (checkpoints, interop, the tokenizer) and
+:mod:`.worksheets` (hand calculations) ← :mod:`.training`, :mod:`.testing` (comparisons with frameworks) and
+:mod:`.perf` (the benchmark) ← :mod:`.course` (the lesson studies) and :mod:`.grader` (the exercise grader) ←
+:mod:`.cli` (one module per command; ``__main__`` runs it). Under them all, the shared base: :mod:`.errors` (the
+error classes), ``_validate`` (argument checks), ``_memory`` (the memory limit), ``_files`` (bounded, atomic
+file I/O), ``_optional`` (optional imports with an install hint), ``_compat`` (old import paths) and
+:mod:`.textout` (untrusted text for a terminal or a CSV cell).
+
+Quick start::
 
     import numpy as np
     import transformer_np as tnp

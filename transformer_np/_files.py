@@ -34,8 +34,6 @@ from typing import BinaryIO
 
 from .errors import FileFormatError, InputValueError
 
-__all__ = ["open_regular", "read_open_bounded", "read_bytes_bounded", "confined_path", "temporary_name",
-           "replace_atomically", "write_atomic", "write_all_or_none"]
 
 def _kind(mode: int) -> str:
     """What a non-regular file is, for a message."""

@@ -14,8 +14,6 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["require"]
-
 
 def require(module: str, hint: str) -> ModuleType:
     """``importlib.import_module(module)``, or ``ImportError(hint)`` raised from the original error.

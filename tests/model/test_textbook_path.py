@@ -25,7 +25,7 @@ from transformer_np.model import encoder, stack
 PACKAGE = Path(tnp.__file__).resolve().parent
 README = PACKAGE.parent / "README.md"
 ENCODER = PACKAGE / "model" / "encoder.py"
-TOP_LEVEL_CHECKS = {"_validate.py", "errors.py"}     # the argument checks and their errors
+TOP_LEVEL_CHECKS = {"_validate.py", "errors.py", "_memory.py"}   # the argument and memory checks, their errors
 
 
 def _readme_example(fast: bool) -> str:

@@ -10,6 +10,13 @@ A command's ``--help`` shows its module's docstring and its flags' help strings 
 :func:`plain_text` strips the reStructuredText markup the docstrings are written in for the API
 reference (````literals````, ``:func:`` roles, ``**bold**``), so the command modules keep one
 docstring for both readers.
+
+The commands: :mod:`.check` (mark worksheets), :mod:`.worksheet` (``worksheet new``, ``class``, …) and
+:mod:`.worksheet_serve` (``worksheet serve``), :mod:`.grade` (the exercises' grade of record), :mod:`.trace`
+(the worked example), :mod:`.gradcheck`, :mod:`.gradflow`, :mod:`.train`, :mod:`.embed`, :mod:`.figures` and
+:mod:`.bench`. Shared by several: ``_gradebook`` (the class gradebooks of ``check`` and ``grade``: what is
+shown, opened and written), ``_roster`` (``check --roster``: the gradebook in roster order and the files made
+from it) and ``_progress`` (a long command's progress on stderr).
 """
 
 from __future__ import annotations

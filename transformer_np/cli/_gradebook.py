@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from ..textout import csv_cell, terminal
 
-__all__ = ["shown", "cell", "Entry", "find_sheets", "read_sheet", "CsvSink"]
 
 def shown(text, keep_newlines: bool = False) -> str:
     """``text`` with every character a terminal would act on, or would not show, written as an escape: the

@@ -16,7 +16,7 @@ import json
 import math
 import sys
 
-from ..model.gradcheck import _H, TOLERANCE, run_all
+from ..model.gradcheck import FD_STEP, TOLERANCE, run_all
 from ._progress import Progress
 
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r.name:<{width}}  {r.max_rel_error:13.3e}  {r.checked:7d}  {ok}")
         print("-" * (width + 30))
         print(f"{len(results)} checks, worst {worst:.3e} (tolerance {args.tol:g}), float64, "
-              f"central differences h = {_H:g}, random upstream gradients")
+              f"central differences h = {FD_STEP:g}, random upstream gradients")
     failed = [r.name for r in results if not r.max_rel_error <= args.tol]
     if failed:
         print(f"gradcheck FAILED for: {', '.join(failed)}", file=sys.stderr)

@@ -4,7 +4,7 @@ Each study computes the numbers a lesson states — the worked example (:mod:`.t
 deep stacks (:mod:`.gradflow`), contextual embeddings of MiniLM (:mod:`.contextual`), warm-up and LayerNorm
 placement (:mod:`.stability`), the encoder's anatomy (:mod:`.anatomy`), its cost (:mod:`.complexity`) — and
 :mod:`.plots` draws them; :mod:`.figures` regenerates every figure, :mod:`.ledger` holds the verdict on every
-claim. Nothing is imported here until used.
+claim, and :mod:`.progress` shows a long notebook cell's progress. Nothing is imported here until used.
 
 The exercises' checks and their grade of record are a package of their own, :mod:`transformer_np.grader`; the
 old paths (``transformer_np.course.exercises``, ``transformer_np.course.grade_notebook``, …) still import it.

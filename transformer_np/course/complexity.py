@@ -37,7 +37,7 @@ import numpy as np
 
 from .._compat import forward_moved as _forward_moved
 from .._validate import check_int, describe
-from ..fast.threads import one_blas_thread
+from ..fast.threads import limit_blas_threads, one_blas_thread
 from ..model.config import EncoderConfig
 from ..model.flops import crossover_n, layer_flops
 
@@ -93,9 +93,8 @@ def measure(repeats: int = 3, one_thread: bool = True, n_sweep: dict = N_SWEEP, 
     limiter = None
     if one_thread:
         try:
-            from threadpoolctl import threadpool_limits
-            limiter = threadpool_limits(1, user_api="blas")
-        except ImportError:
+            limiter = limit_blas_threads(1)
+        except ImportError:         # without threadpoolctl: BLAS's own threads, and the record says so (None)
             pass
     try:
         rows = [{"n": n, "d": n_sweep["d"], "seconds": time_layer(_config(n_sweep["d"]), BATCH, n, repeats)}

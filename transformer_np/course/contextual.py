@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._compat import forward_moved as _forward_moved
-from ..io.pretrained import PretrainedEncoder, _check_sentences, cosine_similarity_matrix, l2_normalize, pool
+from ..io.pretrained import PretrainedEncoder, check_sentences, cosine_similarity_matrix, l2_normalize, pool
 
 __all__ = ["word_vectors_by_layer", "layer_labels", "sense_similarity_by_layer",
            "nearest_centroid_loo_accuracy", "mean_attention_distance", "probe_by_layer", "notable_heads",
@@ -38,7 +38,7 @@ def word_vectors_by_layer(model: PretrainedEncoder, sentences, word: str, dtype=
     """The vector of ``word`` (a single vocabulary piece, first occurrence) in each sentence at
     every depth: row 0 the static embedding E_tok[word], rows 1 … N+1 the hidden states
     H^(0) … H^(N). Returns (N + 2, S, d_model)."""
-    sentences = _check_sentences(sentences)
+    sentences = check_sentences(sentences)
     if word not in model.tokenizer.vocab:
         raise ValueError(f"word {word!r} is not a single piece of the vocabulary")
     wid = model.tokenizer.vocab[word]

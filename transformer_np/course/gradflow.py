@@ -70,7 +70,7 @@ SMALL_DIMS = {"d_model": 16, "n_heads": 2, "d_ff": 64, "n": 4}
 # ----------------------------------------------------------------------------- BLAS threads
 def single_thread_blas(fn):
     """Run ``fn`` with one BLAS thread (via threadpoolctl; without it unchanged, after one warning that says
-    what to install: :func:`transformer_np.course._blas.one_blas_thread`).
+    what to install: :func:`transformer_np.fast.threads.one_blas_thread`).
 
     Why: every matrix here is small (at most 128 × 256), so BLAS threads bring nothing, and
     on a busy 2-core machine OpenBLAS's spinning threads made a (128, 256) @ (256, 64)

@@ -73,9 +73,8 @@ def _block_scores(Q, Kt, sqrt_dk: float, rows: slice, out) -> np.ndarray:
     return np.matmul(q, Kt, out=out)                         # (..., r, n_k)
 
 
-# The bound of _no_max_rows costs ~0.1–0.3 ms of NumPy calls (norms of Q and K, max |V|, the mask's
-# row maxima); the max and subtract passes it saves cost ~0.4 ms at 2**15 scores (measured, wall clock,
-# loaded machine: 0.08–0.33 ms against 0.4 ms at (2, 4, 64, 16), 8.8 ms at attn-512's 2 M scores).
+# The bound of _no_max_rows (norms of Q and K, max |V|, the mask's row maxima) pays for the max and subtract
+# passes it saves from about 2**15 scores (the measurements: docs/bench_notes.md, "_SKIP_MIN_SCORES").
 _SKIP_MIN_SCORES = 1 << 15
 
 
@@ -231,11 +230,8 @@ def _row_sums(S: np.ndarray, ell: np.ndarray) -> None:
 # The row sums come from the A V product with a column of ones appended to V (P [V | 1] = [P V | ℓ]) for
 # rows of ≥ _ONES_MIN·d_v keys; then the normalisation of O is deferred to the (n_q, d_v) result, and the
 # backward takes dA − D from one product [dO | −D] [V | 1]ᵀ. The extra column and the (n, d_v + 1) copies
-# cost in proportion to d_v, the passes they save in proportion to n_k. Measured (float32, 1 thread, CPU
-# time): n = 512, d_v = 16: the product +0.25 ms against a sum pass of 0.4–0.8 ms (the inference forward
-# 5.3 → 4.2 ms); BERT-base (n = 128, d_v = 64): the stored inference forward 11.9 → 15.7 ms with the
-# ones column at every shape — there a row has only 2·d_v keys, so the sum pass and the subtraction
-# of D stay.
+# cost in proportion to d_v, the passes they save in proportion to n_k: BERT-base's rows have only 2·d_v keys,
+# so there the sum pass and the subtraction of D stay (the measurements: docs/bench_notes.md, "_ONES_MIN").
 _ONES_MIN = 8
 
 
@@ -284,7 +280,7 @@ def _forward_heads(Q, K, V, mask, store: bool, out, stats: bool, weights_out=Non
     safe = None if optimistic else _no_max_rows(Q, K, V, mask, sqrt_dk)   # (..., n_q, 1) or None
     # ÷ √d_k, exact where it folds (:func:`_folds`): on Q, one (n_q, d_k) pass into a new array — or, optimistic
     # (short rows), on each contiguous block of scores in place (s_scale): MiniLM's Q is a strided view of the
-    # (M, 3d) projections, and copying it cost 94 µs against 25 µs for its 186 k scores (1 thread)
+    # (M, 3d) projections, dearer to copy than its scores are to scale (docs/bench_notes.md, "÷ √d_k …")
     s_scale = optimistic and _folds(sqrt_dk)
     Qs = Q / sqrt_dk if _folds(sqrt_dk) and not s_scale else Q
     Kt = _per_head(K.swapaxes(-1, -2), lead, 2)              # (..., d_k, n_k) view

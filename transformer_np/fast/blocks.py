@@ -115,8 +115,7 @@ class _Whole:
 
 
 # Elements below which a block's elementwise pass runs inline rather than on the thread pool: handing rows to
-# the pool and waiting costs ~20–50 µs (measured, 2 threads, a no-op task), about one float32 exp pass over
-# 2**15 elements; every attention block of the bench's shapes is larger (2**17–2**18 elements).
+# the pool and waiting costs about one float32 exp pass over 2**15 elements (docs/bench_notes.md, "_POOL_MIN").
 _POOL_MIN = 1 << 15
 
 

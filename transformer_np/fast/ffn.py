@@ -157,21 +157,12 @@ def _layernorm_value(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: fl
 
 # ----------------------------------------------------------------------------- activation and FFN
 _BLOCK = 16384   # elements per block: ~64 KB in float32, so f's ~10 live temporaries fit in L2
-_GELU32_BLOCK = 32768   # float32 GELU: 3–4 scratch arrays of 128 KB (round 5, 1 thread, U of (704, 1536) and
-                        # (1024, 3072): with f' 3–5% faster than 64 Ki in 6 of 6 runs, value only 1–5% in 5 of 6
-                        # and 2% slower in one; 24 Ki, 48 Ki within the noise; 16 Ki 15–25% slower)
-_GELU32_VALUE_BLOCK = 131072   # float32 GELU, value only (inference): 3 scratch arrays of 512 KB. Fewer blocks,
-# fewer NumPy calls holding the GIL (22 per block): MiniLM encode with 2 batch threads 479 → 504/s (median
-# of 8 interleaved runs; 64 Ki 496, 256 Ki 494), the same 268/s at 1 thread (session 7, 2 cores, quiet)
-_GELU64_BLOCK = 32768   # the float64 GELU (fast/gelu64.py): 3 scratch arrays of 256 KB (measured best of 4–128 Ki)
-_GELU64_VALUE_BLOCK = 65536   # float64 GELU, value only (inference): 3 scratch arrays of 512 KB. Fewer NumPy calls
-# per element: when two threads make NumPy calls at once (the inference layer's batch shards), each call waits
-# ~3–4 µs for the GIL (two threads each calling np.exp on 4 Ki float64 elements: 6.6 µs per pair of calls against
-# 2.8 µs for one). One thread: 18.7 against 19.1 ms ((512, 3072), 32 Ki); two threads, each its own (512, 3072) at
-# once: 21.4–22.0 against 27.5–27.8 ms; (320, 1536): 6.4–6.5 against 9.6–9.8 ms (48 Ki 7.6–8.1, 96 Ki 6.1–6.2 but
-# 5.9 alone, 128 Ki 6.7–7.0). Whole inference layers, 2 threads, fresh processes, median of 5 (session 8): bert-base
-# 0.96×, minilm 0.93×, attn-512 0.91× the time; 1 thread: bert-base 1.00×. The fused kernel (with f′, training) keeps
-# 32 Ki: at 64 Ki bert-base fwd+bwd took 1.04× at 2 threads, 1.01× at 1
+# The GELU kernels' blocks, each the fastest measured (docs/bench_notes.md, "The GELU block sizes"); the value-only
+# (inference) ones are larger: fewer NumPy calls, so less waiting for the GIL when batch shards run at once.
+_GELU32_BLOCK = 32768   # float32 GELU with f': 3–4 scratch arrays of 128 KB
+_GELU32_VALUE_BLOCK = 131072   # float32 GELU, value only (inference): 3 scratch arrays of 512 KB
+_GELU64_BLOCK = 32768   # the float64 GELU (fast/gelu64.py): 3 scratch arrays of 256 KB
+_GELU64_VALUE_BLOCK = 65536   # float64 GELU, value only (inference): 3 scratch arrays of 512 KB
 
 # Exact GELU in float32 with one range and one exp2 (see _gelu32): Φ(−|z|) = 2^(C z²) M(s), C = −log₂e/2
 # (the float32 number the kernel multiplies by), s = |z|/(|z| + K), K = 4; M is the degree-7 polynomial
@@ -233,8 +224,8 @@ def _gelu32(z: np.ndarray, out: np.ndarray, grad: np.ndarray, a, s, e, E) -> Non
 # it). The nodes are the zeros (to 6 digits) of the error of the best fit of N on a ∈ [0, 13.2] weighted
 # by the room the tests' bounds leave after the exp2 argument's two roundings (as for _GELU32_M, without
 # the f' part); K = 3.875 was the best of a scan of [2.5, 5]. The Gaussian factor is taken as
-# exp2(−z² log₂e / 2): NumPy's float32 exp2 costs half its exp here (0.25 against 0.47 ns per element,
-# 1 thread); C is the float32 number the kernel multiplies by, and the interpolated function carries it.
+# exp2(−z² log₂e / 2): NumPy's float32 exp2 costs half its exp here (docs/bench_notes.md, "exp2 for …");
+# C is the float32 number the kernel multiplies by, and the interpolated function carries it.
 # Measured in round 5 against math.erfc on [−14, 14] (2,000,001 points) plus 10⁶ N(0, 9) draws:
 # relative error 7.3e-7 for z ≥ −3 and 9.2e-6 below (bounds 1e-6, 1.7e-5; the degree-7 Chebyshev
 # interpolant it replaces, two passes more: 5.9e-7 and 7.6e-6).
@@ -397,9 +388,8 @@ def ffn_backward(dout: np.ndarray, cache: dict, free_cache: bool = False) -> tup
 
 
 # Elements of one block of z's columns rebuilt for dW₁ (:func:`_ffn_backward`): 2 MiB in float32. Each block
-# repacks dU (M, d_ff) for its product, so fewer blocks are faster: bert-base, 1 thread, CPU time, dW₁ whole
-# 33-36 ms, in blocks of 384 or 512 columns 35-37 ms, of 256 columns 39-40 ms; the blocks go in the hole
-# f'(U) leaves beside dW₁.
+# repacks dU (M, d_ff) for its product, so fewer blocks are faster (docs/bench_notes.md, "_GEMM_BLOCK"); the
+# blocks go in the hole f'(U) leaves beside dW₁.
 _GEMM_BLOCK = 1 << 19
 
 

@@ -21,7 +21,7 @@ from .._optional import require
 from ..errors import InputTypeError, InputValueError
 
 __all__ = ["get_num_threads", "set_num_threads", "get_batch_threads", "set_batch_threads", "limit_blas_threads",
-           "one_blas_thread"]
+           "one_blas_thread", "library_thread_defaults"]
 
 
 # ----------------------------------------------------------------------------- threads
@@ -185,6 +185,22 @@ def set_batch_threads(n: int | None) -> None:
     _BATCH_THREADS = n
 
 
+@contextmanager
+def library_thread_defaults() -> Iterator[dict]:
+    """The fast path's thread settings at the library's defaults while the block runs, restored after it:
+    elementwise threads (:func:`set_num_threads`, default 1) and batch threads (:func:`set_batch_threads`,
+    default BLAS's thread count). Yields ``{"elementwise_threads": …, "batch_threads": …}`` as they are in
+    the block. (The benchmark's: :mod:`transformer_np.perf.machine` re-exports it.)"""
+    global _THREADS, _BATCH_THREADS
+    saved = _THREADS, _BATCH_THREADS
+    set_num_threads(None)
+    _BATCH_THREADS = None                        # (set_batch_threads(None) without its threadpoolctl check)
+    try:
+        yield {"elementwise_threads": get_num_threads(), "batch_threads": get_batch_threads()}
+    finally:
+        _THREADS, _BATCH_THREADS = saved
+
+
 def _threadpoolctl_installed() -> bool:
     try:
         import threadpoolctl  # noqa: F401
@@ -230,7 +246,7 @@ def _set_blas_threads(lib, count: int) -> None:
         clear()
 
 
-def _in_shards(fn: Callable[[int], None], count: int) -> None:
+def in_shards(fn: Callable[[int], None], count: int) -> None:
     """fn(0), …, fn(count − 1) at once, one per thread (the caller runs fn(0)), with OpenBLAS at one
     thread (:func:`_blas_single`) and each thread marked as a shard (no nested split or elementwise
     pool). Every call finishes before this returns; the first exception (by shard index) is re-raised."""
@@ -267,6 +283,9 @@ def _in_shards(fn: Callable[[int], None], count: int) -> None:
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
+
+
+_in_shards = in_shards   # the engine's modules import it by this name and look it up at call time (tests spy there)
 
 
 # ----------------------------------------------------------------------------- BLAS threads around a block

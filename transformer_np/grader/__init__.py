@@ -8,14 +8,19 @@ What runs where, and what crosses the pipe:
   :mod:`~transformer_np.grader.diagnosis`, :mod:`.feedback`); the points by name (:mod:`.grading`); the class run
   (:mod:`.grade`: :func:`grade_notebook`, :func:`grade_submissions`) and the gradebook it writes; the similarity
   report (:mod:`.similarity`); the side of the sandbox that starts a child, talks to it under deadlines and serves the
-  functions a notebook hands out (:mod:`.sandbox`). The grader draws the cases, computes the reference and does every
-  comparison.
+  functions a notebook hands out (:mod:`.sandbox`), the kernel's boundary it sets up for the child (:mod:`.confine`:
+  Landlock, seccomp-bpf, a user namespace), the child's clocks (:mod:`.timing`: CPU seconds, wall-clock caps) and
+  the parse of a submission's source that cannot crash the grader (:mod:`.source`). The grader draws the cases,
+  computes the reference and does every comparison.
 * **In the child process** (:mod:`.child`, one per submission, run as a separate program that never imports this
   project): the student's cells and functions, behind the operating system's boundary set up before any student
   code runs.
 * **Across the pipe** (:mod:`.wire`): framed messages of a JSON header and ``.npy`` arrays — cells and call
   arguments to the child; numbers, strings, type names and handle numbers back. Nothing the child sends is
   executed or unpickled; every frame is bounded before it is read.
+
+Where a course grades (:mod:`.platforms`): Gradescope autograders and PrairieLearn external-grader questions
+that run the same grade of record.
 
 Nothing is imported here until used. The old paths under ``transformer_np.course`` (``course.exercises``,
 ``course.grade``, ``course.sandbox``, …) import these same modules.

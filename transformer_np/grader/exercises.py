@@ -78,7 +78,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputValueError
-from ..model.gradcheck import _H, CheckResult, check_op, rel_error
+from ..model.gradcheck import FD_STEP, CheckResult, check_op, rel_error
 from ..model.gradcheck import TOLERANCE as GRADCHECK_TOLERANCE
 from .calling import (
     STUDENT_EXCEPTIONS,
@@ -540,12 +540,12 @@ def _directional_check(name: str, run: Callable[[dict], tuple], back: Callable[[
             v = rng.standard_normal(x.shape)
             v /= max(float(np.linalg.norm(v)), 1e-300)
             old = x.copy()
-            x += _H * v
+            x += FD_STEP * v
             plus = np.asarray(run(arrays)[0], dtype=np.float64)
-            x[...] = old - _H * v
+            x[...] = old - FD_STEP * v
             minus = np.asarray(run(arrays)[0], dtype=np.float64)
             x[...] = old
-            num = float(np.sum(R * (plus - minus))) / (2.0 * _H)
+            num = float(np.sum(R * (plus - minus))) / (2.0 * FD_STEP)
             worst = max(worst, rel_error(np.array([float(np.sum(grad * v))]), np.array([num]), eps=scale))
         per[key], total = worst, total + directions
     return CheckResult(name, max(per.values()) if per else 0.0, total, per)

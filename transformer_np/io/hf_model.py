@@ -29,12 +29,13 @@ from ..model.encoder import encoder_backward, encoder_forward
 from ..model.modernbert import modernbert_backward, modernbert_forward
 from ..model.mpnet import mpnet_stack_backward, mpnet_stack_forward
 from ..model.params import check_param_arrays
+from ..ops import kernels as op  # the ops' unchecked kernels: the arguments are checked here, once
 from ..ops.cache import check_for_backward
 from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embeddings import embedding_backward, embedding_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
 from ..ops.linear import linear_backward, linear_forward
-from ..ops.masks import _padding_mask, validate_attention_mask
+from ..ops.masks import validate_attention_mask
 from .families import HFEncoderConfig, hf_param_shapes
 
 __all__ = ["hf_forward", "hf_backward", "validate_hf_params", "position_ids"]
@@ -72,7 +73,7 @@ def _run_stack(params: dict, config: HFEncoderConfig, H0: np.ndarray, attention_
                                training=training, rng=rng, store_attention=store_attention,
                                for_backward=for_backward)
     stack = {**_stack_params(params), "relative_bias": params["relative_bias"]}
-    mask = None if attention_mask is None else _padding_mask(attention_mask, H0.dtype)   # (B, 1, 1, n)
+    mask = None if attention_mask is None else op.padding_mask(attention_mask, H0.dtype)   # (B, 1, 1, n)
     return mpnet_stack_forward(stack, config.stack, H0, config.relative_attention_num_buckets, mask, training, rng,
                                for_backward=for_backward)
 

@@ -88,14 +88,13 @@ from .hf_model import hf_backward, hf_forward
 from .interop_torch import (
     TorchLayerConfig,
     _module_dtype,
-    _require_torch,
     _to_torch_tensors,
     from_torch,
     params_from_torch_state_dict,
+    require_torch,
     to_torch_state_dict,
     torch_state_dict_from_params,
 )
-from .interop_torch import _torch_table as _torch_table  # re-exported: transformer_np.testing imports it from here
 
 __all__ = ["config_from_hf_dict", "hf_dict_from_config", "params_from_hf_state_dict",
            "hf_state_dict_from_params", "params_from_torch_state_dict", "torch_state_dict_from_params",
@@ -151,7 +150,7 @@ def config_from_hf_dict(hf_config: dict, source: str = "hf_config") -> EncoderCo
                            relative_attention_num_buckets=spec.get("relative_attention_num_buckets"))
 
 
-def _as_family_config(config, what: str) -> HFEncoderConfig:
+def as_family_config(config, what: str) -> HFEncoderConfig:
     """An HFEncoderConfig for either kind of config (BERT's EncoderConfig is checked and wrapped)."""
     if isinstance(config, HFEncoderConfig):
         return config
@@ -179,7 +178,7 @@ def hf_dict_from_config(config: EncoderConfig | HFEncoderConfig) -> dict:
     Both dropout fields get ``config.dropout``. Exact GELU maps to "gelu", the tanh
     approximation to "gelu_new".
     """
-    fc = _as_family_config(config, "hf_dict_from_config")
+    fc = as_family_config(config, "hf_dict_from_config")
     if fc.bare_layer:
         raise InputValueError("hf_dict_from_config: a bare-layer config has no vocabulary; use the model's config")
     c = fc.encoder
@@ -255,7 +254,7 @@ def params_from_hf_state_dict(state: Mapping[str, np.ndarray], config: EncoderCo
 
     Raises ValueError naming the tensor for a missing, unexpected or misshapen tensor.
     """
-    fc = _as_family_config(config, "params_from_hf_state_dict")
+    fc = as_family_config(config, "params_from_hf_state_dict")
     detect = "" if fc.bare_layer else fc.family.base_prefix + "."
     inner = _strip_prefix(state, prefix, detect)
     source = f"Hugging Face {fc.model_type}" + (" layer" if fc.bare_layer else "")
@@ -275,7 +274,7 @@ def hf_tensors_needed(shapes: Mapping[str, tuple], config: EncoderConfig | HFEnc
     exactly the tensors to read. Names outside the family's prefix (task heads) and the position/token-type
     buffers are not in it: they are never read. Raises the InputValueError :func:`params_from_hf_state_dict`
     raises for a missing or unexpected tensor (by name) or a misshapen one (name, expected and found shape)."""
-    fc = _as_family_config(config, "hf_tensors_needed")
+    fc = as_family_config(config, "hf_tensors_needed")
     detect = "" if fc.bare_layer else fc.family.base_prefix + "."
     inner = _strip_prefix(shapes, prefix, detect)
     if prefix is None:                                  # as _strip_prefix detects it
@@ -299,7 +298,7 @@ def hf_state_dict_from_params(tree: Mapping[str, np.ndarray], config: EncoderCon
     weight matrices transposed back to ``nn.Linear``'s (d_out, d_in). ``pooler.W``/``pooler.b``
     are exported when present. A bare-layer config gives the layer's own names
     (``attention.self.query.weight``, ...). Arrays are fresh contiguous copies in the tree's dtype."""
-    fc = _as_family_config(config, "hf_state_dict_from_params")
+    fc = as_family_config(config, "hf_state_dict_from_params")
     if not isinstance(prefix, str):
         raise InputTypeError(f"prefix must be a str, got {describe(prefix)}")
     if isinstance(tree, Mapping) and len(tree) + 1 < hf_table_size(fc):
@@ -312,7 +311,7 @@ def hf_state_dict_from_params(tree: Mapping[str, np.ndarray], config: EncoderCon
 def hf_module_names(config: EncoderConfig | HFEncoderConfig) -> dict[str, str]:
     """Our name → the HF name (of a base model, or of a bare layer) for every tensor of ``config``,
     pooler included where the family has one: how to read our names in HF's terms."""
-    fc = _as_family_config(config, "hf_module_names")
+    fc = as_family_config(config, "hf_module_names")
     return {ours: fw for fw, ours, _ in list(hf_name_table(fc)) + pooler_rows(fc)}
 
 
@@ -345,7 +344,7 @@ def _hf_config_dict(cfg, where: str) -> dict:
     return cfg.to_dict()
 
 
-def _layer_hf_config(module):
+def layer_hf_config(module):
     """The transformers config held by an HF layer's submodules (BertSelfAttention.config, ...), or None."""
     for m in module.modules():
         cfg = getattr(m, "config", None)
@@ -371,16 +370,16 @@ def from_hf(module, dtype=None) -> tuple[EncoderConfig | HFEncoderConfig, dict[s
     given. Unsupported architectures raise :class:`~transformer_np.errors.ModelConfigError` listing
     the supported ones.
     """
-    config, is_model = _hf_config_of(module)
+    config, is_model = hf_config_of(module)
     prefix = None if is_model else ""
     params = params_from_hf_state_dict(module.state_dict(), config, dtype=_module_dtype(module, dtype), prefix=prefix)
     return config, params
 
 
-def _hf_config_of(module) -> tuple[EncoderConfig | HFEncoderConfig, bool]:
+def hf_config_of(module) -> tuple[EncoderConfig | HFEncoderConfig, bool]:
     """(the config :func:`from_hf` returns, whether the module is a model rather than a layer), without
     converting any weight."""
-    torch = _require_torch()
+    torch = require_torch()
     if not isinstance(module, torch.nn.Module):
         raise InputTypeError(f"module must be a transformers model or layer (a torch.nn.Module), "
                              f"got {type(module).__name__}")
@@ -388,7 +387,7 @@ def _hf_config_of(module) -> tuple[EncoderConfig | HFEncoderConfig, bool]:
     if isinstance(module, transformers.PreTrainedModel):
         name = type(module).__name__
         return config_from_hf_dict(_hf_config_dict(module.config, f"{name}.config"), source=f"{name}.config"), True
-    cfg = _layer_hf_config(module)
+    cfg = layer_hf_config(module)
     _refuse_bare_layer(module)
     if cfg is None:
         raise InputTypeError(f"module must be a transformers encoder model ({supported_text()}) or one of their "

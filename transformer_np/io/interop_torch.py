@@ -22,7 +22,7 @@ names (``self_attn.in_proj_weight``).
 Every mapping works on parameters *and* on gradients (a gradient has its parameter's name and shape).
 torch is imported lazily inside the functions that need it (:func:`from_torch`,
 :func:`to_torch_state_dict`); the ``*_from_*`` functions are pure NumPy. The helpers
-``_require_torch``, ``_module_dtype`` and ``_to_torch_tensors`` serve the Hugging Face side too
+``require_torch``, ``_module_dtype`` and ``_to_torch_tensors`` serve the Hugging Face side too
 (its models are torch modules).
 """
 
@@ -96,7 +96,7 @@ def _torch_layer_names(pre: str) -> dict[str, str]:
             pre + "norm2.weight": "ln2.gamma", pre + "norm2.bias": "ln2.beta"}
 
 
-def _torch_table(config: EncoderConfig, single_layer: bool) -> list[tuple[str, str, bool]]:
+def torch_table(config: EncoderConfig, single_layer: bool) -> list[tuple[str, str, bool]]:
     """(torch name, our name, transpose?) rows, without the fused in_proj tensors."""
     if single_layer and (config.n_layers != 1 or config.use_final_layer_norm):
         raise InputValueError("single_layer=True (a bare nn.TransformerEncoderLayer) needs config.n_layers = 1 and "
@@ -144,7 +144,7 @@ def params_from_torch_state_dict(state: Mapping, config: EncoderConfig, dtype=No
         raise InputTypeError(f"state must be a mapping of name -> array (a state dict), got {describe(state)}")
     d = config.d_model
     shapes = dict(param_shapes(config))
-    table = _torch_table(config, single_layer)
+    table = torch_table(config, single_layer)
     fused, fused_shapes = _in_proj_rows(config, single_layer)      # in_proj as pseudo-parameters
     shapes.update(fused_shapes)
     rows = _rows_for(state, table + fused, len(table) + len(fused), [], (), "PyTorch")
@@ -169,7 +169,7 @@ def torch_state_dict_from_params(tree: Mapping[str, np.ndarray], config: Encoder
         raise InputTypeError(f"tree must be a dict of name -> numpy array (params or grads), got {describe(tree)}")
     d = config.d_model
     shapes = dict(param_shapes(config))
-    table = _torch_table(config, single_layer)
+    table = torch_table(config, single_layer)
     fused_tree = dict(tree)
     for _, op in _in_proj_names(config, single_layer):
         for kind, shape in (("W_", (d, d)), ("b_", (d,))):
@@ -190,9 +190,12 @@ def torch_state_dict_from_params(tree: Mapping[str, np.ndarray], config: Encoder
 
 
 # ----------------------------------------------------------------------------- torch / transformers modules
-def _require_torch():
+def require_torch():
     return require("torch", "this function needs PyTorch: pip install torch==2.13.0 "
                             "(or pip install 'transformer_np[torch]')")
+
+
+_require_torch = require_torch   # its name until issue 46 (tests call it)
 
 
 def _torch_activation(layer) -> str:
@@ -203,7 +206,7 @@ def _torch_activation(layer) -> str:
     ``nn.ReLU()``, ``nn.GELU()`` (approximate "none" or "tanh"); anything else is a custom
     activation we cannot reproduce.
     """
-    torch = _require_torch()
+    torch = require_torch()
     F = torch.nn.functional
     act = layer.activation
     if act is F.relu or isinstance(act, torch.nn.ReLU):
@@ -218,7 +221,7 @@ def _torch_activation(layer) -> str:
 
 def _layernorm_eps(norm, name: str, d: int) -> float:
     """eps of an affine nn.LayerNorm over the last axis of size d, or ValueError naming ``name``."""
-    torch = _require_torch()
+    torch = require_torch()
     if type(norm) is not torch.nn.LayerNorm:
         raise InputValueError(f"{name} must be an nn.LayerNorm, got {type(norm).__name__}")
     if tuple(norm.normalized_shape) != (d,):
@@ -232,7 +235,7 @@ def _layernorm_eps(norm, name: str, d: int) -> float:
 
 def _torch_layer_options(layer, where: str) -> dict:
     """Everything about one nn.TransformerEncoderLayer that our EncoderConfig must express."""
-    torch = _require_torch()
+    torch = require_torch()
     if not isinstance(layer, torch.nn.TransformerEncoderLayer):
         raise InputTypeError(f"{where} must be an nn.TransformerEncoderLayer, got {type(layer).__name__}")
     attn = layer.self_attn
@@ -290,16 +293,16 @@ def from_torch(module, dtype=None) -> tuple[EncoderConfig, dict[str, np.ndarray]
     activation, a non-LayerNorm or non-affine norm, layers that differ) raise ValueError naming
     the option.
     """
-    config, single = _torch_config_of(module)
+    config, single = torch_config_of(module)
     state = {k: v for k, v in module.state_dict().items()}
     params = params_from_torch_state_dict(state, config, dtype=_module_dtype(module, dtype), single_layer=single)
     return config, params
 
 
-def _torch_config_of(module) -> tuple[EncoderConfig, bool]:
+def torch_config_of(module) -> tuple[EncoderConfig, bool]:
     """(the config :func:`from_torch` returns, whether the module is a bare layer), checked, without converting any
     weight."""
-    torch = _require_torch()
+    torch = require_torch()
     if isinstance(module, torch.nn.TransformerEncoderLayer):
         layers, norm, single = [module], None, True
     elif isinstance(module, torch.nn.TransformerEncoder):
@@ -333,7 +336,7 @@ def _torch_config_of(module) -> tuple[EncoderConfig, bool]:
 
 
 def _to_torch_tensors(arrays: dict) -> dict:
-    torch = _require_torch()
+    torch = require_torch()
     return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in arrays.items()}
 
 

@@ -62,7 +62,8 @@ import numpy as np
 from .._compat import forward_moved as _forward_moved
 from .._validate import all_finite, as_int_array, check_float_dtype, check_int, describe
 from ..errors import InputTypeError, InputValueError, ModelFolderError, ResourceLimitError, TransformerNPError
-from ..fast.threads import _in_shards, get_batch_threads
+from ..fast.threads import get_batch_threads
+from ..fast.threads import in_shards as _in_shards  # looked up here at call time (tests spy on it)
 from ..model.budget import ENV_VAR, MemoryEstimate, check_memory, estimate_encoder
 from ..model.config import EncoderConfig
 from ..model.heads import token_count
@@ -253,7 +254,7 @@ def cosine_similarity_matrix(E: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the model
-def _check_sentences(sentences) -> list[str]:
+def check_sentences(sentences) -> list[str]:
     if isinstance(sentences, str):
         return [sentences]
     if not isinstance(sentences, (list, tuple)):
@@ -267,6 +268,11 @@ def _check_sentences(sentences) -> list[str]:
 
 
 _SORT_CHUNK = 64   # batches per tokenised chunk in encode (sorting by length happens within a chunk)
+
+
+def sort_chunk_batches() -> int:
+    """How many batches :meth:`PretrainedEncoder.encode` tokenises and sorts by length at a time."""
+    return _SORT_CHUNK
 
 
 class PretrainedEncoder:
@@ -323,7 +329,7 @@ class PretrainedEncoder:
         [CLS] and [SEP] included, when given — e.g. 128 to mimic tokenizer.json's built-in limit)."""
         if max_length is not None:
             check_int(max_length, "max_length", minimum=2, maximum=self.config.max_len)
-        return self.tokenizer(_check_sentences(sentences),
+        return self.tokenizer(check_sentences(sentences),
                               max_length=self.max_seq_length if max_length is None else max_length)
 
     def _check_batch(self, batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -394,7 +400,7 @@ class PretrainedEncoder:
         turn (longest first), OpenBLAS at one thread in each: a whole batch per thread instead of
         every layer split between them (measured, 2 cores, 1,000 sentences: 283 → 328 sentences/s).
         """
-        sentences = _check_sentences(sentences)
+        sentences = check_sentences(sentences)
         if not isinstance(normalize, bool):
             raise TypeError(f"normalize must be a bool, got {describe(normalize)}")
         check_int(batch_size, "batch_size", minimum=1)
@@ -413,7 +419,7 @@ class PretrainedEncoder:
                         normalize: bool, dt: np.dtype) -> None:
         """out[idx] ← the embeddings of the sentences ``idx`` of ``tokens``, for every idx in ``batches``:
         on :func:`get_batch_threads` threads when there are several batches, each thread taking the
-        next batch not yet taken (:func:`transformer_np.fast.threads._in_shards`)."""
+        next batch not yet taken (``transformer_np.fast.threads.in_shards``)."""
         def one(idx: np.ndarray) -> None:
             T = int(lengths[idx].max())                                         # this batch's longest
             batch = {k: v[idx, :T] for k, v in tokens.items()}                  # (b, T)

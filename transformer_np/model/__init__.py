@@ -6,15 +6,16 @@ The map:
   per term, forward and backward, and two dispatch points to the speed engine (:mod:`transformer_np.fast`);
 * :mod:`~transformer_np.model.stack` — the public functions around it (:func:`encoder_layer_forward`,
   :func:`encoder_forward` and their backwards): the checks, the ``fast=`` flag, the N-layer stack, inference
-  and stale-cache bookkeeping (until issue 46 in ``encoder``, where every name still imports from);
+  and stale-cache bookkeeping (the old path ``model.encoder`` still gives every one of them);
 * :mod:`~transformer_np.model.checks` — the encoder's argument checks and its errors;
 * :mod:`~transformer_np.model.config`, :mod:`~transformer_np.model.params` — the config and the parameters;
   :mod:`~transformer_np.model.budget` — the memory an encoder call will need, checked before it runs;
 * :mod:`~transformer_np.model.heads`, :mod:`~transformer_np.model.losses` — pooling, classifier, tagger;
   cross-entropy;
-* :mod:`~transformer_np.model.mpnet`, :mod:`~transformer_np.model.modernbert` — the family variants' layers;
-* ``gradcheck`` (with ``gradcheck_families``) and ``flops`` — modules of their own (import them as
-  ``transformer_np.model.gradcheck`` / ``.flops``).
+* :mod:`~transformer_np.model.mpnet`, :mod:`~transformer_np.model.modernbert`, :mod:`~transformer_np.model.deberta`
+  — the family variants' layers;
+* ``gradcheck`` (with ``gradcheck_families`` and ``gradcheck_deberta``) and ``flops`` — modules of their own
+  (import them as ``transformer_np.model.gradcheck`` / ``.flops``).
 
 The names below are the model's public API.
 """

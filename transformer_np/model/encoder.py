@@ -150,6 +150,6 @@ def _layer_backward(dout: np.ndarray, cache: dict, free_cache: bool, engine) -> 
 #: the checked entry points and the stack, which lived here until issue 46 split the textbook layer from them:
 #: ``from transformer_np.model.encoder import encoder_forward`` still works (the same objects)
 _MOVED_TO_STACK = ("encoder_layer_forward", "encoder_layer_backward", "encoder_forward", "encoder_backward",
-                   "layer_param_shapes", "LOOKUP_TABLES", "FREED_MESSAGE", "_embed", "_check_layer_params",
+                   "layer_param_shapes", "LOOKUP_TABLES", "FREED_MESSAGE", "_check_layer_params",
                    "_kernels")
 __getattr__ = forward_moved(__name__, dict.fromkeys(_MOVED_TO_STACK, "transformer_np.model.stack"))

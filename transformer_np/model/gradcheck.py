@@ -59,10 +59,10 @@ from .losses import cross_entropy_backward, cross_entropy_forward
 from .params import init_params, sub_params
 from .stack import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
 
-__all__ = ["rel_error", "numerical_gradient", "check_op", "run_all", "random_params", "TOLERANCE"]
+__all__ = ["rel_error", "numerical_gradient", "check_op", "run_all", "random_params", "TOLERANCE", "FD_STEP"]
 
 TOLERANCE = 1e-7
-_H = 1e-6
+FD_STEP = 1e-6   # h of the central differences (the grader's and the CLI's too)
 
 
 def rel_error(a: np.ndarray, n: np.ndarray, eps: float = 1e-12) -> float:
@@ -77,7 +77,7 @@ def rel_error(a: np.ndarray, n: np.ndarray, eps: float = 1e-12) -> float:
 
 
 def numerical_gradient(fn: Callable[[], np.ndarray], x: np.ndarray, R: np.ndarray,
-                       indices: np.ndarray, h: float = _H) -> np.ndarray:
+                       indices: np.ndarray, h: float = FD_STEP) -> np.ndarray:
     """Central differences of Σ R ⊙ fn() with respect to ``x`` at flat ``indices``.
 
     ``fn`` reads ``x`` (perturbed in place and restored) and returns the op's output.
@@ -108,7 +108,7 @@ class CheckResult:
 
 
 def check_op(name: str, run: Callable[[dict], tuple], back: Callable[[np.ndarray, object], dict],
-             arrays: dict, seed: int = 0, max_coords: int = 24, h: float = _H) -> CheckResult:
+             arrays: dict, seed: int = 0, max_coords: int = 24, h: float = FD_STEP) -> CheckResult:
     """Check ``back`` against finite differences of ``run`` for every array in ``arrays``.
 
     ``run(arrays) -> (out, cache)``; ``back(R, cache) -> {name: grad}`` (a subset of

@@ -44,15 +44,12 @@ import numpy as np
 
 from .._validate import check_bool, check_cache, check_dout, describe
 from ..errors import InputTypeError, InputValueError, ModelConfigError
-from ..ops.attention import _attention_backward, _attention_forward, merge_heads, split_heads
-from ..ops.dropout import _dropout_backward, _dropout_forward
-from ..ops.embeddings import _embedding_backward, embedding_forward
-from ..ops.glu import _glu_ffn_backward, _glu_ffn_forward
-from ..ops.layernorm import _layernorm_backward, _layernorm_forward
-from ..ops.linear import _linear_backward, _linear_forward
+from ..ops import kernels as op  # the ops' unchecked kernels: the arguments are checked here, once
+from ..ops.attention import merge_heads, split_heads
+from ..ops.embeddings import embedding_forward
 from ..ops.local_attention import sliding_window_mask
-from ..ops.masks import _padding_mask, combine_masks
-from ..ops.rotary import _rotary_backward, _rotary_forward, rotary_tables
+from ..ops.masks import combine_masks
+from ..ops.rotary import rotary_tables
 from .checks import _check_dropout_rng
 from .config import EncoderConfig
 from .params import check_param_arrays, sub_params
@@ -135,11 +132,11 @@ def modernbert_param_shapes(config: EncoderConfig, arch: ModernBertArch) -> dict
 # ----------------------------------------------------------------------------- pieces
 def _ln_forward(x: np.ndarray, p: dict, name: str, eps: float) -> tuple[np.ndarray, dict]:
     """LN with γ and, if the params hold one, β (else β = 0: HF's ``bias=False``)."""
-    return _layernorm_forward(x, p[name + ".gamma"], p.get(name + ".beta", 0.0), eps)
+    return op.layernorm_forward(x, p[name + ".gamma"], p.get(name + ".beta", 0.0), eps)
 
 
 def _ln_backward(dy: np.ndarray, cache: dict, p_names: dict, name: str, g: dict) -> np.ndarray:
-    dx, g[name + ".gamma"], dbeta = _layernorm_backward(dy, cache)
+    dx, g[name + ".gamma"], dbeta = op.layernorm_backward(dy, cache)
     if name + ".beta" in p_names:
         g[name + ".beta"] = dbeta
     return dx
@@ -150,23 +147,23 @@ def _attn_forward(y: np.ndarray, p: dict, h: int, rope: tuple, mask, drop: float
     """ModernBERT's attention on Y (B, n, d): fused QKV, RoPE on Q and K, softmax, output projection."""
     c: dict = {}
     d = y.shape[-1]
-    qkv, c["qkv"] = _linear_forward(y, p["W_QKV"], p.get("b_QKV"))                       # (B, n, 3d)
+    qkv, c["qkv"] = op.linear_forward(y, p["W_QKV"], p.get("b_QKV"))                     # (B, n, 3d)
     Q, K, V = (split_heads(qkv[..., i * d:(i + 1) * d], h) for i in range(3))            # each (B, h, n, d_k)
-    Q, c["rope_q"] = _rotary_forward(Q, *rope)
-    K, c["rope_k"] = _rotary_forward(K, *rope)
-    O, c["attn"] = _attention_forward(Q, K, V, mask, drop, training, rng)                 # (B, h, n, d_k)
-    out, c["o"] = _linear_forward(merge_heads(O), p["W_O"], p.get("b_O"))                # (B, n, d)
-    out, c["drop"] = _dropout_forward(out, drop, training, rng)
+    Q, c["rope_q"] = op.rotary_forward(Q, *rope)
+    K, c["rope_k"] = op.rotary_forward(K, *rope)
+    O, c["attn"] = op.attention_forward(Q, K, V, mask, drop, training, rng)               # (B, h, n, d_k)
+    out, c["o"] = op.linear_forward(merge_heads(O), p["W_O"], p.get("b_O"))              # (B, n, d)
+    out, c["drop"] = op.dropout_forward(out, drop, training, rng)
     return out, c
 
 
 def _attn_backward(dout: np.ndarray, c: dict, g: dict) -> np.ndarray:
-    dO, g["W_O"], db_O = _linear_backward(_dropout_backward(dout, c["drop"]), c["o"])     # (B, n, d)
+    dO, g["W_O"], db_O = op.linear_backward(op.dropout_backward(dout, c["drop"]), c["o"])     # (B, n, d)
     h = c["attn"]["Q"].shape[1]
-    dQ, dK, dV = _attention_backward(split_heads(dO, h), c["attn"])                       # (B, h, n, d_k)
-    dQ, dK = _rotary_backward(dQ, c["rope_q"]), _rotary_backward(dK, c["rope_k"])
+    dQ, dK, dV = op.attention_backward(split_heads(dO, h), c["attn"])                     # (B, h, n, d_k)
+    dQ, dK = op.rotary_backward(dQ, c["rope_q"]), op.rotary_backward(dK, c["rope_k"])
     dqkv = np.concatenate([merge_heads(t) for t in (dQ, dK, dV)], axis=-1)                # (B, n, 3d)
-    dy, g["W_QKV"], db_QKV = _linear_backward(dqkv, c["qkv"])                            # (B, n, d)
+    dy, g["W_QKV"], db_QKV = op.linear_backward(dqkv, c["qkv"])                          # (B, n, d)
     if db_QKV is not None:
         g["b_QKV"], g["b_O"] = db_QKV, db_O
     return dy
@@ -185,7 +182,7 @@ def modernbert_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, rope
     a, c["attn"] = _attn_forward(y, sub_params(p, "attn."), config.n_heads, rope, mask, drop, training, rng)
     h = x + a                                                                              # H + Attn(LN(H))
     y, c["ln2"] = _ln_forward(h, p, "ln2", eps)                                            # LN_mlp(H)
-    f, c["ffn"] = _glu_ffn_forward(y, sub_params(p, "ffn."), config.activation, drop, training, rng)
+    f, c["ffn"] = op.glu_ffn_forward(y, sub_params(p, "ffn."), config.activation, drop, training, rng)
     return h + f, c                                                                        # H + GLU(LN(H))
 
 
@@ -193,7 +190,7 @@ def modernbert_layer_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray
     """``(dx, grads)``: grads keyed like the layer's params."""
     check_cache(cache, "cache", "modernbert_layer")
     g: dict = {}
-    dy, gf = _glu_ffn_backward(dout, cache["ffn"])                                          # out = h + f
+    dy, gf = op.glu_ffn_backward(dout, cache["ffn"])                                        # out = h + f
     dh = dout + _ln_backward(dy, cache["ln2"], cache["names"], "ln2", g)                   # skip + GLU paths
     ga: dict = {}
     dy = _attn_backward(dh, cache["attn"], ga)                                             # h = x + a
@@ -206,7 +203,7 @@ def modernbert_layer_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray
 # ----------------------------------------------------------------------------- the model
 def _layer_setup(config: EncoderConfig, arch: ModernBertArch, n: int, attention_mask, dtype) -> tuple[dict, dict]:
     """Per layer type: the rotary tables (C, S) and the additive mask (None when nothing is hidden)."""
-    pad = None if attention_mask is None else _padding_mask(attention_mask, dtype)       # (B, 1, 1, n)
+    pad = None if attention_mask is None else op.padding_mask(attention_mask, dtype)     # (B, 1, 1, n)
     local = combine_masks(pad, sliding_window_mask(n, arch.window, dtype)) if arch.window < n - 1 else pad
     d_k = config.d_model // config.n_heads
     ropes = {"full": rotary_tables(n, d_k, arch.global_rope_theta, dtype),
@@ -234,7 +231,7 @@ def modernbert_forward(params: dict, config: EncoderConfig, arch: ModernBertArch
     c: dict = {"kind": "modernbert", "names": dict.fromkeys(params)}
     e, c["word"] = embedding_forward(input_ids, params["embeddings.word"], "input_ids")   # (B, n, d)
     e, c["ln"] = _ln_forward(e, params, "embeddings.ln", eps)
-    H, c["drop"] = _dropout_forward(e, drop, training, rng)
+    H, c["drop"] = op.dropout_forward(e, drop, training, rng)
     B, n = H.shape[:2]
     ropes, masks = _layer_setup(config, arch, n, attention_mask, dtype)
     hidden, attns, layers = [H], [], []
@@ -264,8 +261,8 @@ def modernbert_backward(dout: np.ndarray, cache: dict, input_grad: bool = False)
     for i in reversed(range(len(cache["layers"]))):
         dH, gl = modernbert_layer_backward(dH, cache["layers"][i])
         g.update({f"layers.{i}.{k}": v for k, v in gl.items()})
-    de = _ln_backward(_dropout_backward(dH, cache["drop"]), cache["ln"], names, "embeddings.ln", g)
-    g["embeddings.word"] = _embedding_backward(de, cache["word"])
+    de = _ln_backward(op.dropout_backward(dH, cache["drop"]), cache["ln"], names, "embeddings.ln", g)
+    g["embeddings.word"] = op.embedding_backward(de, cache["word"])
     out = {k: g[k] for k in names}
     if input_grad:
         out["inputs_embeds"] = de

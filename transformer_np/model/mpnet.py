@@ -25,11 +25,8 @@ import numpy as np
 
 from .._validate import check_bool, check_cache, check_dout, describe
 from ..errors import InputTypeError
-from ..ops.attention_bias import _biased_mha_backward, _biased_mha_forward
-from ..ops.dropout import _dropout_backward, _dropout_forward
-from ..ops.feedforward import _ffn_backward, _ffn_forward
-from ..ops.layernorm import _layernorm_backward, _layernorm_forward
-from ..ops.relative_position import _relative_position_bias_backward, relative_position_bias_forward
+from ..ops import kernels as op  # the ops' unchecked kernels: the arguments are checked here, once
+from ..ops.relative_position import relative_position_bias_forward
 from .checks import _check_dropout_rng
 from .config import EncoderConfig
 from .params import check_param_arrays, param_shapes, sub_params
@@ -49,13 +46,13 @@ def mpnet_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, P: np.nda
     """One MPNet layer on x (B, n, d) with the bias P (1, h, n, n) and an additive mask; ``(H', cache)``."""
     drop, eps = config.dropout, float(config.layer_norm_eps)
     c: dict = {"kind": "mpnet_layer"}
-    a, c["attn"] = _biased_mha_forward(x, sub_params(p, "attn."), config.n_heads, P, mask, drop, training,
+    a, c["attn"] = op.biased_mha_forward(x, sub_params(p, "attn."), config.n_heads, P, mask, drop, training,
                                        rng)                                                # (B, n, d)
-    a, c["drop1"] = _dropout_forward(a, drop, training, rng)
-    z, c["ln1"] = _layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"], eps)           # Z = LN₁(H + MHA_P(H))
-    f, c["ffn"] = _ffn_forward(z, sub_params(p, "ffn."), config.activation)               # (B, n, d)
-    f, c["drop2"] = _dropout_forward(f, drop, training, rng)
-    out, c["ln2"] = _layernorm_forward(z + f, p["ln2.gamma"], p["ln2.beta"], eps)         # H' = LN₂(Z + FFN(Z))
+    a, c["drop1"] = op.dropout_forward(a, drop, training, rng)
+    z, c["ln1"] = op.layernorm_forward(x + a, p["ln1.gamma"], p["ln1.beta"], eps)         # Z = LN₁(H + MHA_P(H))
+    f, c["ffn"] = op.ffn_forward(z, sub_params(p, "ffn."), config.activation)             # (B, n, d)
+    f, c["drop2"] = op.dropout_forward(f, drop, training, rng)
+    out, c["ln2"] = op.layernorm_forward(z + f, p["ln2.gamma"], p["ln2.beta"], eps)       # H' = LN₂(Z + FFN(Z))
     return out, c
 
 
@@ -63,11 +60,11 @@ def mpnet_layer_backward(dout: np.ndarray, cache: dict) -> tuple[np.ndarray, dic
     """``(dx, grads, dP)``: the Post-LN chain in reverse; grads keyed like the layer's params."""
     check_cache(cache, "cache", "mpnet_layer")
     g: dict = {}
-    dr, g["ln2.gamma"], g["ln2.beta"] = _layernorm_backward(dout, cache["ln2"])          # r = Z + FFN(Z)
-    dz_ffn, gf = _ffn_backward(_dropout_backward(dr, cache["drop2"]), cache["ffn"])
+    dr, g["ln2.gamma"], g["ln2.beta"] = op.layernorm_backward(dout, cache["ln2"])        # r = Z + FFN(Z)
+    dz_ffn, gf = op.ffn_backward(op.dropout_backward(dr, cache["drop2"]), cache["ffn"])
     dz = dr + dz_ffn                                                                       # dZ: skip + FFN paths
-    dr, g["ln1.gamma"], g["ln1.beta"] = _layernorm_backward(dz, cache["ln1"])            # r = H + MHA_P(H)
-    dx_attn, ga, dP = _biased_mha_backward(_dropout_backward(dr, cache["drop1"]), cache["attn"])
+    dr, g["ln1.gamma"], g["ln1.beta"] = op.layernorm_backward(dz, cache["ln1"])          # r = H + MHA_P(H)
+    dx_attn, ga, dP = op.biased_mha_backward(op.dropout_backward(dr, cache["drop1"]), cache["attn"])
     dx = dr + dx_attn                                                                      # dH: skip + attention
     g.update({"attn." + k: v for k, v in ga.items()})
     g.update({"ffn." + k: v for k, v in gf.items()})
@@ -117,6 +114,6 @@ def mpnet_stack_backward(dH: np.ndarray, cache: dict) -> dict:
         grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
         dP = dP_i if dP is None else dP + dP_i                                             # Σ_ℓ dP_ℓ: one shared P
     out = dict(grads)
-    out["relative_bias"] = _relative_position_bias_backward(dP, cache["bias"])            # (K, h)
+    out["relative_bias"] = op.relative_position_bias_backward(dP, cache["bias"])          # (K, h)
     out["inputs_embeds"] = dH
     return out

@@ -63,7 +63,10 @@ from .checks import (
     _raise_overflow,
 )
 from .config import EncoderConfig
-from .encoder import Textbook, _layer_backward, _layer_forward, _prefixed
+from .encoder import Textbook, _layer_backward, _prefixed
+
+# the layer by the kernels given, under the name bench --profile times (perf/profile.py), as embed_block below
+from .encoder import _layer_forward as layer_block
 from .params import layer_prefix, param_shapes, sub_params, validate_params
 
 __all__ = ["encoder_layer_forward", "encoder_layer_backward", "encoder_forward", "encoder_backward",
@@ -139,7 +142,7 @@ def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: n
     if not for_backward:
         try:
             with np.errstate(over="ignore", invalid="ignore"):
-                out, cache = _layer_forward(x, p, config, mask, training, rng, _kernels(fast), store_attention, False)
+                out, cache = layer_block(x, p, config, mask, training, rng, _kernels(fast), store_attention, False)
             if not all_finite(out):
                 raise NonFiniteError(f"the forward pass overflowed {x.dtype} in this layer: its output is not "
                                      f"finite although the input and the parameters are; the input or weight "
@@ -150,7 +153,7 @@ def encoder_layer_forward(x: np.ndarray, p: dict, config: EncoderConfig, mask: n
         return out, cache
     guard = ParamGuard(p, layer_param_shapes(config), label="p")
     _check_finite_params(p, guard, "p")
-    out, cache = _layer_forward(x, p, config, mask, training, rng, _kernels(fast), store_attention)
+    out, cache = layer_block(x, p, config, mask, training, rng, _kernels(fast), store_attention)
     cache["guard"] = guard
     return out, cache
 
@@ -253,7 +256,7 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
             emb = sub_params(params, "embeddings.")
             try:
                 with np.errstate(over="ignore", invalid="ignore"):
-                    e, cache["embeddings"] = _embed(emb, x, token_type_ids, config, fast, for_backward)
+                    e, cache["embeddings"] = embed_block(emb, x, token_type_ids, config, fast, for_backward)
             except NonFiniteError:
                 op.raise_table_row(emb, x, token_type_ids, config.positional, "params['embeddings.{key}']")
                 raise
@@ -268,7 +271,7 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
         with np.errstate(over="ignore", invalid="ignore"):
             for layer in range(config.n_layers):
                 p = sub_params(params, layer_prefix(config, layer))
-                H, lc = _layer_forward(H, p, config, mask, training, rng, kernels, store_attention,
+                H, lc = layer_block(H, p, config, mask, training, rng, kernels, store_attention,
                                        for_backward)                                       # (B, n, d)
                 if for_backward:
                     lc["guard"] = guard          # encoder_layer_backward on this layer checks the model's params
@@ -294,7 +297,7 @@ def encoder_forward(params: dict, config: EncoderConfig, input_ids=None, attenti
     return H, cache
 
 
-def _embed(p: dict, ids: np.ndarray, token_type_ids, config: EncoderConfig, fast: bool,
+def embed_block(p: dict, ids: np.ndarray, token_type_ids, config: EncoderConfig, fast: bool,
            for_backward: bool) -> tuple[np.ndarray, dict | None]:
     """The embedding block by the path asked for, unchecked (``bench --profile`` times it here)."""
     return _kernels(fast).embeddings_forward(p, ids, token_type_ids, config, for_backward)

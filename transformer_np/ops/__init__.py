@@ -11,7 +11,8 @@ The map — one module per op, the forward and backward next to their derivation
   :mod:`~transformer_np.ops.dropout`, :mod:`~transformer_np.ops.embeddings`;
 * the family variants: :mod:`~transformer_np.ops.attention_bias`,
   :mod:`~transformer_np.ops.relative_position` (MPNet), :mod:`~transformer_np.ops.rotary`,
-  :mod:`~transformer_np.ops.glu`, :mod:`~transformer_np.ops.local_attention` (ModernBERT);
+  :mod:`~transformer_np.ops.glu`, :mod:`~transformer_np.ops.local_attention` (ModernBERT),
+  :mod:`~transformer_np.ops.disentangled` (DeBERTa's disentangled attention);
 * :mod:`~transformer_np.ops.cache` — the cache protocol (freeing, the stale-parameter guard, and the
   table through which a textbook backward hands an engine cache to the engine);
 * :mod:`~transformer_np.ops.kernels` — every op's unchecked kernel under a public name, for the layers

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._memory import MemoryEstimate, check_memory
 from .._validate import (
     all_finite,
     as_float_array,
@@ -132,8 +133,6 @@ def sinusoidal_positional_encoding(n: int, d_model: int, dtype=np.float64) -> np
     check_int(n, "n", minimum=0)
     check_int(d_model, "d_model", minimum=1)
     dt = check_float_dtype(dtype)
-    # budget.py depends only on _validate, errors and model/config.py (which needs ops.activations), so no cycle
-    from ..model.budget import MemoryEstimate, check_memory
     check_memory(MemoryEstimate({"positional encoding": n * d_model * (8 + 8 + dt.itemsize) + n * 8}),
                  f"sinusoidal_positional_encoding({n}, {d_model})")
     pos = np.arange(n, dtype=np.float64)[:, None]                    # (n, 1)

@@ -39,12 +39,8 @@ __all__ = ["EXP_BLOCK", "layer_gemms", "attention_bound", "limit_call"]
 #: Elements per block of the exp pass: 256 KiB in float32, within L2 on current x86 cores.
 EXP_BLOCK = 1 << 16
 
-# The exp pass's own threads: threads − 1 workers, the caller being the first. Until session 8 the pass went
-# through the fast path's elementwise pool, which runs inline at its default of one thread, so it ran on one
-# thread whatever the row's count. Alone (settled, 2-core VM), attn-512's 2 M float32 scores take 0.74–0.76 ms on
-# one thread and 0.46–0.50 ms on two. Back to back with 2-thread products the second thread gains little: OpenBLAS's
-# idle worker spins on the other core for ~0.1 s after each product. Whole limit call, 2 threads, settled, before
-# → after: attn-512 fwd 2.98–3.16 → 3.03–3.14 ms, fwd+bwd 7.1–8.2 → 8.1–8.9 ms, long fwd 47.3–47.6 → 49.0–49.9 ms.
+# The exp pass's own threads: threads − 1 workers, the caller being the first (not the fast path's elementwise
+# pool, which runs inline at its default of one thread); the measurements: docs/bench_notes.md, "_EXP_POOL".
 _EXP_POOL: tuple[int, ThreadPoolExecutor] | None = None
 _EXP_POOL_LOCK = threading.Lock()
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import numpy as np
 
 from .._optional import require
+from ..fast.threads import library_thread_defaults  # re-exported (in __all__): the bench's name
 from ..fast.threads import limit_blas_threads as _limit_blas_threads  # noqa: F401  (the one setter; bench's name)
 
 __all__ = ["matmul_peak", "machine_info", "OtherLoad", "other_load", "busy_warnings", "recommended_threads",
@@ -40,23 +40,6 @@ def _blas_threads() -> tuple[int, str]:
     if not blas:
         return os.cpu_count() or 1, "os.cpu_count() (no BLAS found by threadpoolctl)"
     return int(blas[0]["num_threads"]), "threadpoolctl"
-
-
-@contextmanager
-def library_thread_defaults() -> Iterator[dict]:
-    """The fast path's thread settings at the library's defaults while the block runs, restored after it:
-    elementwise threads (:func:`transformer_np.fast.set_num_threads`, default 1) and batch threads
-    (:func:`~transformer_np.fast.set_batch_threads`, default BLAS's thread count, so the run's
-    ``threads``). Yields ``{"elementwise_threads": …, "batch_threads": …}`` as they are in the block."""
-    from .. import fast
-    from ..fast import threads as _threads
-    saved = _threads._THREADS, _threads._BATCH_THREADS
-    fast.set_num_threads(None)
-    _threads._BATCH_THREADS = None               # (set_batch_threads(None) without its threadpoolctl check)
-    try:
-        yield {"elementwise_threads": fast.get_num_threads(), "batch_threads": fast.get_batch_threads()}
-    finally:
-        _threads._THREADS, _threads._BATCH_THREADS = saved
 
 
 def matmul_peak(dtype: str, size: int = 2048, repeats: int = 5) -> float:

@@ -73,9 +73,7 @@ def torch_saved_nbytes(dims, dtype: str) -> int:
 
 
 #: Fresh processes per side for the two compared peaks (the median is reported, every run kept). One process
-#: per side was not enough: torch's peak for one bert-base float32 fwd+bwd, 2 threads, measured seven times
-#: within the hour (2026-12-02 05:19–05:52 UTC, quiet), was 64.7, 71.4, 72.2, 84.0, 84.2, 85.0 and 85.0 MiB,
-#: while NumPy's stayed at 74.0–75.8 MiB, so one sample put the ratio anywhere in 0.88–1.16.
+#: per side was not enough: torch's peak varies by a third from run to run (docs/bench_notes.md, "MEMORY_REPEATS").
 MEMORY_REPEATS = 3
 
 

@@ -43,13 +43,13 @@ def minilm_limit_call(encoder, sentences: Sequence[str], batch_size: int = 32,
     ``encoder`` is a :class:`~transformer_np.io.pretrained.PretrainedEncoder`; the batch shapes come
     from its own tokeniser (:func:`encode_batches`). Operands are allocated here, once per distinct
     batch shape."""
-    from ..io.pretrained import _SORT_CHUNK
+    from ..io.pretrained import sort_chunk_batches
 
     lengths = encoder.tokenize(list(sentences))["attention_mask"].sum(axis=1)   # (S,) tokens per sentence
     cfg = encoder.config
     calls: dict[tuple[int, int], Callable[[], None]] = {}
     order = []
-    for b, T in encode_batches(lengths, batch_size, _SORT_CHUNK):
+    for b, T in encode_batches(lengths, batch_size, sort_chunk_batches()):
         if (b, T) not in calls:
             calls[(b, T)] = limit_call((b, T, cfg.d_model, cfg.n_heads, cfg.d_ff), "float32", "fwd", threads)
         order.append(calls[(b, T)])

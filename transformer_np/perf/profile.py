@@ -86,8 +86,8 @@ def _ours_once(model, sentences, clock: str) -> dict:
 
     t = _Timer(clock)
     with _patched(model, "tokenize", t.wrap("tokenisation", model.tokenize)), \
-            _patched(stack, "_embed", t.wrap("embeddings", stack._embed)), \
-            _patched(stack, "_layer_forward", t.wrap("layers", stack._layer_forward)), \
+            _patched(stack, "embed_block", t.wrap("embeddings", stack.embed_block)), \
+            _patched(stack, "layer_block", t.wrap("layers", stack.layer_block)), \
             _patched(pretrained, "pool", t.wrap("pooling", pretrained.pool)), \
             _patched(pretrained, "l2_normalize", t.wrap("pooling", pretrained.l2_normalize)):
         t0 = t.now()

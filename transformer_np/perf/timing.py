@@ -20,9 +20,9 @@ __all__ = ["CLOCKS", "SETTLE_S", "settled_call", "interleaved", "spread"]
 CLOCKS = ("wall", "cpu")
 
 #: Seconds of untimed calls of a side (by the wall clock, and at least one call) before each of its timed
-#: calls. OpenBLAS's idle worker threads spin for 2**28 TSC cycles (0.10 s at this machine's 2.6 GHz) after
-#: a call before they sleep, and on 2 cores a spinning NumPy worker steals a core from torch's next call
-#: (bert-base fwd 67–110 ms alone, 143–173 ms right after a NumPy call); twice that timeout lets them park.
+#: calls. OpenBLAS's idle worker threads spin for about 0.1 s after a call before they sleep, and on 2 cores a
+#: spinning NumPy worker steals a core from torch's next call; twice that timeout lets them park (the
+#: measurements: docs/bench_notes.md, "SETTLE_S").
 SETTLE_S = 0.2
 
 

@@ -186,11 +186,11 @@ def _run_torch_side(mod, x_t, kind: str, masks, ids_kwargs, torch):
         return mod(**ids_kwargs).last_hidden_state
     from transformers.masking_utils import create_bidirectional_mask
 
-    from ..io.interop import _layer_hf_config
+    from ..io.interop import layer_hf_config
 
     mask4 = None
     if masks.am is not None:
-        mask4 = create_bidirectional_mask(config=_layer_hf_config(mod), inputs_embeds=x_t,
+        mask4 = create_bidirectional_mask(config=layer_hf_config(mod), inputs_embeds=x_t,
                                           attention_mask=torch.from_numpy(masks.am))
     out = mod(x_t, attention_mask=mask4)
     return out[0] if isinstance(out, tuple) else out
@@ -285,10 +285,10 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         a :class:`ComparisonReport`; ``report.check()`` raises like :func:`assert_matches_torch`.
     """
     __tracebackhide__ = _hide_assertion                  # pytest: a disagreement's frames are not the user's concern
-    from ..io.interop import _hf_config_of, _require_torch
-    from ..io.interop_torch import _torch_config_of
+    from ..io.interop import hf_config_of
+    from ..io.interop_torch import require_torch, torch_config_of
 
-    torch = _require_torch()
+    torch = require_torch()
     user_config = config                                 # yours; `config` becomes the module's below
     name_map = names
     if name_map is not None:                             # your own module: its architecture is declared
@@ -357,7 +357,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     elif kind == "mha":
         config = _modules.mha_config(mod)
     else:
-        config = (_torch_config_of if kind == "torch" else _hf_config_of)(mod)[0]
+        config = (torch_config_of if kind == "torch" else hf_config_of)(mod)[0]
     _modules.check_attention_scale(mod, config)
     # training mode last: an unsupported family or activation is the true reason, not the dropout (issue 45 item 6)
     dropping = _modules.training_dropout(module, torch)

@@ -31,9 +31,10 @@ def supported_text() -> str:
 
 def kind_of(module) -> str:
     """"torch" (encoder layer / encoder), "mha", "hf_model" or "hf_layer"; anything else is refused with the list."""
-    from ..io.interop import _layer_hf_config, _require_torch
+    from ..io.interop import layer_hf_config
+    from ..io.interop_torch import require_torch
 
-    torch = _require_torch()
+    torch = require_torch()
     if isinstance(module, (torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder)):
         return "torch"
     if isinstance(module, torch.nn.MultiheadAttention):
@@ -51,7 +52,7 @@ def kind_of(module) -> str:
             raise InputValueError(f"module is the task model {type(module).__name__}, whose output is not the "
                                   f"encoder's: compare its base model, module.{module.base_model_prefix}")
         return "hf_model"
-    if _layer_hf_config(module) is None:
+    if layer_hf_config(module) is None:
         raise InputTypeError(f"module must be a supported module, got {type(module).__name__}; supported: "
                              f"{supported_text()}")
     return "hf_layer"
@@ -113,9 +114,9 @@ _MHA_NAMES = {"in_proj_weight": ("W_Q|W_K|W_V", True), "in_proj_bias": ("b_Q|b_K
 
 def _torch_names_ours(config, single: bool) -> dict[str, tuple[str, bool]]:
     """torch name → (our name, transposed?); the fused in_proj maps to "…attn.W_Q|W_K|W_V"."""
-    from ..io.interop import _torch_table
+    from ..io.interop_torch import torch_table
 
-    out = {fw: (ours, t) for fw, ours, t in _torch_table(config, single)}
+    out = {fw: (ours, t) for fw, ours, t in torch_table(config, single)}
     for i in range(config.n_layers):
         tp = "" if single else f"layers.{i}."
         out[tp + "self_attn.in_proj_weight"] = (f"layers.{i}.attn.W_Q|W_K|W_V", True)
@@ -129,9 +130,9 @@ def names_of(kind: str, config, module, torch) -> dict[str, tuple[str, bool]]:
     if kind == "torch":
         return _torch_names_ours(config, isinstance(module, torch.nn.TransformerEncoderLayer))
     from ..io.families import hf_name_table, pooler_rows
-    from ..io.interop import _as_family_config
+    from ..io.interop import as_family_config
 
-    fc = _as_family_config(config, "compare_with_torch")
+    fc = as_family_config(config, "compare_with_torch")
     return {fw: (o, t) for fw, o, t in list(hf_name_table(fc)) + pooler_rows(fc)}
 
 

@@ -129,12 +129,11 @@ def names_for(module) -> dict[str, str]:
     """The parameter-name map of a stock torch encoder module (``nn.TransformerEncoderLayer`` /
     ``nn.TransformerEncoder``) in ``names=``'s form: ``compare_with_torch(layer, x, config=cfg,
     names=names_for(layer))`` compares it as your own module would be."""
-    from ..io.interop import _require_torch
-    from ..io.interop_torch import _torch_config_of
+    from ..io.interop_torch import require_torch, torch_config_of
     from .modules import names_of
 
-    torch = _require_torch()
-    config = _torch_config_of(module)[0]
+    torch = require_torch()
+    config = torch_config_of(module)[0]
     return {fw: ours for fw, (ours, _) in names_of("torch", config, module, torch).items()}
 
 

@@ -12,6 +12,15 @@ fresh problem chosen for hand calculation (:mod:`.generate`).
     >>> report.first_mistake["diagnosis"]
     'arithmetic'
 
+Marking, beyond the first step: the tolerance band of honest rounding (:mod:`.band`), the instructor's key
+(:mod:`.keys`), common mistakes as formulas (:mod:`.mistakes`) and a miscopied number (:mod:`.miscopy`) for
+the diagnosis, follow-through that cannot be gamed (:mod:`.trivial`), the marking record they share
+(:mod:`.record`), a report that does not give the answers away (:mod:`.withheld`), the LayerNorm notation
+sheets and page share (:mod:`.notation`) and TOML read and written (:mod:`.tomlio`). The class: the gradebook
+against a roster (:mod:`.gradebook`, its figure :mod:`.gradebook_plot`, its LMS export :mod:`.lms`) and a
+worksheet as a PrairieLearn question (:mod:`.prairielearn`). The page of ``worksheet serve``: :mod:`.serve`
+(the server), :mod:`.serve_page` (what it shows) and :mod:`.serve_save` (saving into the sheet).
+
 Command line: ``transformer-np check [--key KEY] DIR_OR_FILE... [--json] [--answers] [--csv GRADEBOOK]``,
 ``transformer-np worksheet new`` and ``transformer-np worksheet class`` (:mod:`.classroom`).
 """

@@ -22,8 +22,6 @@ import os
 
 from ..._optional import require
 
-__all__ = ["DPI", "NAMES", "RC", "colorbar", "figure", "name", "pyplot", "save", "styled"]
-
 DPI = 150
 
 RC = {
