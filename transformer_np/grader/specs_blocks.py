@@ -12,16 +12,8 @@ from ..model.config import EncoderConfig
 from ..model.gradcheck import random_params
 from ..model.params import sub_params
 from ..model.stack import encoder_layer_backward, encoder_layer_forward
+from ..ops import attention  # attention.mha_forward & co.: the reference's ops, by their module
 from ..ops.activations import activation_forward
-from ..ops.attention import (
-    MHA_PARAM_NAMES,
-    attention_backward,
-    attention_forward,
-    merge_heads,
-    mha_backward,
-    mha_forward,
-    split_heads,
-)
 from ..ops.erf import erf
 from ..ops.feedforward import FFN_PARAM_NAMES, ffn_backward, ffn_forward
 from ..ops.layernorm import layernorm_backward, layernorm_forward
@@ -43,7 +35,7 @@ __all__ = ["FFN", "GELU", "MHA", "layer_exercise"]
 # ============================================================================= multi-head attention
 def _mha_arrays(rng: np.random.Generator, B: int, n: int, d: int) -> dict:
     a = {"x": rng.standard_normal((B, n, d))}
-    for name in MHA_PARAM_NAMES:
+    for name in attention.MHA_PARAM_NAMES:
         a[name] = rng.standard_normal((d, d)) / math.sqrt(d) if name.startswith("W") else 0.3 * rng.standard_normal(d)
     return a
 
@@ -60,7 +52,7 @@ def _mha_cases() -> list[Case]:
 
 
 def _mha_params(a: dict) -> dict:
-    return {k: a[k] for k in MHA_PARAM_NAMES}
+    return {k: a[k] for k in attention.MHA_PARAM_NAMES}
 
 
 def _mha_variant(split: str = "ok", merge: str = "ok", scale: str = "d_k", heads: int | None = None,
@@ -73,13 +65,13 @@ def _mha_variant(split: str = "ok", merge: str = "ok", scale: str = "d_k", heads
         b = {k: (0.0 if k in no_bias else a[k]) for k in ("b_Q", "b_K", "b_V", "b_O")}
 
         def heads_of(t):                                            # (B, n, d) → (B, h, n, d_k)
-            return t.reshape(B, h, n, dk) if split == "plain" else split_heads(t, h)
+            return t.reshape(B, h, n, dk) if split == "plain" else attention.split_heads(t, h)
 
         Q, K, V = (heads_of(x @ a["W_" + c] + b["b_" + c]) for c in "QKV")
         if scale == "d_model":
             Q = Q * math.sqrt(dk) / math.sqrt(d)                    # the scores become Q Kᵀ/√d_model
-        O, _ = attention_forward(Q, K, V, s["mask"])                # (B, h, n, d_k)
-        ctx = O.reshape(B, n, d) if merge == "plain" else merge_heads(O)
+        O, _ = attention.attention_forward(Q, K, V, s["mask"])                # (B, h, n, d_k)
+        ctx = O.reshape(B, n, d) if merge == "plain" else attention.merge_heads(O)
         return ctx @ a["W_O"] + b["b_O"] if out_proj else ctx
     return compute
 
@@ -88,13 +80,13 @@ def _mha_bwd_variant(drop: tuple[str, ...] = (), split: str = "ok", merge: str =
     def compute(a: dict, s: dict, dout: np.ndarray) -> dict:
         x, h = a["x"], s["n_heads"]
         B, n, d = x.shape
-        _, c = mha_forward(x, _mha_params(a), h, s["mask"])
+        _, c = attention.mha_forward(x, _mha_params(a), h, s["mask"])
         dctx, dW_O, db_O = linear_backward(dout, c["o"])            # (B, n, d)
-        dO = dctx.reshape(B, h, n, d // h) if split == "plain" else split_heads(dctx, h)
-        dQKV = attention_backward(dO, c["attn"])                    # 3 × (B, h, n, d_k)
+        dO = dctx.reshape(B, h, n, d // h) if split == "plain" else attention.split_heads(dctx, h)
+        dQKV = attention.attention_backward(dO, c["attn"])                    # 3 × (B, h, n, d_k)
         g = {"W_O": dW_O, "b_O": db_O, "x": np.zeros_like(x)}
         for name, dh in zip("QKV", dQKV):
-            dP = dh.reshape(B, n, d) if merge == "plain" else merge_heads(dh)   # (B, n, d)
+            dP = dh.reshape(B, n, d) if merge == "plain" else attention.merge_heads(dh)   # (B, n, d)
             g["W_" + name] = _rows(x).T @ _rows(dP)
             g["b_" + name] = _rows(dP).sum(axis=0)
             if name not in drop:
@@ -113,8 +105,8 @@ MHA = Exercise(
     backward_signature="mha_backward(dout, cache) -> (dx, grads)",
     cases=_mha_cases,
     call=lambda fn, a, s: fn(a["x"], _mha_params(a), s["n_heads"], s["mask"]),
-    reference=lambda a, s: mha_forward(a["x"], _mha_params(a), s["n_heads"], s["mask"]),
-    reference_backward=lambda d, c: _dx_grads(mha_backward(d, c)),
+    reference=lambda a, s: attention.mha_forward(a["x"], _mha_params(a), s["n_heads"], s["mask"]),
+    reference_backward=lambda d, c: _dx_grads(attention.mha_backward(d, c)),
     returns="dx_grads", grad_names=_MHA_ORDER,
     forward_hint=("Q = x W_Q + b_Q (same for K, V); split each (B, n, d) → (B, n, h, d_k) → (B, h, n, d_k); "
                   "O = attention(Q, K, V, mask); merge (B, h, n, d_k) → (B, n, h, d_k) → (B, n, d); "
@@ -353,7 +345,7 @@ def _layer_variant(wiring: str) -> Callable:
         if wiring.endswith("ln_swapped"):
             ln = {1: ln[2], 2: ln[1]}
 
-        def attn(y): return mha_forward(y, sub_params(p, "attn."), h, mask)[0]
+        def attn(y): return attention.mha_forward(y, sub_params(p, "attn."), h, mask)[0]
         def ffn(y): return ffn_forward(y, sub_params(p, "ffn."), "gelu")[0]
         def LN(y, k): return layernorm_forward(y, *ln[k], eps)[0]
 
@@ -383,13 +375,13 @@ def _layer_bwd_variant(drop: tuple[str, ...]) -> Callable:
             dz_f, gf = ffn_backward(dr, c["ffn"])
             dz = dz_f if "ffn" in drop else dr + dz_f
             dr1, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dz, c["ln1"])
-            dx_a, ga = mha_backward(dr1, c["attn"])
+            dx_a, ga = attention.mha_backward(dr1, c["attn"])
             g["x"] = dx_a if "attn" in drop else dr1 + dx_a
         else:
             dy, gf = ffn_backward(dout, c["ffn"])
             dz_l, g["ln2.gamma"], g["ln2.beta"] = layernorm_backward(dy, c["ln2"])
             dz = dz_l if "ffn" in drop else dout + dz_l
-            dy1, ga = mha_backward(dz, c["attn"])
+            dy1, ga = attention.mha_backward(dz, c["attn"])
             dx_l, g["ln1.gamma"], g["ln1.beta"] = layernorm_backward(dy1, c["ln1"])
             g["x"] = dx_l if "attn" in drop else dz + dx_l
         g.update({"ffn." + k: v for k, v in gf.items()})

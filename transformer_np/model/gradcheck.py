@@ -43,18 +43,9 @@ from ..ops.linear import linear_backward, linear_forward
 from ..ops.masks import padding_mask
 from ..ops.residual import residual_backward, residual_forward
 from ..ops.softmax import softmax_backward, softmax_forward
+from . import heads
 from .config import EncoderConfig
 from .gradcheck_families import family_cases
-from .heads import (
-    cls_classifier_backward,
-    cls_classifier_forward,
-    mean_pool_backward,
-    mean_pool_forward,
-    pooler_backward,
-    pooler_forward,
-    tagger_backward,
-    tagger_forward,
-)
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .params import init_params, sub_params
 from .stack import encoder_backward, encoder_forward, encoder_layer_backward, encoder_layer_forward
@@ -298,11 +289,12 @@ def _cases(seed: int):
 
     # ---- heads and losses
     Hx = rng.standard_normal((B, n, d))
-    add("mean pooling (attention mask)", lambda a: mean_pool_forward(a["H"], attn_mask),
-        lambda R, c: {"H": mean_pool_backward(R, c)}, {"H": Hx.copy()})
-    for label, fwd, bwd, C in (("[CLS] sequence classifier", cls_classifier_forward, cls_classifier_backward, 3),
-                               ("BERT pooler (tanh)", pooler_forward, pooler_backward, d),
-                               ("per-token tagger", tagger_forward, tagger_backward, 4)):
+    add("mean pooling (attention mask)", lambda a: heads.mean_pool_forward(a["H"], attn_mask),
+        lambda R, c: {"H": heads.mean_pool_backward(R, c)}, {"H": Hx.copy()})
+    for label, fwd, bwd, C in (("[CLS] sequence classifier", heads.cls_classifier_forward,
+                                heads.cls_classifier_backward, 3),
+                               ("BERT pooler (tanh)", heads.pooler_forward, heads.pooler_backward, d),
+                               ("per-token tagger", heads.tagger_forward, heads.tagger_backward, 4)):
         add(label, lambda a, fwd=fwd: fwd(a["H"], a["W"], a["b"]),
             lambda R, c, bwd=bwd: dict(zip(("H", "W", "b"), bwd(R, c))),
             {"H": Hx.copy(), "W": rng.standard_normal((d, C)) / np.sqrt(d), "b": 0.3 * rng.standard_normal(C)})
@@ -319,14 +311,14 @@ def _cases(seed: int):
     def e2e_run(a):
         p = {k: v for k, v in a.items() if not k.startswith("head.")}
         H, c1 = encoder_forward(p, cfg, input_ids=ids, attention_mask=attn_mask)
-        logits, c2 = cls_classifier_forward(H, a["head.W"], a["head.b"])
+        logits, c2 = heads.cls_classifier_forward(H, a["head.W"], a["head.b"])
         loss, c3 = cross_entropy_forward(logits, y)
         return np.float64(loss), (c1, c2, c3)
 
     def e2e_back(R, caches):
         c1, c2, c3 = caches
         dlogits = cross_entropy_backward(R, c3)
-        dH, dW, db = cls_classifier_backward(dlogits, c2)
+        dH, dW, db = heads.cls_classifier_backward(dlogits, c2)
         return {**encoder_backward(dH, c1), "head.W": dW, "head.b": db}
 
     add("stack + [CLS] classifier + cross-entropy (end to end)", e2e_run, e2e_back, arrays)
