@@ -177,12 +177,7 @@ def missing_from_map(folder: Path) -> list[str]:
     return sorted(n for n in names if not re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", doc))
 
 
-#: transformer_np/testing/ was being reorganised by another change of issue 46 this round; its map is that
-#: change's to keep (it names every module but ``sublayers``).
-MAP_KEPT_ELSEWHERE = {"testing"}
-
-
-@pytest.mark.parametrize("folder", [f for f in _folders() if f.name not in MAP_KEPT_ELSEWHERE],
+@pytest.mark.parametrize("folder", _folders(),
                          ids=lambda f: str(f.relative_to(PACKAGE.parent)))
 def test_each_folder_init_docstring_is_its_map(folder):
     assert missing_from_map(folder) == []

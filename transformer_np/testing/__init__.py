@@ -84,11 +84,12 @@ A gradient that is zero in exact arithmetic (the query and key gradients when ev
 or one real token per sequence) is measured at the scale of its layer's gradients, not of its own round-off
 (``criterion._set_source_scales``).
 
-The map of this package: this module — the two entry points and the run of both sides;
+The map of this package: this module — the two entry points, each step of a comparison in order;
 :mod:`~transformer_np.testing.criterion` — one tensor's comparison, the tolerances and the report with its
 message; :mod:`~transformer_np.testing.inputs` — the inputs and every mask convention, checked;
 :mod:`~transformer_np.testing.modules` — which modules are accepted, their weights as our params;
 :mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked;
+:mod:`~transformer_np.testing.sides` — each side's run and the glue between them;
 :mod:`~transformer_np.testing.sublayers` — the first sublayer that differs; :mod:`~transformer_np.testing.rows` —
 the query rows with no key, left out; :mod:`~transformer_np.testing.modes` — autograd off (forward-only) and half
 precision. Import from here: these modules are its parts, not an API of their own.
@@ -108,6 +109,7 @@ from . import modes as _modes
 from . import modules as _modules
 from . import own as _own
 from . import rows as _rows
+from . import sides as _sides
 from . import sublayers as _sub
 from .criterion import (
     NORM_TOLERANCES,
@@ -163,67 +165,6 @@ def _np_dtype(dtype) -> np.dtype:
     except InputTypeError:
         raise InputTypeError("dtype must be float32, float64, float16 or bfloat16, got "
                              f"{getattr(dtype, '__name__', dtype)}") from None
-
-
-# ----------------------------------------------------------------------------- both sides
-def _run_torch_side(mod, x_t, kind: str, masks, ids_kwargs, torch):
-    """Forward of the module copy; returns the output tensor."""
-    if kind == "own":
-        out = mod(x_t)
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x_t.shape):
-            raise InputValueError(f"module(inputs) must return the (B, n, d) output tensor {tuple(x_t.shape)}, got "
-                                  f"{describe(out) if not isinstance(out, torch.Tensor) else tuple(out.shape)}")
-        return out
-    kpm = None if masks.am is None else torch.from_numpy(masks.am == 0)      # torch's convention: True = padding
-    if kind == "mha":
-        return mod(x_t, x_t, x_t, key_padding_mask=kpm, need_weights=False, attn_mask=masks.torch_mask,
-                   is_causal=masks.is_causal)[0]
-    if kind == "torch":
-        if isinstance(mod, torch.nn.TransformerEncoderLayer):
-            return mod(x_t, src_mask=masks.torch_mask, src_key_padding_mask=kpm, is_causal=masks.is_causal)
-        return mod(x_t, mask=masks.torch_mask, src_key_padding_mask=kpm, is_causal=masks.is_causal)
-    if kind == "hf_model":
-        return mod(**ids_kwargs).last_hidden_state
-    from transformers.masking_utils import create_bidirectional_mask
-
-    from ..io.interop import layer_hf_config
-
-    mask4 = None
-    if masks.am is not None:
-        mask4 = create_bidirectional_mask(config=layer_hf_config(mod), inputs_embeds=x_t,
-                                          attention_mask=torch.from_numpy(masks.am))
-    out = mod(x_t, attention_mask=mask4)
-    return out[0] if isinstance(out, tuple) else out
-
-
-def _run_ours(kind: str, params: dict, config, x, ids, tt, masks, R, backward: bool = True
-              ) -> tuple[np.ndarray, dict, np.ndarray | None]:
-    """Our forward and backward: (output, parameter gradients, input gradient or None); the forward alone, with
-    no gradients ({}, None), when not ``backward``."""
-    from ..io.hf_model import hf_backward, hf_forward
-    from ..model.encoder import encoder_backward, encoder_forward
-
-    if kind == "mha":
-        from ..ops.attention import mha_backward, mha_forward
-        from ..ops.masks import padding_mask
-
-        mask = masks.extra if masks.extra is not None or masks.am is None else padding_mask(masks.am, x.dtype)
-        H, cache = mha_forward(x, params, config.n_heads, mask)
-        if not backward:
-            return H, {}, None
-        dx, grads = mha_backward(R, cache)
-        return H, grads, dx
-    if kind in ("torch", "own"):
-        am = masks.am if masks.extra is None else None                        # extra holds the padding then
-        H, cache = encoder_forward(params, config, inputs_embeds=x, attention_mask=am, extra_mask=masks.extra)
-    elif kind == "hf_model":
-        H, cache = hf_forward(params, config, input_ids=ids, attention_mask=masks.am, token_type_ids=tt)
-    else:
-        H, cache = hf_forward(params, config, inputs_embeds=x, attention_mask=masks.am)
-    if not backward:
-        return H, {}, None
-    grads = (encoder_backward if kind in ("torch", "own") else hf_backward)(R, cache)
-    return H, grads, grads.pop("inputs_embeds", None)
 
 
 def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
@@ -477,7 +418,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     am = masks.am
     pad = None if am is None else (am == 0)[:, :, None] if batch_first else (am == 0).T[:, :, None]
     if kind == "hf_model" and pad_tables:                 # tokens reading a padding_idx row: see the function
-        _check_no_gradient_at_padding_rows(grad_output, pad_rows, pad_tables, ids, am)
+        _sides.check_no_gradient_at_padding_rows(grad_output, pad_rows, pad_tables, ids, am)
     R = _inputs.grad_output(grad_output, out_shape, dt, pad, seed)
     R_name = "bfloat16" if _inputs.is_bfloat16(grad_output) else R.dtype.name
     if grad_output is not None and R_name != run_name:
@@ -500,7 +441,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         cap = None if not layer_map else _sub.Capture(mod, layer_map, torch)
         keys = _rows.KeyedRows(mod, torch) if keyed else None
         try:
-            out = _run_torch_side(mod, x_t, kind, masks, ids_kwargs, torch)
+            out = _sides.run_framework(mod, x_t, kind, masks, ids_kwargs, torch)
         finally:
             for h in (cap, keys):
                 if h is not None:
@@ -517,7 +458,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                 p.grad = None
         out_t, capture, keys = framework_run(True)
         notes.append(_rows.rerun_note(bad, keys.fixed, _rows.not_finite(out_t, mod, x_t, torch, left, batch_first)))
-    H, grads, dx = _run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours, backward=not grad_off)
+    H, grads, dx = _sides.run_ours(kind, params, config, x_ours, ids, tt, masks, R_ours, backward=not grad_off)
 
     # ---- names: the framework's, with ours alongside (views of our arrays in the framework's layout)
     if user_config is not None:
@@ -525,7 +466,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     entries = list(cfg_entries)
     named = list(mod.named_parameters())
     for fw, p in named:
-        ours_p = _in_framework_layout(params, names.get(fw))
+        ours_p = _sides.in_framework_layout(params, names.get(fw))
         if ours_p is None:
             notes.append(f"{fw}: a parameter of the module with no counterpart in ours (not compared)")
             continue
@@ -542,7 +483,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         entries.append(_compare("input", "input grad", *_rows.leave_out(dx_fw, _modes.tensor_numpy(x_t.grad), left,
                                                                         batch_first)))
     for fw, p in named:
-        ours_g = _in_framework_layout(grads, names.get(fw))
+        ours_g = _sides.in_framework_layout(grads, names.get(fw))
         if p.grad is None:
             if ours_g is not None:
                 entries.append(_compare(fw, "grad", ours_g, np.zeros(tuple(p.shape), dtype=ours_g.dtype), *names[fw]))
@@ -564,67 +505,12 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
                               notes, norm_rtol, conversions, forward_only=bool(grad_off), grad_tolerances=grad_tols)
     if capture is not None:
         r1, a1, n1 = default_tolerances(half or dt, 1)      # one sublayer's round-off: the per-layer tolerances
-        mask = _sublayer_mask(kind, masks, dt)
+        mask = _sides.sublayer_mask(kind, masks, dt)
         report._sublayer_table = lambda: _sub.table(capture, layer_map, params, config, mask, batch_first, dt,
                                                     r1, a1, n1, left)     # computed when read: free when passing
     elif kind == "own" and sublayers is None:
         report.notes.append("no sublayers= given: a disagreement is not localised to a layer and sublayer")
     return report
-
-
-def _sublayer_mask(kind: str, masks, dt):
-    """Our additive attention mask for the sublayer table (what :func:`_run_ours` uses), or None."""
-    from ..ops.masks import padding_mask
-
-    if masks.extra is not None:
-        return masks.extra
-    return None if masks.am is None else padding_mask(masks.am, dt)
-
-
-def _check_no_gradient_at_padding_rows(grad_output, pad_rows: np.ndarray, tables: list[str], ids, am) -> None:
-    """torch defines the gradient of an nn.Embedding row at its padding_idx as 0; ours is the true derivative of the
-    forward. They agree only when nothing the loss sees depends on the tokens that read that row: those positions
-    must be masked out (no other position attends to them) and have a zero upstream gradient. Anything else is
-    refused here, with the reason, rather than failing later on that row with no explanation."""
-    why = (f"torch defines the gradient of an nn.Embedding row at padding_idx ({' and '.join(tables)}) as 0, while "
-           "transformer_np returns the true derivative of the forward (see docs/guide/frameworks.md), so that row's "
-           "gradient would differ with neither side wrong")
-    live = np.argwhere(pad_rows & (True if am is None else am == 1))
-    if live.size:
-        b, i = (int(v) for v in live[0])
-        raise InputValueError(f"inputs (input_ids) has the padding token {int(ids[b, i])} at position {(b, i)}, "
-                              f"which attention_mask does not mask out, so the loss depends on it: {why}. Mark it "
-                              "as padding (attention_mask 0 there), or use another token id")
-    if grad_output is None:
-        return                                            # the default grad_output is 0 at masked positions
-    R = _inputs.to_numpy(grad_output, "grad_output")
-    if R.shape[:2] != pad_rows.shape:
-        return                                            # the shape error is grad_output()'s to raise
-    hit = np.argwhere(pad_rows & np.any(R != 0, axis=-1))
-    if hit.size:
-        b, i = (int(v) for v in hit[0])
-        raise InputValueError(f"grad_output is nonzero at the padded position {(b, i)}, whose token "
-                              f"{int(ids[b, i])} reads the padding row: {why}. Give grad_output = 0 at padded "
-                              "positions (the default grad_output is)")
-
-
-def _in_framework_layout(tree: dict, row: tuple[str, bool] | None) -> np.ndarray | None:
-    """Our array (parameter or gradient) of one framework tensor, in the framework's layout: a transposed view
-    for an ``nn.Linear`` weight, torch's stacked [W_Qᵀ; W_Kᵀ; W_Vᵀ] / [b_Q; b_K; b_V] for the fused in_proj;
-    None when ours has no such tensor."""
-    if row is None:
-        return None
-    ours, transposed = row
-    if "|" in ours:
-        base, _, leaves = ours.rpartition(".")
-        parts = [tree.get(f"{base}.{leaf}" if base else leaf) for leaf in leaves.split("|")]
-        if any(a is None for a in parts):
-            return None
-        return np.concatenate([a.T for a in parts] if transposed else parts, axis=0)
-    a = tree.get(ours)
-    if a is None:
-        return None
-    return a.T if transposed else a
 
 
 def assert_matches_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,

@@ -62,7 +62,7 @@ def declared_config(config):
 
 def reference_shapes(config) -> dict[str, tuple[int, ...]]:
     """Every parameter the library's encoder needs for ``config`` (no embeddings), with its shape."""
-    from ..model.encoder import layer_param_shapes
+    from ..model.stack import layer_param_shapes
 
     layer = layer_param_shapes(config)
     out = {}

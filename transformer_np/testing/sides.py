@@ -1,0 +1,127 @@
+"""Both sides of a comparison, run: the framework module's forward (:func:`run_framework`), ours
+(:func:`run_ours`), and the glue between them — our mask for the sublayer table, the refusal of a padding row
+whose gradients would differ with neither side wrong, and our arrays in the framework's layout. A part of
+:func:`transformer_np.testing.compare_with_torch`, which calls these in order."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validate import describe
+from ..errors import InputValueError
+from .inputs import to_numpy
+
+
+def run_framework(mod, x_t, kind: str, masks, ids_kwargs, torch):
+    """Forward of the module copy; returns the output tensor."""
+    if kind == "own":
+        out = mod(x_t)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x_t.shape):
+            raise InputValueError(f"module(inputs) must return the (B, n, d) output tensor {tuple(x_t.shape)}, got "
+                                  f"{describe(out) if not isinstance(out, torch.Tensor) else tuple(out.shape)}")
+        return out
+    kpm = None if masks.am is None else torch.from_numpy(masks.am == 0)      # torch's convention: True = padding
+    if kind == "mha":
+        return mod(x_t, x_t, x_t, key_padding_mask=kpm, need_weights=False, attn_mask=masks.torch_mask,
+                   is_causal=masks.is_causal)[0]
+    if kind == "torch":
+        if isinstance(mod, torch.nn.TransformerEncoderLayer):
+            return mod(x_t, src_mask=masks.torch_mask, src_key_padding_mask=kpm, is_causal=masks.is_causal)
+        return mod(x_t, mask=masks.torch_mask, src_key_padding_mask=kpm, is_causal=masks.is_causal)
+    if kind == "hf_model":
+        return mod(**ids_kwargs).last_hidden_state
+    from transformers.masking_utils import create_bidirectional_mask
+
+    from ..io.interop import layer_hf_config
+
+    mask4 = None
+    if masks.am is not None:
+        mask4 = create_bidirectional_mask(config=layer_hf_config(mod), inputs_embeds=x_t,
+                                          attention_mask=torch.from_numpy(masks.am))
+    out = mod(x_t, attention_mask=mask4)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def run_ours(kind: str, params: dict, config, x, ids, tt, masks, R, backward: bool = True
+              ) -> tuple[np.ndarray, dict, np.ndarray | None]:
+    """Our forward and backward: (output, parameter gradients, input gradient or None); the forward alone, with
+    no gradients ({}, None), when not ``backward``."""
+    from ..io.hf_model import hf_backward, hf_forward
+    from ..model.stack import encoder_backward, encoder_forward
+
+    if kind == "mha":
+        from ..ops.attention import mha_backward, mha_forward
+        from ..ops.masks import padding_mask
+
+        mask = masks.extra if masks.extra is not None or masks.am is None else padding_mask(masks.am, x.dtype)
+        H, cache = mha_forward(x, params, config.n_heads, mask)
+        if not backward:
+            return H, {}, None
+        dx, grads = mha_backward(R, cache)
+        return H, grads, dx
+    if kind in ("torch", "own"):
+        am = masks.am if masks.extra is None else None                        # extra holds the padding then
+        H, cache = encoder_forward(params, config, inputs_embeds=x, attention_mask=am, extra_mask=masks.extra)
+    elif kind == "hf_model":
+        H, cache = hf_forward(params, config, input_ids=ids, attention_mask=masks.am, token_type_ids=tt)
+    else:
+        H, cache = hf_forward(params, config, inputs_embeds=x, attention_mask=masks.am)
+    if not backward:
+        return H, {}, None
+    grads = (encoder_backward if kind in ("torch", "own") else hf_backward)(R, cache)
+    return H, grads, grads.pop("inputs_embeds", None)
+
+
+def sublayer_mask(kind: str, masks, dt):
+    """Our additive attention mask for the sublayer table (what :func:`run_ours` uses), or None."""
+    from ..ops.masks import padding_mask
+
+    if masks.extra is not None:
+        return masks.extra
+    return None if masks.am is None else padding_mask(masks.am, dt)
+
+
+def check_no_gradient_at_padding_rows(grad_output, pad_rows: np.ndarray, tables: list[str], ids, am) -> None:
+    """torch defines the gradient of an nn.Embedding row at its padding_idx as 0; ours is the true derivative of the
+    forward. They agree only when nothing the loss sees depends on the tokens that read that row: those positions
+    must be masked out (no other position attends to them) and have a zero upstream gradient. Anything else is
+    refused here, with the reason, rather than failing later on that row with no explanation."""
+    why = (f"torch defines the gradient of an nn.Embedding row at padding_idx ({' and '.join(tables)}) as 0, while "
+           "transformer_np returns the true derivative of the forward (see docs/guide/frameworks.md), so that row's "
+           "gradient would differ with neither side wrong")
+    live = np.argwhere(pad_rows & (True if am is None else am == 1))
+    if live.size:
+        b, i = (int(v) for v in live[0])
+        raise InputValueError(f"inputs (input_ids) has the padding token {int(ids[b, i])} at position {(b, i)}, "
+                              f"which attention_mask does not mask out, so the loss depends on it: {why}. Mark it "
+                              "as padding (attention_mask 0 there), or use another token id")
+    if grad_output is None:
+        return                                            # the default grad_output is 0 at masked positions
+    R = to_numpy(grad_output, "grad_output")
+    if R.shape[:2] != pad_rows.shape:
+        return                                            # the shape error is grad_output()'s to raise
+    hit = np.argwhere(pad_rows & np.any(R != 0, axis=-1))
+    if hit.size:
+        b, i = (int(v) for v in hit[0])
+        raise InputValueError(f"grad_output is nonzero at the padded position {(b, i)}, whose token "
+                              f"{int(ids[b, i])} reads the padding row: {why}. Give grad_output = 0 at padded "
+                              "positions (the default grad_output is)")
+
+
+def in_framework_layout(tree: dict, row: tuple[str, bool] | None) -> np.ndarray | None:
+    """Our array (parameter or gradient) of one framework tensor, in the framework's layout: a transposed view
+    for an ``nn.Linear`` weight, torch's stacked [W_Qᵀ; W_Kᵀ; W_Vᵀ] / [b_Q; b_K; b_V] for the fused in_proj;
+    None when ours has no such tensor."""
+    if row is None:
+        return None
+    ours, transposed = row
+    if "|" in ours:
+        base, _, leaves = ours.rpartition(".")
+        parts = [tree.get(f"{base}.{leaf}" if base else leaf) for leaf in leaves.split("|")]
+        if any(a is None for a in parts):
+            return None
+        return np.concatenate([a.T for a in parts] if transposed else parts, axis=0)
+    a = tree.get(ours)
+    if a is None:
+        return None
+    return a.T if transposed else a
