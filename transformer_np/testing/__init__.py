@@ -432,13 +432,15 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         layer_map = None if sublayers is None else _sub.declared_map(sublayers, mod, config)
     else:
         layer_map = None if kind == "mha" else _sub.stock_map(kind, mod, config, torch)
-    if layer_map and isinstance(mod, torch.jit.ScriptModule):
-        layer_map = None                                  # torch.jit.script modules take no Python hooks
-        notes.append("a torch.jit.script module takes no forward hooks: no sublayer table (a disagreement is found "
-                     "in the whole tensors, not localised); compare the eager module with sublayers= to localise it")
+    replay = bool(layer_map) and isinstance(mod, torch.jit.ScriptModule)      # no Python hooks: replayed instead
+    if replay:
+        notes.append("a torch.jit.script module takes no forward hooks: its sublayer table replays its scripted "
+                     "submodules, each on the input the library's wiring computes from the framework's outputs before "
+                     "it, so the wiring between sublayers is not checked (a bug there is still caught by the whole "
+                     "tensors, not localised)")
 
     def framework_run(keyed: bool):
-        cap = None if not layer_map else _sub.Capture(mod, layer_map, torch)
+        cap = None if not layer_map or replay else _sub.Capture(mod, layer_map, torch)
         keys = _rows.KeyedRows(mod, torch) if keyed else None
         try:
             out = _sides.run_framework(mod, x_t, kind, masks, ids_kwargs, torch)
@@ -503,11 +505,18 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     grad_tols = _modes.grad_tolerances(half, config) if half else None      # half's gradients: their own defaults
     report = ComparisonReport(type(module).__name__, framework, _modes.report_dtype(half, dt), rtol, atol, entries,
                               notes, norm_rtol, conversions, forward_only=bool(grad_off), grad_tolerances=grad_tols)
-    if capture is not None:
+    if capture is not None or replay:
         r1, a1, n1 = default_tolerances(half or dt, 1)      # one sublayer's round-off: the per-layer tolerances
         mask = _sides.sublayer_mask(kind, masks, dt)
-        report._sublayer_table = lambda: _sub.table(capture, layer_map, params, config, mask, batch_first, dt,
-                                                    r1, a1, n1, left)     # computed when read: free when passing
+
+        def sublayer_table():                             # computed when read: free when passing
+            cap = capture
+            if replay:
+                cap = _sub.Replay(mod, layer_map, config, x_t, torch)
+                report.notes.extend(cap.notes)
+            return _sub.table(cap, layer_map, params, config, mask, batch_first, dt, r1, a1, n1, left)
+
+        report._sublayer_table = sublayer_table
     elif kind == "own" and sublayers is None:
         report.notes.append("no sublayers= given: a disagreement is not localised to a layer and sublayer")
     return report

@@ -20,6 +20,10 @@ tensors) is named in the first line of a failing comparison's message: "layer 1,
 the parameter names; sublayers "attention", "FFN", "norm") — unless the first tensor that disagrees is a weight or a
 configuration value (``params=``): that is then the cause, and the message starts with it. The forward is checked
 here; gradients are compared whole (the report's other entries).
+
+A ``torch.jit.script`` module takes no Python hooks: :class:`Replay` calls its scripted submodules instead, each on
+the input the wiring computes from the framework's outputs before it, so its table has the sublayer rows and no
+wiring rows (a note says so).
 """
 
 from __future__ import annotations
@@ -122,6 +126,8 @@ class Capture:
     """Forward hooks on the mapped submodules: the first tensor input of each input module, the (first) tensor output
     of each output module, of their first call."""
 
+    wiring = True                                          # the inputs are the framework's own: the wiring is checked
+
     def __init__(self, mod, layer_map: dict[str, tuple[str, str]], torch):
         self.inputs, self.outputs, self.handles = {}, {}, []
         mods = dict(mod.named_modules())
@@ -148,6 +154,90 @@ class Capture:
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
+
+
+class Replay:
+    """The capture of a ``torch.jit.script`` module, which takes no Python hooks: its scripted submodules are called
+    from Python instead, in the order of computation (:func:`walk`), each on the input the library's wiring computes
+    from the framework's outputs of the sublayers before it (layer 0's: the module's input ``x``), its output recorded
+    (no gradient: the table checks the forward). The inputs are the wiring's by construction, so the wiring is not
+    checked (``wiring``; a bug between sublayers is still caught by the whole tensors). A sublayer whose input and
+    output are different submodules cannot be replayed by one call, nor one whose call fails: the replay stops there,
+    said in ``notes``."""
+
+    wiring = False
+
+    def __init__(self, mod, layer_map: dict[str, tuple[str, str]], config, x, torch):
+        self.inputs, self.outputs, self.notes = {}, {}, []
+        mods = dict(mod.named_modules())
+        enc = getattr(config, "encoder", config)
+
+        def step(prefix, x_in):
+            if prefix not in layer_map or x_in is None:
+                return None
+            m_in, m_out = layer_map[prefix]
+            if m_in != m_out:
+                self.notes.append(f"{prefix} ({m_in} → {m_out}): two submodules, which one call cannot replay; the "
+                                  "scripted module's sublayer table stops before it")
+                return None
+            try:
+                with torch.no_grad():
+                    y = mods[m_in](x_in)
+            except (RuntimeError, TypeError, ValueError) as e:     # e.g. a submodule taking more than one input
+                self.notes.append(f"{prefix} ({m_in}): calling it on its input alone failed ({type(e).__name__}: "
+                                  f"{str(e).splitlines()[0][:120]}); the scripted module's sublayer table stops before "
+                                  "it")
+                return None
+            y = y[0] if isinstance(y, (tuple, list)) else y
+            if not isinstance(y, torch.Tensor):
+                self.notes.append(f"{prefix} ({m_in}): returned {type(y).__name__}, not a tensor; the scripted "
+                                  "module's sublayer table stops before it")
+                return None
+            self.inputs[prefix], self.outputs[prefix] = x_in, y.detach()
+            return self.outputs[prefix]
+
+        walk(enc, enc.norm_position == "pre", lambda _prefix: x.detach(), step)
+
+    def remove(self) -> None:
+        """Nothing to remove (no hooks): the same interface as :class:`Capture`."""
+
+
+# ----------------------------------------------------------------------------- the order of computation
+def walk(enc, pre: bool, first_in, step) -> None:
+    """Visit the sublayers in the order of computation: ``step(prefix, expected_in)`` gets each mapped sublayer with
+    the input the library's wiring computes from the framework's outputs before it (None when not known) and returns
+    the framework's output of it (None: the walk stops there); ``first_in(prefix)`` is layer 0's input, read at its
+    first sublayer (LN₁ in Pre-LN, the attention in Post-LN)."""
+    h = None                                               # the layer's input, from the framework's values
+    for i in range(enc.n_layers):
+        a_, f_, n1, n2 = (f"layers.{i}.{k}" for k in ("attn", "ffn", "ln1", "ln2"))
+        if pre:
+            if h is None:
+                h = first_in(n1)
+            y1 = step(n1, h)
+            a = step(a_, y1)
+            if a is None or h is None:
+                return
+            r = h + a
+            y2 = step(n2, r)
+            f = step(f_, y2)
+            if f is None:
+                return
+            h = r + f
+        else:
+            if h is None:
+                h = first_in(a_)
+            a = step(a_, h)
+            if a is None or h is None:
+                return
+            y1 = step(n1, h + a)
+            f = step(f_, y1)
+            if f is None or y1 is None:
+                return
+            h = step(n2, y1 + f)
+            if h is None:
+                return
+    step("final_ln", h)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -214,40 +304,10 @@ def table(cap: Capture, layer_map, params: dict, config, mask, batch_first: bool
             return None
         m_in, m_out = layer_map[prefix]
         module = m_in if m_in == m_out else f"{m_in} → {m_out}"
-        if expected_in is not None and expected_in.shape == x.shape:
+        if cap.wiring and expected_in is not None and expected_in.shape == x.shape:
             rows.append(_row(prefix, module, "input", *leave_out(x, expected_in, left), rtol, atol, norm_rtol))
         rows.append(_row(prefix, module, "output", *leave_out(op(prefix, x), y, left), rtol, atol, norm_rtol))
         return y
 
-    h = None                                               # the layer's input, from the framework's values
-    for i in range(enc.n_layers):
-        a_, f_, n1, n2 = (f"layers.{i}.{k}" for k in ("attn", "ffn", "ln1", "ln2"))
-        if pre:
-            if h is None:
-                h = got(n1, "in")
-            y1 = check(n1, h)
-            a = check(a_, y1)
-            if a is None or h is None:
-                break
-            r = h + a
-            y2 = check(n2, r)
-            f = check(f_, y2)
-            if f is None:
-                break
-            h = r + f
-        else:
-            if h is None:
-                h = got(a_, "in")
-            a = check(a_, h)
-            if a is None or h is None:
-                break
-            y1 = check(n1, h + a)
-            f = check(f_, y1)
-            if f is None or y1 is None:
-                break
-            h = check(n2, y1 + f)
-            if h is None:
-                break
-    else:
-        check("final_ln", h)
+    walk(enc, pre, lambda prefix: got(prefix, "in"), check)
     return rows
