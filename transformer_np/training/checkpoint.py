@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._files import open_regular, replace_atomically
+from .._files import interrupts_deferred, open_regular, replace_atomically
 from .._validate import all_finite, describe, mismatch_detail
 from ..errors import CheckpointError, InputTypeError, NonFiniteError, ResourceLimitError, TransformerNPError
 from ..io.jsonfile import loads_strict
@@ -146,7 +146,8 @@ def save_checkpoint(path: str | Path, state) -> None:
     On failure (e.g. ``ENOSPC``) the temporary file is removed, the previous checkpoint is kept,
     and an ``OSError`` saying so is raised. A parameter or optimiser moment with NaN/inf is
     refused (:class:`~transformer_np.errors.NonFiniteError` naming the entry) before anything is
-    written: a checkpoint holds finite numbers only.
+    written: a checkpoint holds finite numbers only. A Ctrl-C during the write is delivered once the
+    checkpoint is complete (:func:`~transformer_np._files.interrupts_deferred`).
     """
     path = Path(path)
     arrays = _arrays(state)
@@ -156,7 +157,8 @@ def save_checkpoint(path: str | Path, state) -> None:
                                  f"diverged); a checkpoint holds finite numbers only")
     remove_stale_temporaries(path)
     try:
-        replace_atomically(path, lambda f: _write_npz(f, arrays))   # the temporary is removed on any failure
+        with interrupts_deferred():           # Ctrl-C while writing: the checkpoint is finished, then interrupted
+            replace_atomically(path, lambda f: _write_npz(f, arrays))   # the temporary is removed on any failure
     except OSError as e:
         kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint was written"
         raise OSError(e.errno or errno.EIO, f"writing the checkpoint {path} failed "
