@@ -90,7 +90,8 @@ message; :mod:`~transformer_np.testing.inputs` — the inputs and every mask con
 :mod:`~transformer_np.testing.modules` — which modules are accepted, their weights as our params;
 :mod:`~transformer_np.testing.own` — your own module (``config=`` and ``names=``), its name map checked;
 :mod:`~transformer_np.testing.sides` — each side's run and the glue between them;
-:mod:`~transformer_np.testing.sublayers` — the first sublayer that differs; :mod:`~transformer_np.testing.rows` —
+:mod:`~transformer_np.testing.sublayers` — the first sublayer that differs, and
+:mod:`~transformer_np.testing.scripted` — a scripted module's captures for it; :mod:`~transformer_np.testing.rows` —
 the query rows with no key, left out; :mod:`~transformer_np.testing.modes` — autograd off (forward-only) and half
 precision. Import from here: these modules are its parts, not an API of their own.
 """
@@ -109,6 +110,7 @@ from . import modes as _modes
 from . import modules as _modules
 from . import own as _own
 from . import rows as _rows
+from . import scripted as _scripted
 from . import sides as _sides
 from . import sublayers as _sub
 from .criterion import (
@@ -432,15 +434,14 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
         layer_map = None if sublayers is None else _sub.declared_map(sublayers, mod, config)
     else:
         layer_map = None if kind == "mha" else _sub.stock_map(kind, mod, config, torch)
-    replay = bool(layer_map) and isinstance(mod, torch.jit.ScriptModule)      # no Python hooks: replayed instead
-    if replay:
-        notes.append("a torch.jit.script module takes no forward hooks: its sublayer table replays its scripted "
-                     "submodules, each on the input the library's wiring computes from the framework's outputs before "
-                     "it, so the wiring between sublayers is not checked (a bug there is still caught by the whole "
-                     "tensors, not localised)")
+    graphs = bool(layer_map) and isinstance(mod, torch.jit.ScriptModule)      # no Python hooks: its graphs instead
+    if graphs:
+        notes.append("a TorchScript module (torch.jit.script or trace) takes no forward hooks: its sublayer table "
+                     "records the mapped "
+                     "submodules' calls in an instrumented copy of its graphs (its own values, wiring included)")
 
     def framework_run(keyed: bool):
-        cap = None if not layer_map or replay else _sub.Capture(mod, layer_map, torch)
+        cap = None if not layer_map or graphs else _sub.Capture(mod, layer_map, torch)
         keys = _rows.KeyedRows(mod, torch) if keyed else None
         try:
             out = _sides.run_framework(mod, x_t, kind, masks, ids_kwargs, torch)
@@ -505,14 +506,15 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     grad_tols = _modes.grad_tolerances(half, config) if half else None      # half's gradients: their own defaults
     report = ComparisonReport(type(module).__name__, framework, _modes.report_dtype(half, dt), rtol, atol, entries,
                               notes, norm_rtol, conversions, forward_only=bool(grad_off), grad_tolerances=grad_tols)
-    if capture is not None or replay:
+    if capture is not None or graphs:
         r1, a1, n1 = default_tolerances(half or dt, 1)      # one sublayer's round-off: the per-layer tolerances
         mask = _sides.sublayer_mask(kind, masks, dt)
 
         def sublayer_table():                             # computed when read: free when passing
             cap = capture
-            if replay:
-                cap = _sub.Replay(mod, layer_map, config, x_t, torch)
+            if graphs:                                    # in the framework run's autograd mode (its fast paths)
+                with torch.set_grad_enabled(not grad_off):
+                    cap = _scripted.GraphCapture(mod, layer_map, (x_t,), torch)
                 report.notes.extend(cap.notes)
             return _sub.table(cap, layer_map, params, config, mask, batch_first, dt, r1, a1, n1, left)
 

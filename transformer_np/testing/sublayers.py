@@ -21,9 +21,8 @@ the parameter names; sublayers "attention", "FFN", "norm") — unless the first 
 configuration value (``params=``): that is then the cause, and the message starts with it. The forward is checked
 here; gradients are compared whole (the report's other entries).
 
-A ``torch.jit.script`` module takes no Python hooks: :class:`Replay` calls its scripted submodules instead, each on
-the input the wiring computes from the framework's outputs before it, so its table has the sublayer rows and no
-wiring rows (a note says so).
+A ``torch.jit.script`` module takes no Python hooks: :class:`~transformer_np.testing.scripted.GraphCapture` records
+the same inputs and outputs from an instrumented copy of its graphs, and its table is built by the same code.
 """
 
 from __future__ import annotations
@@ -141,65 +140,19 @@ class Capture:
         def hook(_m, args, kwargs):
             first = args[0] if args else kwargs.get("hidden_states", kwargs.get("query"))
             if isinstance(first, torch.Tensor) and prefix not in self.inputs:
-                self.inputs[prefix] = first.detach()
+                self.inputs[prefix] = first.detach().clone()       # a copy: an in-place op later cannot change it
         return hook
 
     def _post(self, prefix, torch):
         def hook(_m, _args, out):
             out = out[0] if isinstance(out, (tuple, list)) else out
             if isinstance(out, torch.Tensor) and prefix not in self.outputs:
-                self.outputs[prefix] = out.detach()
+                self.outputs[prefix] = out.detach().clone()
         return hook
 
     def remove(self) -> None:
         for h in self.handles:
             h.remove()
-
-
-class Replay:
-    """The capture of a ``torch.jit.script`` module, which takes no Python hooks: its scripted submodules are called
-    from Python instead, in the order of computation (:func:`walk`), each on the input the library's wiring computes
-    from the framework's outputs of the sublayers before it (layer 0's: the module's input ``x``), its output recorded
-    (no gradient: the table checks the forward). The inputs are the wiring's by construction, so the wiring is not
-    checked (``wiring``; a bug between sublayers is still caught by the whole tensors). A sublayer whose input and
-    output are different submodules cannot be replayed by one call, nor one whose call fails: the replay stops there,
-    said in ``notes``."""
-
-    wiring = False
-
-    def __init__(self, mod, layer_map: dict[str, tuple[str, str]], config, x, torch):
-        self.inputs, self.outputs, self.notes = {}, {}, []
-        mods = dict(mod.named_modules())
-        enc = getattr(config, "encoder", config)
-
-        def step(prefix, x_in):
-            if prefix not in layer_map or x_in is None:
-                return None
-            m_in, m_out = layer_map[prefix]
-            if m_in != m_out:
-                self.notes.append(f"{prefix} ({m_in} → {m_out}): two submodules, which one call cannot replay; the "
-                                  "scripted module's sublayer table stops before it")
-                return None
-            try:
-                with torch.no_grad():
-                    y = mods[m_in](x_in)
-            except (RuntimeError, TypeError, ValueError) as e:     # e.g. a submodule taking more than one input
-                self.notes.append(f"{prefix} ({m_in}): calling it on its input alone failed ({type(e).__name__}: "
-                                  f"{str(e).splitlines()[0][:120]}); the scripted module's sublayer table stops before "
-                                  "it")
-                return None
-            y = y[0] if isinstance(y, (tuple, list)) else y
-            if not isinstance(y, torch.Tensor):
-                self.notes.append(f"{prefix} ({m_in}): returned {type(y).__name__}, not a tensor; the scripted "
-                                  "module's sublayer table stops before it")
-                return None
-            self.inputs[prefix], self.outputs[prefix] = x_in, y.detach()
-            return self.outputs[prefix]
-
-        walk(enc, enc.norm_position == "pre", lambda _prefix: x.detach(), step)
-
-    def remove(self) -> None:
-        """Nothing to remove (no hooks): the same interface as :class:`Capture`."""
 
 
 # ----------------------------------------------------------------------------- the order of computation
