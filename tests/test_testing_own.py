@@ -376,17 +376,18 @@ def test_honest_sublayer_table(pre):
 
 
 @pytest.mark.slow                       # torch.compile: about a minute for the first module on a 2-core machine
-def test_a_compiled_module_is_compared_as_it_computes_and_bugs_are_named():
-    honest = torch.compile(encoder(False))
+@pytest.mark.parametrize("pre", [False, True], ids=["post-LN", "pre-LN"])
+def test_a_compiled_module_is_compared_as_it_computes_and_bugs_are_named(pre):
+    honest = torch.compile(encoder(pre))
     for dtype in (torch.float32, torch.float64):
-        report = assert_matches_torch(honest, x_input(), dtype=dtype, config=config(False), names=names(False),
-                                      sublayers=layer_map(False))
+        report = assert_matches_torch(honest, x_input(), dtype=dtype, config=config(pre), names=names(pre),
+                                      sublayers=layer_map(pre))
         assert report.sublayers and all(r.ok for r in report.sublayers)
     for bug in BUGS:
         with pytest.raises(AssertionError) as err:
-            assert_matches_torch(torch.compile(encoder(False, bug)), x_input(), dtype=torch.float64,
-                                 config=config(False), names=names(False), sublayers=layer_map(False))
-        want = f"first sublayer that differs: layer 1, {expected_place(bug, False)} "
+            assert_matches_torch(torch.compile(encoder(pre, bug)), x_input(), dtype=torch.float64,
+                                 config=config(pre), names=names(pre), sublayers=layer_map(pre))
+        want = f"first sublayer that differs: layer 1, {expected_place(bug, pre)} "
         assert str(err.value).splitlines()[0].startswith(want), (bug, str(err.value))
 
 
