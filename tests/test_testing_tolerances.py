@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -202,3 +203,20 @@ def test_a_passing_bert_reads_as_passing():
         kb = report["encoder.layer.0.attention.self.key.bias"]
         assert kb.max_rel is None and kb.norm_rel <= report.norm_rtol
         assert all(e.max_rel is None or e.max_rel < 1e-3 for e in report.entries), str(report)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_difference_of_a_transposed_weight_is_the_same_on_every_path(dtype, monkeypatch):
+    """ours − ref for an nn.Linear gradient (ours a transposed view): torch's transpose when torch is loaded, NumPy
+    tiles otherwise. A transpose moves values without rounding, so the two are equal bit for bit (exact equality)."""
+    from transformer_np.testing.criterion import _subtract
+
+    rng = np.random.default_rng(0)
+    ours = rng.standard_normal((300, 700)).astype(dtype).T                  # (700, 300), a transposed view
+    ref = (ours + dtype(1e-3) * rng.standard_normal(ours.shape)).astype(dtype)   # C-contiguous
+    with_torch = _subtract(ours, ref)
+    monkeypatch.delitem(sys.modules, "torch")                                # the NumPy-only path
+    tiles = _subtract(ours, ref)
+    assert with_torch.flags.c_contiguous and with_torch.dtype == dtype
+    np.testing.assert_array_equal(with_torch, tiles)
+    np.testing.assert_array_equal(tiles, np.subtract(ours, ref))

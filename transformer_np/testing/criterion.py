@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,9 +57,16 @@ def _sq_norm(a: np.ndarray) -> float:
 
 def _subtract(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """ours − ref in ref's (C) layout. A 2-D ``ours`` that is a transposed view (an nn.Linear weight: we store Wᵀ)
-    is read tile by tile, so both operands stay in cache: 4× faster than one strided pass at BERT-base's sizes."""
+    is first made C-contiguous by torch's blocked transpose when torch is loaded (it is, in a comparison with it):
+    2× faster than NumPy's strided pass at BERT-base's sizes on the machines measured (docs/bench_notes.md,
+    "Comparisons"); otherwise it is read tile by tile, so both operands stay in cache. A transpose is exact: the
+    difference is the same, bit for bit, on every path."""
     if ours.ndim != 2 or ours.flags.c_contiguous or not ref.flags.c_contiguous:
         return np.subtract(ours, ref)
+    torch = sys.modules.get("torch")
+    if torch is not None and ours.T.flags.c_contiguous and ours.flags.writeable:
+        d = torch.from_numpy(ours.T).t().contiguous().numpy()       # ours, copied into ref's layout
+        return np.subtract(d, ref, out=d)
     out = np.empty(ref.shape, dtype=np.result_type(ours, ref))
     rows, cols = ref.shape
     for i in range(0, rows, 64):                                     # 64 × 256 tiles: 64 KiB of float32 each
