@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch", reason="transformer_np.testing compares wit
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from transformer_np.errors import InputValueError  # noqa: E402
+from transformer_np.errors import InputTypeError, InputValueError  # noqa: E402
 from transformer_np.testing import assert_matches_torch, compare_with_torch, names_for  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -427,6 +427,9 @@ def test_a_scripted_stock_encoder_through_names_for_has_its_table():
             enc.layers[1].linear2 = planted
         return enc
 
+    with pytest.raises(InputTypeError, match=r"module is a TorchScript module \(RecursiveScriptModule of "
+                       r"TransformerEncoder\), which is compared as your own module: .*names=names_for\(the eager"):
+        compare_with_torch(torch.jit.script(stock(False)), x_input())          # no config=: as a stock module
     cfg = {**config(False), "activation": "relu"}
     sub = {}
     for i in range(L):

@@ -42,6 +42,12 @@ def kind_of(module) -> str:
     if not isinstance(module, torch.nn.Module):
         raise InputTypeError(f"module must be a torch module, got {describe(module)}; supported: "
                              f"{supported_text()}")
+    if isinstance(module, torch.jit.ScriptModule):       # a stock module's TorchScript: its class is gone
+        raise InputTypeError(f"module is a TorchScript module ({type(module).__name__} of "
+                             f"{getattr(module, 'original_name', '?')}), which is compared as your own module: "
+                             "compare_with_torch(module, x, config=..., names=...) — for a scripted "
+                             "nn.TransformerEncoder(Layer), names=names_for(the eager module) — and sublayers= for "
+                             "the first sublayer that differs (docs/guide/testing.md, 'Your own module')")
     try:
         import transformers
     except ImportError:  # pragma: no cover - depends on the environment
