@@ -444,3 +444,20 @@ def test_a_scripted_stock_encoder_through_names_for_has_its_table():
                              names=names_for(stock(False)), sublayers=sub)
     assert str(err.value).startswith("first sublayer that differs: layer 1, FFN (layers.1.linear1 → "
                                      "layers.1.linear2, ours layers.1.ffn): its output"), str(err.value)
+
+
+def test_a_graph_that_cannot_be_instrumented_is_a_note_not_an_error(monkeypatch):
+    from transformer_np.testing import scripted as scripted_module
+
+    def refuse(graph):
+        raise RuntimeError("an internal API refused the graph")
+
+    monkeypatch.setattr(scripted_module, "_calls", refuse)
+    report = scripted(False, "fc1")
+    assert not report.ok and report.sublayers == []                    # still failed by the whole tensors
+    assert any("could not be instrumented (RuntimeError: an internal API refused the graph)" in n
+               for n in report.notes), report.notes
+    with pytest.raises(AssertionError) as err:                        # the message: the whole tensors' lines
+        assert_matches_torch(torch.jit.script(encoder(False, "fc1")), x_input(), dtype=torch.float64,
+                             config=config(False), names=names(False), sublayers=layer_map(False))
+    assert str(err.value).startswith("transformer_np and torch disagree on the output "), str(err.value)

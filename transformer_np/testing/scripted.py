@@ -16,7 +16,9 @@ that calls mapped submodules (``self.sublayer(x)``) is followed likewise. The mo
 are not changed; the copies run in the autograd mode of the comparison (a module's fast path may depend on it).
 
 A mapped submodule that the graphs never call (a call through a function the graph cannot name, or not reached on
-this input) has no captures: the sublayer table stops before it, and a note names it.
+this input) has no captures: the sublayer table stops before it, and a note names it. A graph that cannot be
+instrumented (TorchScript's internal API refusing it) is said in a note, never raised: the table is a diagnosis, and
+the comparison's verdict does not depend on it.
 """
 
 from __future__ import annotations
@@ -60,7 +62,12 @@ class GraphCapture:
         self._torch, self._mods = torch, dict(mod.named_modules())
         self._wanted = {m for pair in layer_map.values() for m in pair}
         self._seen: dict[str, tuple[list, object]] = {}        # path -> (arguments, output) of its first call
-        self._probe("", mod, "forward", list(args))
+        try:
+            self._probe("", mod, "forward", list(args))
+        except (RuntimeError, TypeError, ValueError, AttributeError, KeyError) as e:    # TorchScript's internals
+            self.notes.append(f"the scripted module's graphs could not be instrumented ({type(e).__name__}: "
+                              f"{(str(e).strip().splitlines() or [''])[0][:160]}): its sublayer table has what was "
+                              "recorded before")
         missing = []
         for prefix, (m_in, m_out) in layer_map.items():
             a, o = self._seen.get(m_in), self._seen.get(m_out)
