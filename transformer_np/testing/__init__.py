@@ -437,8 +437,8 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     graphs = bool(layer_map) and isinstance(mod, torch.jit.ScriptModule)      # no Python hooks: its graphs instead
     if graphs:
         notes.append("a TorchScript module (torch.jit.script or trace) takes no forward hooks: its sublayer table "
-                     "records the mapped "
-                     "submodules' calls in an instrumented copy of its graphs (its own values, wiring included)")
+                     "records the mapped submodules' calls in an instrumented copy of its graphs (its own values, "
+                     "wiring included)")
 
     def framework_run(keyed: bool):
         cap = None if not layer_map or graphs else _sub.Capture(mod, layer_map, torch)

@@ -98,6 +98,8 @@ class GraphCapture:
         watched = []
         for node, rel, name in _calls(g):
             full = ".".join(p for p in (at, rel) if p)
+            if full not in self._mods:                          # an attribute that is not a submodule (a class)
+                continue
             leads = self._below(full) and bool(_calls(self._mods[full]._c._get_method(name).graph))
             if not (leads or (name == "forward" and full in self._wanted)):
                 continue
