@@ -9,6 +9,7 @@ declares (its weights, its activation, its eps) is what transformer_np converts.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import sys
 
@@ -206,17 +207,36 @@ def test_a_passing_bert_reads_as_passing():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_the_difference_of_a_transposed_weight_is_the_same_on_every_path(dtype, monkeypatch):
-    """ours − ref for an nn.Linear gradient (ours a transposed view): torch's transpose when torch is loaded, NumPy
-    tiles otherwise. A transpose moves values without rounding, so the two are equal bit for bit (exact equality)."""
-    from transformer_np.testing.criterion import _subtract
+def test_the_statistics_of_a_transposed_weight_are_the_same_on_every_path(dtype, monkeypatch):
+    """max |ref|, Σ ref², max |ours − ref| and Σ (ours − ref)² for an nn.Linear gradient (ours a transposed view),
+    by blocks: torch's transpose when torch is loaded, NumPy's otherwise. A transpose moves values without rounding
+    and both paths then reduce the same blocks in the same order, so they agree bit for bit (exact equality); the
+    maxima equal NumPy's whole-array ones exactly (a max does not round), the sums agree to the dtype's round-off of
+    a sum of 210 000 squares."""
+    from transformer_np.testing import criterion
 
     rng = np.random.default_rng(0)
     ours = rng.standard_normal((300, 700)).astype(dtype).T                  # (700, 300), a transposed view
     ref = (ours + dtype(1e-3) * rng.standard_normal(ours.shape)).astype(dtype)   # C-contiguous
-    with_torch = _subtract(ours, ref)
+    monkeypatch.setattr(criterion, "_BLOCK", 4096)                          # many blocks, one of them partial
+    with_torch = criterion._stats(ours, ref)
     monkeypatch.delitem(sys.modules, "torch")                                # the NumPy-only path
-    tiles = _subtract(ours, ref)
-    assert with_torch.flags.c_contiguous and with_torch.dtype == dtype
-    np.testing.assert_array_equal(with_torch, tiles)
-    np.testing.assert_array_equal(tiles, np.subtract(ours, ref))
+    numpy_only = criterion._stats(ours, ref)
+    assert with_torch == numpy_only
+    d = np.subtract(ours, ref)
+    assert with_torch[0] == float(np.max(np.abs(ref))) and with_torch[2] == float(np.max(np.abs(d)))
+    sums = [float(np.sum(a.astype(np.float64) ** 2)) for a in (ref, d)]
+    np.testing.assert_allclose([with_torch[1], with_torch[3]], sums, rtol=100 * np.finfo(dtype).eps)
+
+
+def test_the_statistics_propagate_a_nan_and_an_inf():
+    """A NaN anywhere (in a later block too) makes both maxima NaN, as np.max does; an inf in ours makes the
+    difference's max inf."""
+    from transformer_np.testing.criterion import _stats
+
+    ref = np.random.default_rng(1).standard_normal(200_000)
+    ours = ref.copy()
+    ours[150_000] = np.inf
+    assert _stats(ours, ref)[2] == math.inf
+    ref[190_000] = np.nan
+    assert all(math.isnan(v) for v in _stats(ours, ref))

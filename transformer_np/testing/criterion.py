@@ -16,9 +16,9 @@ A systematic error (an output scaled by 1 + 1e-5) moves every element by a littl
 wide enough for float32's worst round-off, but the norm of the error grows with the tensor while the round-off's
 does not line up, so the norm-wise criterion sees it.
 
-Speed: every tensor is compared in the dtype both sides ran in, in one subtraction and a few reductions; the
-element-wise ratios are computed only for a tensor whose largest error exceeds atol·S (the element-wise
-criterion cannot fail otherwise).
+Speed: every tensor is compared in the dtype both sides ran in, in one pass by blocks that stay in cache (the
+difference and its reductions, :func:`_stats`); the element-wise ratios are computed only for a tensor whose
+largest error exceeds atol·S (the element-wise criterion cannot fail otherwise).
 """
 
 from __future__ import annotations
@@ -55,24 +55,69 @@ def _sq_norm(a: np.ndarray) -> float:
     return s
 
 
-def _subtract(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """ours − ref in ref's (C) layout. A 2-D ``ours`` that is a transposed view (an nn.Linear weight: we store Wᵀ)
-    is first made C-contiguous by torch's blocked transpose when torch is loaded (it is, in a comparison with it):
-    2× faster than NumPy's strided pass at BERT-base's sizes on the machines measured (docs/bench_notes.md,
-    "Comparisons"); otherwise it is read tile by tile, so both operands stay in cache. A transpose is exact: the
-    difference is the same, bit for bit, on every path."""
-    if ours.ndim != 2 or ours.flags.c_contiguous or not ref.flags.c_contiguous:
-        return np.subtract(ours, ref)
-    torch = sys.modules.get("torch")
-    if torch is not None and ours.T.flags.c_contiguous and ours.flags.writeable:
-        d = torch.from_numpy(ours.T).t().contiguous().numpy()       # ours, copied into ref's layout
-        return np.subtract(d, ref, out=d)
-    out = np.empty(ref.shape, dtype=np.result_type(ours, ref))
-    rows, cols = ref.shape
-    for i in range(0, rows, 64):                                     # 64 × 256 tiles: 64 KiB of float32 each
-        for j in range(0, cols, 256):
-            np.subtract(ours[i:i + 64, j:j + 256], ref[i:i + 64, j:j + 256], out=out[i:i + 64, j:j + 256])
-    return out
+#: Elements of one block of :func:`_stats` (256 KiB of float32): a block of ours, of ref and of their difference
+#: stay in cache while the block's reductions read them, so each tensor comes from memory once.
+_BLOCK = 1 << 16
+
+
+def _blocks(ours: np.ndarray | None, ref: np.ndarray):
+    """(o, r) blocks of ours and ref, C-contiguous and paired element for element (o None when ours is).
+
+    A 2-D ``ours`` that is a transposed view (an nn.Linear weight's gradient: we store Wᵀ, and W_Q's is a slice of
+    the fused W_QKV's) goes by blocks of ref's columns: rows j:j+b of our stored array are transposed into a buffer
+    — by torch's blocked transpose when torch is loaded (it takes that path for the transpose of a whole contiguous
+    matrix, which each block is; 2× NumPy's strided copy, docs/bench_notes.md "Comparisons") — and ref's columns
+    j:j+b are copied beside them: both come from memory once, and neither is transposed whole. A transpose moves
+    values without rounding: every path gives the same pairs."""
+    if ours is not None and ours.ndim == 2 and not ours.flags.c_contiguous and ours.strides[0] == ours.itemsize \
+            and ours.dtype == ref.dtype:
+        rows, cols = ref.shape
+        mine = ours.T                                                   # (cols, rows): what we store, rows contiguous
+        b = max(1, min(cols, _BLOCK // max(1, rows)))                   # ref's columns per block
+        torch = sys.modules.get("torch")
+        for j in range(0, cols, b):
+            n = min(b, cols - j)
+            o, r = np.empty((rows, n), dtype=ours.dtype), np.empty((rows, n), dtype=ref.dtype)
+            block = mine[j:j + n]                                       # (n, rows)
+            if torch is not None and block.flags.c_contiguous and block.flags.writeable and n * rows >= 3600:
+                torch.from_numpy(o).copy_(torch.from_numpy(block).t())  # (rows, n) ← (n, rows)ᵀ
+            else:
+                np.copyto(o, block.T)
+            np.copyto(r, ref[:, j:j + n])                               # (rows, n)
+            yield o, r
+        return
+    if ours is not None:
+        ours = np.ascontiguousarray(ours).reshape(-1)
+    r = np.ascontiguousarray(ref).reshape(-1)
+    for i in range(0, r.size, _BLOCK):
+        yield (None if ours is None else ours[i:i + _BLOCK]), r[i:i + _BLOCK]
+
+
+def _stats(ours: np.ndarray | None, ref: np.ndarray) -> tuple[float, float, float, float]:
+    """(max |ref|, Σ ref², max |ours − ref|, Σ (ours − ref)²) in one pass over both arrays, by blocks
+    (:func:`_blocks`): each block's difference is made in a buffer that stays in cache and read there by its
+    reductions, instead of a whole difference array and four passes over memory. The maxima are exact and propagate
+    a NaN as ``np.max`` does; the sums of squares add each block's :func:`_sq_norm` in float64. ``ours`` None: the
+    last two are 0."""
+    ref_hi, ref_lo, d_hi, d_lo, ref_sq, d_sq = [], [], [], [], 0.0, 0.0
+    d = None
+    for o, r in _blocks(ours, ref):
+        ref_hi.append(np.max(r))
+        ref_lo.append(np.min(r))
+        ref_sq += _sq_norm(r)
+        if o is None:
+            continue
+        if d is None or d.size < o.size:
+            d = np.empty(o.size, dtype=np.result_type(o, r))
+        db = d[:o.size].reshape(o.shape)
+        np.subtract(o, r, out=db)
+        d_hi.append(np.max(db))
+        d_lo.append(np.min(db))
+        d_sq += _sq_norm(db)
+    ref_absmax = float(max(np.max(ref_hi), -np.min(ref_lo)))          # NaN propagates
+    if ours is None:
+        return ref_absmax, ref_sq, 0.0, 0.0
+    return ref_absmax, ref_sq, float(max(np.max(d_hi), -np.min(d_lo))), d_sq
 
 
 # ----------------------------------------------------------------------------- one tensor
@@ -241,19 +286,17 @@ def _compare(name: str, kind: str, ours, ref, ours_name: str | None = None, tran
         ours, ref = ours.astype(np.float64), ref.astype(np.float64)
     if ours.size == 0:
         return TensorComparison(name, kind, ours_name, 0.0, (), ours, ref, transposed=transposed)
-    ref_absmax = float(max(np.max(ref), -np.min(ref)))
-    ref_norm = math.sqrt(_sq_norm(ref))
-    if (ours.ctypes.data == ref.ctypes.data and ours.strides == ref.strides) or ours is ref:
-        # the same memory, element for element (ours are views of the module's own weights): equal by construction
+    # the same memory, element for element (ours are views of the module's own weights): equal by construction
+    same = (ours.ctypes.data == ref.ctypes.data and ours.strides == ref.strides) or ours is ref
+    ref_absmax, ref_sq, max_abs, err_sq = _stats(None if same else ours, ref)
+    ref_norm = math.sqrt(ref_sq)
+    if same:
         return TensorComparison(name, kind, ours_name, 0.0, (0,) * ours.ndim, ours, ref, 0.0, ref_norm, ref_absmax,
                                 transposed=transposed)
-    d = _subtract(ours, ref)                                          # ours − ref, one array
-    max_abs = float(max(np.max(d), -np.min(d)))                       # NaN propagates
     if not math.isfinite(max_abs):
         max_abs = err_norm = math.inf
     else:
-        err_norm = math.sqrt(_sq_norm(d))
-    del d
+        err_norm = math.sqrt(err_sq)
     return TensorComparison(name, kind, ours_name, max_abs, None, ours, ref, err_norm, ref_norm, ref_absmax,
                             transposed=transposed)
 
