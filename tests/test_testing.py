@@ -193,12 +193,18 @@ def test_the_key_bias_gradient_is_round_off_and_passes_against_its_weight():
     assert kb.scale == np.abs(kw.ref).max()                     # S of the bias is its weight's
 
 
-def test_the_module_is_not_modified():
+@pytest.mark.parametrize("dtype", [np.float64, None], ids=["converted copy", "same dtype: storage shared"])
+def test_the_module_is_not_modified(dtype):
+    # float32 compared in float32: the copy's parameters are new leaves on the module's own storage (no data copied);
+    # compared in float64, the copy converts. Either way the module's flags, gradients and values stay as they were.
     layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.1, batch_first=True)
+    layer.linear1.bias.requires_grad_(False)                                  # a frozen parameter stays frozen
     before = copy.deepcopy(layer.state_dict())
     layer.train()
-    compare_with_torch(layer, x_input((2, 5, 16)), dtype=np.float64, dropout_off=True)
+    report = compare_with_torch(layer, x_input((2, 5, 16)), dtype=dtype, dropout_off=True)
+    assert report.ok and report["linear1.bias"].kind == "grad"                # its gradient was compared
     assert layer.training and all(p.grad is None for p in layer.parameters())
+    assert [p.requires_grad for p in layer.parameters()] == [n != "linear1.bias" for n, _ in layer.named_parameters()]
     assert all(torch.equal(before[k], v) and v.dtype == torch.float32 for k, v in layer.state_dict().items())
 
 

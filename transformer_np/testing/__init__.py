@@ -285,7 +285,7 @@ def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dt
     if grad_off:
         notes.append(_modes.forward_only_note(grad_off))
     with torch.no_grad():                                # a ScriptModule's deepcopy clones through autograd otherwise:
-        mod = copy.deepcopy(module).to(device="cpu", dtype=tdt).eval()        # its parameters would not be leaves
+        mod = _sides.module_copy(module, torch).to(device="cpu", dtype=tdt).eval()   # they would not be leaves
         # half: our float64 params are views of a float64 copy of the half copy (its values, exactly)
         ref_mod = copy.deepcopy(mod).to(dtype=torch.float64) if half else mod
     if not grad_off:

@@ -1,15 +1,36 @@
-"""Both sides of a comparison, run: the framework module's forward (:func:`run_framework`), ours
-(:func:`run_ours`), and the glue between them — our mask for the sublayer table, the refusal of a padding row
-whose gradients would differ with neither side wrong, and our arrays in the framework's layout. A part of
-:func:`transformer_np.testing.compare_with_torch`, which calls these in order."""
+"""Both sides of a comparison, run: the module's copy the framework's side runs (:func:`module_copy`), the
+framework module's forward (:func:`run_framework`), ours (:func:`run_ours`), and the glue between them — our mask
+for the sublayer table, the refusal of a padding row whose gradients would differ with neither side wrong, and our
+arrays in the framework's layout. A part of :func:`transformer_np.testing.compare_with_torch`, which calls these in
+order."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
 from .._validate import describe
 from ..errors import InputValueError
 from .inputs import to_numpy
+
+
+def module_copy(module, torch):
+    """The copy of ``module`` a comparison runs (the user's module, its gradients, ``requires_grad`` and training
+    flags are never changed): a deep copy whose parameters are new leaf tensors on the module's own storage, no
+    data copied (copying a BERT-base layer's 28 MB took 7-10 ms, 3-4% of its comparison). Its gradients land on
+    its own leaves; ``.to(dtype)`` on it makes new storage for the copy alone; buffers and everything else are
+    copied. A TorchScript module is copied whole (its C++ copy does not read Python's memo), and so is a parameter
+    made inside ``torch.inference_mode()``. Call under ``torch.no_grad()``."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return copy.deepcopy(module)
+    memo = {}
+    for p in module.parameters():
+        data = p.detach()
+        if data.is_inference():                  # made in inference_mode: no leaf on it outside, so copied
+            data = data.clone()
+        memo[id(p)] = torch.nn.Parameter(data, requires_grad=p.requires_grad)
+    return copy.deepcopy(module, memo)
 
 
 def run_framework(mod, x_t, kind: str, masks, ids_kwargs, torch):
