@@ -209,17 +209,21 @@ def test_a_passing_bert_reads_as_passing():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_statistics_of_a_transposed_weight_are_the_same_on_every_path(dtype, monkeypatch):
     """max |ref|, Σ ref², max |ours − ref| and Σ (ours − ref)² for an nn.Linear gradient (ours a transposed view),
-    by blocks: torch's transpose when torch is loaded, NumPy's otherwise. A transpose moves values without rounding
-    and both paths then reduce the same blocks in the same order, so they agree bit for bit (exact equality); the
-    maxima equal NumPy's whole-array ones exactly (a max does not round), the sums agree to the dtype's round-off of
-    a sum of 210 000 squares."""
+    by blocks of columns: torch's transpose when torch is loaded, NumPy's otherwise. A transpose moves values
+    without rounding and both paths then reduce the same blocks in the same order, so they agree bit for bit (exact
+    equality); the maxima equal NumPy's whole-array ones exactly (a max does not round), the sums agree to the
+    dtype's round-off of a sum of 210 000 squares."""
     from transformer_np.testing import criterion
 
     rng = np.random.default_rng(0)
     ours = rng.standard_normal((300, 700)).astype(dtype).T                  # (700, 300), a transposed view
     ref = (ours + dtype(1e-3) * rng.standard_normal(ours.shape)).astype(dtype)   # C-contiguous
-    monkeypatch.setattr(criterion, "_BLOCK", 4096)                          # many blocks, one of them partial
+    monkeypatch.setattr(criterion, "_BLOCK", 8192)        # 28 blocks of 11 columns, the last of 3 (below torch's
+    copies = []                                           # fast path's 3600 elements: NumPy's copy, even with torch)
+    real_copy = torch.Tensor.copy_
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda t, src: copies.append(src.shape) or real_copy(t, src))
     with_torch = criterion._stats(ours, ref)
+    assert len(copies) == 27 and copies[0] == (700, 11)                     # the torch path was taken
     monkeypatch.delitem(sys.modules, "torch")                                # the NumPy-only path
     numpy_only = criterion._stats(ours, ref)
     assert with_torch == numpy_only

@@ -79,7 +79,9 @@ def _blocks(ours: np.ndarray | None, ref: np.ndarray):
             n = min(b, cols - j)
             o, r = np.empty((rows, n), dtype=ours.dtype), np.empty((rows, n), dtype=ref.dtype)
             block = mine[j:j + n]                                       # (n, rows)
-            if torch is not None and block.flags.c_contiguous and block.flags.writeable and n * rows >= 3600:
+            if torch is not None and n * rows >= 3600:                  # torch's fast path: 3600 elements or more
+                if not block.flags.c_contiguous or not block.flags.writeable:   # from_numpy: no read-only array
+                    block = block.copy()                                # row by row (W_Q's rows are strided)
                 torch.from_numpy(o).copy_(torch.from_numpy(block).t())  # (rows, n) ← (n, rows)ᵀ
             else:
                 np.copyto(o, block.T)
