@@ -208,6 +208,28 @@ def test_the_module_is_not_modified(dtype):
     assert all(torch.equal(before[k], v) and v.dtype == torch.float32 for k, v in layer.state_dict().items())
 
 
+def test_numpy_s_huge_page_advice_is_off_during_a_comparison_and_restored_after(monkeypatch):
+    """A speed setting (docs/bench_notes.md, "Comparisons"): off for the call's own allocations, then put back as it
+    was, also when the call raises."""
+    from transformer_np.testing import sides
+
+    assert sides._madvise_setter() is not None             # NumPy still has the switch: the setting is not dead
+    state, calls = {"on": True}, []
+
+    def setter(on):
+        calls.append(on)
+        previous, state["on"] = state["on"], on
+        return previous
+
+    monkeypatch.setattr(sides, "_madvise_setter", lambda: setter)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True, dtype=F64)
+    assert compare_with_torch(layer, x_input((2, 5, 16))).ok
+    assert calls == [False, True] and state["on"]
+    with pytest.raises(TypeError, match="seed must be an int >= 0"):
+        compare_with_torch(layer, x_input((2, 5, 16)), seed=-1)
+    assert calls == [False, True, False, True] and state["on"]
+
+
 # ----------------------------------------------------------------------------- bad input
 def test_bad_arguments_are_named():
     layer = torch.nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True, dtype=F64)

@@ -169,6 +169,7 @@ def _np_dtype(dtype) -> np.dtype:
                              f"{getattr(dtype, '__name__', dtype)}") from None
 
 
+@_sides.with_small_pages
 def compare_with_torch(module, inputs, attention_mask=None, grad_output=None, dtype=None, *,
                        src_key_padding_mask=None, src_mask=None, attn_mask=None, is_causal: bool = False,
                        token_type_ids=None, params=None, config=None, names=None, sublayers=None,

@@ -1,4 +1,5 @@
-"""Both sides of a comparison, run: the module's copy the framework's side runs (:func:`module_copy`), the
+"""Both sides of a comparison, run: the module's copy the framework's side runs (:func:`module_copy`), NumPy's
+small pages for the call (:func:`small_pages`), the
 framework module's forward (:func:`run_framework`), ours (:func:`run_ours`), and the glue between them — our mask
 for the sublayer table, the refusal of a padding row whose gradients would differ with neither side wrong, and our
 arrays in the framework's layout. A part of :func:`transformer_np.testing.compare_with_torch`, which calls these in
@@ -6,13 +7,58 @@ order."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import importlib
 
 import numpy as np
 
 from .._validate import describe
 from ..errors import InputValueError
+from .criterion import _hide_assertion
 from .inputs import to_numpy
+
+
+def _madvise_setter():
+    """NumPy's switch for its huge-page advice (``_set_madvise_hugepage``, private but in every NumPy this library
+    supports: ``numpy._core`` from 2.0, ``numpy.core`` before), or None."""
+    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            return getattr(importlib.import_module(name), "_set_madvise_hugepage", None)
+        except ImportError:
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def small_pages():
+    """NumPy's huge-page advice off inside the block, restored after (also on an exception).
+
+    On Linux NumPy advises the kernel to back each array of 4 MiB or more with 2 MiB pages. Where the kernel then
+    compacts memory to find them at the first touch (``/sys/kernel/mm/transparent_hugepage/defrag`` = madvise, the
+    default of many distributions), a comparison made while an earlier one's report is still alive — a loop in a
+    test, or the speed script — gets its arrays from fresh pages, and that compaction cost a BERT-base layer's
+    comparison 30-60 ms of its 230 (docs/bench_notes.md, "Comparisons"). With small pages the same call took
+    220-228 ms; with the earlier report released, 229-240 either way. Only allocations made inside the block are
+    affected (another thread's too, for that time): a speed setting, never a value."""
+    setter = _madvise_setter()
+    previous = setter(False) if setter is not None else None
+    try:
+        yield
+    finally:
+        if setter is not None:
+            setter(previous)
+
+
+def with_small_pages(fn):
+    """``fn`` run inside :func:`small_pages` (its signature and docstring kept)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        __tracebackhide__ = _hide_assertion              # pytest: a disagreement's frames are not the user's concern
+        with small_pages():
+            return fn(*args, **kwargs)
+    return run
 
 
 def module_copy(module, torch):
