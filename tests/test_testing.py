@@ -228,6 +228,11 @@ def test_numpy_s_huge_page_advice_is_off_during_a_comparison_and_restored_after(
     with pytest.raises(TypeError, match="seed must be an int >= 0"):
         compare_with_torch(layer, x_input((2, 5, 16)), seed=-1)
     assert calls == [False, True, False, True] and state["on"]
+    with sides.small_pages():                              # overlapping calls (threads): the last one restores
+        with sides.small_pages():
+            assert not state["on"]
+        assert not state["on"]
+    assert state["on"] and calls[4:] == [False, True]
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -11,6 +11,7 @@ import contextlib
 import copy
 import functools
 import importlib
+import threading
 
 import numpy as np
 
@@ -41,14 +42,27 @@ def small_pages():
     test, or the speed script — gets its arrays from fresh pages, and that compaction cost a BERT-base layer's
     comparison 30-60 ms of its 230 (docs/bench_notes.md, "Comparisons"). With small pages the same call took
     220-228 ms; with the earlier report released, 229-240 either way. Only allocations made inside the block are
-    affected (another thread's too, for that time): a speed setting, never a value."""
+    affected (another thread's too, for that time): a speed setting, never a value. Overlapping calls (threads)
+    count themselves: the first turns the advice off, the last puts back what the first found."""
     setter = _madvise_setter()
-    previous = setter(False) if setter is not None else None
+    if setter is None:
+        yield
+        return
+    with _PAGES_LOCK:                                   # the first of overlapping calls (threads) turns it off …
+        if _PAGES["depth"] == 0:
+            _PAGES["previous"] = setter(False)
+        _PAGES["depth"] += 1
     try:
         yield
     finally:
-        if setter is not None:
-            setter(previous)
+        with _PAGES_LOCK:                               # … and the last one puts back what the first found
+            _PAGES["depth"] -= 1
+            if _PAGES["depth"] == 0:
+                setter(_PAGES["previous"])
+
+
+_PAGES_LOCK = threading.Lock()
+_PAGES = {"depth": 0, "previous": None}                 # calls inside small_pages now, and the advice before them
 
 
 def with_small_pages(fn):
