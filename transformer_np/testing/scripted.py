@@ -55,8 +55,6 @@ class GraphCapture:
     ``layer_map``, of their first call in the scripted ``mod``'s forward on ``args`` — the same ``inputs``/``outputs``
     as :class:`transformer_np.testing.sublayers.Capture`, so the wiring is checked as for an eager module."""
 
-    wiring = True
-
     def __init__(self, mod, layer_map: dict[str, tuple[str, str]], args: tuple, torch):
         self.inputs, self.outputs, self.notes = {}, {}, []
         self._torch, self._mods = torch, dict(mod.named_modules())

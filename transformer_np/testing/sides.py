@@ -1,9 +1,8 @@
 """Both sides of a comparison, run: the module's copy the framework's side runs (:func:`module_copy`), NumPy's
-small pages for the call (:func:`small_pages`), the
-framework module's forward (:func:`run_framework`), ours (:func:`run_ours`), and the glue between them — our mask
-for the sublayer table, the refusal of a padding row whose gradients would differ with neither side wrong, and our
-arrays in the framework's layout. A part of :func:`transformer_np.testing.compare_with_torch`, which calls these in
-order."""
+small pages for the call (:func:`small_pages`), the framework module's forward (:func:`run_framework`), ours
+(:func:`run_ours`), and the glue between them — our mask for the sublayer table, the refusal of a padding row whose
+gradients would differ with neither side wrong, and our arrays in the framework's layout. A part of
+:func:`transformer_np.testing.compare_with_torch`, which calls these in order."""
 
 from __future__ import annotations
 

@@ -125,8 +125,6 @@ class Capture:
     """Forward hooks on the mapped submodules: the first tensor input of each input module, the (first) tensor output
     of each output module, of their first call."""
 
-    wiring = True                                          # the inputs are the framework's own: the wiring is checked
-
     def __init__(self, mod, layer_map: dict[str, tuple[str, str]], torch):
         self.inputs, self.outputs, self.handles = {}, {}, []
         mods = dict(mod.named_modules())
@@ -257,7 +255,7 @@ def table(cap: Capture, layer_map, params: dict, config, mask, batch_first: bool
             return None
         m_in, m_out = layer_map[prefix]
         module = m_in if m_in == m_out else f"{m_in} → {m_out}"
-        if cap.wiring and expected_in is not None and expected_in.shape == x.shape:
+        if expected_in is not None and expected_in.shape == x.shape:      # the inputs are the framework's own
             rows.append(_row(prefix, module, "input", *leave_out(x, expected_in, left), rtol, atol, norm_rtol))
         rows.append(_row(prefix, module, "output", *leave_out(op(prefix, x), y, left), rtol, atol, norm_rtol))
         return y
